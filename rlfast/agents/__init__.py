@@ -1,0 +1,16 @@
+"""Agents: the sampler <-> model <-> algorithm interface."""
+from rlfast.agents.base import (AgentInputs, AgentStep, AlternatingRecurrentAgentMixin, BaseAgent,
+                                RandomAgent, RecurrentAgentMixin)
+from rlfast.agents.pg.base import AgentInfo, AgentInfoRnn
+from rlfast.agents.pg.categorical import (AlternatingRecurrentCategoricalPgAgent,
+                                          CategoricalPgAgent, RecurrentCategoricalPgAgent)
+from rlfast.agents.pg.gaussian import (AlternatingRecurrentGaussianPgAgent, GaussianPgAgent,
+                                       MujocoFfAgent, MujocoLstmAgent, RecurrentGaussianPgAgent)
+
+__all__ = [
+    "AgentInputs", "AgentStep", "AgentInfo", "AgentInfoRnn", "BaseAgent", "RandomAgent",
+    "RecurrentAgentMixin", "AlternatingRecurrentAgentMixin", "CategoricalPgAgent",
+    "RecurrentCategoricalPgAgent", "AlternatingRecurrentCategoricalPgAgent", "GaussianPgAgent",
+    "RecurrentGaussianPgAgent", "AlternatingRecurrentGaussianPgAgent", "MujocoFfAgent",
+    "MujocoLstmAgent",
+]

@@ -1,0 +1,7 @@
+"""Algorithms: turn sample batches into agent updates."""
+from rlfast.algos.base import RLAlgorithm
+from rlfast.algos.pg.a2c import A2C
+from rlfast.algos.pg.base import PolicyGradientAlgo
+from rlfast.algos.pg.ppo import PPO
+
+__all__ = ["RLAlgorithm", "PolicyGradientAlgo", "A2C", "PPO"]

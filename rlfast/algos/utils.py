@@ -1,0 +1,336 @@
+"""Return and advantage computations shared by the algorithms.
+
+Every function takes time-major data, shape ``[T]`` or ``[T, B]`` (or ``[T, ...]``
+generally), loops backwards (or over the n-step window) only along the leading time
+dimension and vectorizes across all trailing dimensions.  Inputs may be numpy arrays or
+torch tensors; the result is of the same kind as ``reward`` (or ``done`` for
+:func:`valid_from_done`), on the same device.  ``done`` and ``timeout`` may be bool or
+float; they are converted internally and never modified.  Optional ``*_dest`` buffers are
+written in place and returned, so a caller can keep pre-allocated output storage.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Tuple, Union
+
+import numpy as np
+import torch
+
+Array = Union[np.ndarray, torch.Tensor]
+
+__all__ = [
+    "discount_return",
+    "generalized_advantage_estimation",
+    "discount_return_n_step",
+    "valid_from_done",
+    "discount_return_tl",
+    "generalized_advantage_estimation_tl",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Helpers: one place that knows the numpy / torch differences.
+# --------------------------------------------------------------------------------------
+
+def _check_array(x: Any, name: str) -> None:
+    if not isinstance(x, (np.ndarray, torch.Tensor)):
+        raise TypeError(f"{name} must be a numpy array or torch tensor, got {type(x).__name__}")
+    if x.ndim < 1:
+        raise ValueError(f"{name} must be time-major with at least 1 dimension [T, ...], "
+                         f"got shape {tuple(x.shape)}")
+
+
+def _float_dtype(like: Array) -> Any:
+    """Floating dtype to compute in: ``like``'s own when floating, else the default float."""
+    if isinstance(like, torch.Tensor):
+        return like.dtype if like.is_floating_point() else torch.get_default_dtype()
+    return like.dtype if np.issubdtype(like.dtype, np.floating) else np.float64
+
+
+def _as_float(x: Any, like: Array) -> Array:
+    """``x`` as a float array of ``like``'s kind, dtype and device (copy only if needed)."""
+    dtype = _float_dtype(like)
+    if isinstance(like, torch.Tensor):
+        if isinstance(x, torch.Tensor):
+            return x.to(device=like.device, dtype=dtype)
+        return torch.as_tensor(np.asarray(x), dtype=dtype, device=like.device)
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=dtype)
+
+
+def _not(flag: Any, like: Array) -> Array:
+    """``1 - flag`` as a float array of ``like``'s kind (a new array; ``flag`` untouched)."""
+    return 1 - _as_float(flag, like)
+
+
+def _empty(shape: Tuple[int, ...], like: Array, dtype: Any = None) -> Array:
+    if dtype is None:
+        dtype = _float_dtype(like)
+    if isinstance(like, torch.Tensor):
+        return torch.empty(shape, dtype=dtype, device=like.device)
+    return np.empty(shape, dtype=dtype)
+
+
+def _check_same_shape(x: Any, name: str, reward: Array) -> None:
+    _check_array(x, name)
+    if isinstance(x, torch.Tensor) != isinstance(reward, torch.Tensor):
+        raise TypeError(f"{name} must be the same kind as reward ({type(reward).__name__}), "
+                        f"got {type(x).__name__}")
+    if tuple(x.shape) != tuple(reward.shape):
+        raise ValueError(f"{name} must have the shape of reward {tuple(reward.shape)}, "
+                         f"got {tuple(x.shape)}")
+
+
+def _check_dest(dest: Optional[Array], name: str, shape: Tuple[int, ...], like: Array) -> None:
+    if dest is None:
+        return
+    _check_array(dest, name)
+    if isinstance(dest, torch.Tensor) != isinstance(like, torch.Tensor):
+        raise TypeError(f"{name} must be the same kind as reward ({type(like).__name__}), "
+                        f"got {type(dest).__name__}")
+    if tuple(dest.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(dest.shape)}")
+
+
+def _check_fraction(x: Any, name: str) -> float:
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number in [0, 1], got {x!r}") from None
+    if not (0.0 <= value <= 1.0) or math.isnan(value):
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+    return value
+
+
+def _bootstrap(bootstrap_value: Any, reward: Array) -> Array:
+    """Bootstrap value as a float array broadcast to one time step of ``reward``."""
+    boot = _as_float(bootstrap_value, reward)
+    step_shape = tuple(reward.shape[1:])
+    try:
+        if isinstance(boot, torch.Tensor):
+            return boot.expand(step_shape) if boot.shape != step_shape else boot
+        return np.broadcast_to(boot, step_shape)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"bootstrap_value must have the shape of reward[0] {step_shape} "
+                         f"(or broadcast to it), got {tuple(boot.shape)}") from None
+
+
+def _check_common(reward: Array, done: Array, discount: Any) -> float:
+    _check_array(reward, "reward")
+    _check_same_shape(done, "done", reward)
+    return _check_fraction(discount, "discount")
+
+
+# --------------------------------------------------------------------------------------
+# Public functions.
+# --------------------------------------------------------------------------------------
+
+def discount_return(
+    reward: Array,
+    done: Array,
+    bootstrap_value: Any,
+    discount: float,
+    return_dest: Optional[Array] = None,
+) -> Array:
+    """Discounted sum of future rewards within the batch, bootstrapped at the end.
+
+    With ``nd = 1 - done``: ``ret[T-1] = r[T-1] + discount * bootstrap * nd[T-1]`` and
+    ``ret[t] = r[t] + discount * ret[t+1] * nd[t]``, so the sum resets wherever an episode
+    ended.  ``bootstrap_value`` has the shape of ``reward[0]`` (``[]`` or ``[B]``).
+    Writes into ``return_dest`` when given and returns it.
+    """
+    discount = _check_common(reward, done, discount)
+    _check_dest(return_dest, "return_dest", tuple(reward.shape), reward)
+    not_done = _not(done, reward)
+    reward_f = _as_float(reward, reward)
+    ret = _empty(tuple(reward.shape), reward) if return_dest is None else return_dest
+    next_return = _bootstrap(bootstrap_value, reward)
+    for t in reversed(range(reward.shape[0])):
+        ret[t] = reward_f[t] + discount * next_return * not_done[t]
+        next_return = ret[t]
+    return ret
+
+
+def generalized_advantage_estimation(
+    reward: Array,
+    value: Array,
+    done: Array,
+    bootstrap_value: Any,
+    discount: float,
+    gae_lambda: float,
+    advantage_dest: Optional[Array] = None,
+    return_dest: Optional[Array] = None,
+) -> Tuple[Array, Array]:
+    """Generalized Advantage Estimation (Schulman et al. 2016); returns (advantage, return_).
+
+    With ``nd = 1 - done`` and ``V[T] := bootstrap_value``:
+    ``delta[t] = r[t] + discount * V[t+1] * nd[t] - V[t]``,
+    ``adv[t] = delta[t] + discount * gae_lambda * nd[t] * adv[t+1]`` (``adv[T] := 0``),
+    ``return_ = adv + value``.  Writes into the dest buffers when given and returns them.
+    """
+    discount = _check_common(reward, done, discount)
+    gae_lambda = _check_fraction(gae_lambda, "gae_lambda")
+    _check_same_shape(value, "value", reward)
+    return _gae(reward, value, done, bootstrap_value, discount, gae_lambda, None,
+                advantage_dest, return_dest)
+
+
+def discount_return_n_step(
+    reward: Array,
+    done: Array,
+    n_step: int,
+    discount: float,
+    return_dest: Optional[Array] = None,
+    done_n_dest: Optional[Array] = None,
+    do_truncated: bool = False,
+) -> Tuple[Array, Array]:
+    """n-step discounted returns inside the batch, and n-step done flags; returns both.
+
+    ``return_[t] = sum_{k=0}^{n-1} discount**k * r[t+k]``, stopping after (and including)
+    the first ``k`` where ``done[t+k]``; ``done_n[t]`` is whether any ``done`` occurs in
+    ``t .. t+n-1`` (the algorithm bootstraps only where it is false).  Without
+    ``do_truncated`` only the ``T - n + 1`` steps with a full window are computed (the
+    output is shorter than the input!); with it, all ``T`` steps, windows cut at ``T``.
+    ``done_n`` has ``done``'s dtype.  Loops over the window, vectorized over time.
+    """
+    discount = _check_common(reward, done, discount)
+    if isinstance(n_step, bool) or not isinstance(n_step, (int, np.integer)) or n_step < 1:
+        raise ValueError(f"n_step must be an integer >= 1, got {n_step!r}")
+    T = reward.shape[0]
+    T_out = T if do_truncated else T - n_step + 1
+    if T_out < 1:
+        raise ValueError(f"n_step={n_step} exceeds the batch length T={T}; use "
+                         f"n_step <= T or do_truncated=True")
+    out_shape = (T_out,) + tuple(reward.shape[1:])
+    _check_dest(return_dest, "return_dest", out_shape, reward)
+    _check_dest(done_n_dest, "done_n_dest", out_shape, reward)
+
+    not_done = _not(done, reward)
+    reward_f = _as_float(reward, reward)
+    ret = _empty(out_shape, reward) if return_dest is None else return_dest
+    ret[...] = reward_f[:T_out]
+    # Product of nd over t .. t+k-1: 1 while no episode has ended inside the window yet.
+    alive = not_done[:T_out]
+    alive = alive.clone() if isinstance(alive, torch.Tensor) else alive.copy()
+    for k in range(1, n_step):
+        length = min(T_out, T - k)
+        ret[:length] += (discount ** k) * reward_f[k:k + length] * alive[:length]
+        alive[:length] *= not_done[k:k + length]
+
+    if done_n_dest is None:
+        done_n_dest = _empty(out_shape, done, dtype=done.dtype)
+    done_n_dest[...] = alive == 0
+    return ret, done_n_dest
+
+
+def valid_from_done(done: Array) -> Array:
+    """Float mask along time that is zero for every step after the first ``done``.
+
+    ``valid[0] = 1`` and ``valid[t] = 1 - max(done[0 .. t-1])``: the step where the
+    episode ends is still valid, everything after it in the batch is not (used for
+    recurrent training, where a batch row must not continue past its episode).  Works on
+    ``[T, ...]``; the dtype is ``done``'s if float, else float32.
+    """
+    _check_array(done, "done")
+    if isinstance(done, torch.Tensor):
+        dtype = done.dtype if done.is_floating_point() else torch.float32
+        done_f = done.to(dtype)
+        valid = torch.ones(done.shape, dtype=dtype, device=done.device)
+        if done.shape[0] > 1:
+            valid[1:] = 1 - torch.cummax(done_f[:-1], dim=0).values
+        return valid
+    dtype = done.dtype if np.issubdtype(done.dtype, np.floating) else np.float32
+    done_f = np.asarray(done, dtype=dtype)
+    valid = np.ones(done.shape, dtype=dtype)
+    if done.shape[0] > 1:
+        valid[1:] = 1 - np.maximum.accumulate(done_f[:-1], axis=0)
+    return valid
+
+
+def discount_return_tl(
+    reward: Array,
+    done: Array,
+    bootstrap_value: Any,
+    discount: float,
+    timeout: Array,
+    value: Array,
+    return_dest: Optional[Array] = None,
+) -> Array:
+    """Like :func:`discount_return`, but episodes cut by a time limit bootstrap from value.
+
+    Where ``timeout[t]`` (the env horizon ended the episode at ``t``, so ``done[t]`` is
+    also true) the return at ``t`` is replaced by ``value[t]``, and step ``t-1`` then
+    bootstraps from that estimate instead of treating the cut as a true terminal:
+    ``ret[t] = to[t] * value[t] + (1 - to[t]) * (r[t] + discount * ret[t+1] * nd[t])``
+    with ``ret[T] = bootstrap_value``.  The algorithm should not train on timeout steps.
+    """
+    discount = _check_common(reward, done, discount)
+    _check_same_shape(timeout, "timeout", reward)
+    _check_same_shape(value, "value", reward)
+    _check_dest(return_dest, "return_dest", tuple(reward.shape), reward)
+    not_done = _not(done, reward)
+    timeout_f = _as_float(timeout, reward)
+    not_timeout = 1 - timeout_f
+    reward_f = _as_float(reward, reward)
+    value_f = _as_float(value, reward)
+    ret = _empty(tuple(reward.shape), reward) if return_dest is None else return_dest
+    next_return = _bootstrap(bootstrap_value, reward)
+    for t in reversed(range(reward.shape[0])):
+        ret[t] = (timeout_f[t] * value_f[t]
+                  + not_timeout[t] * (reward_f[t] + discount * next_return * not_done[t]))
+        next_return = ret[t]
+    return ret
+
+
+def generalized_advantage_estimation_tl(
+    reward: Array,
+    value: Array,
+    done: Array,
+    bootstrap_value: Any,
+    discount: float,
+    gae_lambda: float,
+    timeout: Array,
+    advantage_dest: Optional[Array] = None,
+    return_dest: Optional[Array] = None,
+) -> Tuple[Array, Array]:
+    """Like :func:`generalized_advantage_estimation`, but time-limit cuts bootstrap.
+
+    At a timeout step ``t``: ``adv[t] = 0`` (so ``return_[t] = value[t]``); step ``t-1``
+    then uses ``V[t]`` as its bootstrap and ``adv[t] = 0`` as the carried advantage, i.e.
+    ``adv[t] = (1 - to[t]) * (delta[t] + discount * gae_lambda * nd[t] * adv[t+1])``.
+    The algorithm should not train on timeout steps.  Returns (advantage, return_).
+    """
+    discount = _check_common(reward, done, discount)
+    gae_lambda = _check_fraction(gae_lambda, "gae_lambda")
+    _check_same_shape(value, "value", reward)
+    _check_same_shape(timeout, "timeout", reward)
+    return _gae(reward, value, done, bootstrap_value, discount, gae_lambda, timeout,
+                advantage_dest, return_dest)
+
+
+def _gae(reward: Array, value: Array, done: Array, bootstrap_value: Any, discount: float,
+         gae_lambda: float, timeout: Optional[Array], advantage_dest: Optional[Array],
+         return_dest: Optional[Array]) -> Tuple[Array, Array]:
+    """Shared GAE recursion; ``timeout=None`` is plain GAE (inputs already checked)."""
+    shape = tuple(reward.shape)
+    _check_dest(advantage_dest, "advantage_dest", shape, reward)
+    _check_dest(return_dest, "return_dest", shape, reward)
+    not_done = _not(done, reward)
+    not_timeout = None if timeout is None else _not(timeout, reward)
+    reward_f = _as_float(reward, reward)
+    value_f = _as_float(value, reward)
+    adv = _empty(shape, reward) if advantage_dest is None else advantage_dest
+    ret = _empty(shape, reward) if return_dest is None else return_dest
+    next_value = _bootstrap(bootstrap_value, reward)
+    next_adv: Any = 0.0
+    decay = discount * gae_lambda
+    for t in reversed(range(shape[0])):
+        delta = reward_f[t] + discount * next_value * not_done[t] - value_f[t]
+        step_adv = delta + decay * not_done[t] * next_adv
+        adv[t] = step_adv if not_timeout is None else step_adv * not_timeout[t]
+        next_adv = adv[t]
+        next_value = value_f[t]
+    ret[...] = adv + value_f
+    return adv, ret

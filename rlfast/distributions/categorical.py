@@ -1,0 +1,73 @@
+"""Categorical distribution over a discrete action set.
+
+The model outputs probabilities ``DistInfo(prob=[..., dim])``; this class
+samples actions and computes log-likelihoods, ratios, KL and entropy from them
+while keeping any leading ``[T, B]`` dims.  A small epsilon inside every log and
+denominator keeps zero probabilities from producing infinities or NaN gradients.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlfast.distributions.base import Distribution
+from rlfast.distributions.discrete import DiscreteMixin
+from rlfast.utils.collections import namedarraytuple
+from rlfast.utils.tensor import select_at_indexes
+
+__all__ = ["Categorical", "DistInfo", "EPS"]
+
+EPS = 1e-8
+
+DistInfo = namedarraytuple("DistInfo", ["prob"])
+
+
+class Categorical(DiscreteMixin, Distribution):
+    """Multinomial distribution over ``dim`` outcomes, parameterized by ``prob``.
+
+    ``dtype`` is the dtype of sampled indexes, ``onehot_dtype`` that of one-hot
+    conversions.  All formulas reduce over the trailing (outcome) dim only.
+    """
+
+    def __init__(self, dim: int, dtype: torch.dtype = torch.long, onehot_dtype: torch.dtype = torch.float):
+        super().__init__(dim=dim, dtype=dtype, onehot_dtype=onehot_dtype)
+
+    def _prob(self, dist_info: Any) -> torch.Tensor:
+        prob = dist_info.prob
+        if prob.shape[-1] != self._dim:
+            raise ValueError(
+                f"Categorical(dim={self._dim}) got prob of shape {tuple(prob.shape)}; "
+                f"its trailing dim must be {self._dim}."
+            )
+        return prob
+
+    def sample(self, dist_info: Any) -> torch.Tensor:
+        """Draw one index per leading position with ``torch.multinomial``."""
+        prob = self._prob(dist_info)
+        flat = prob.reshape(-1, self._dim)
+        sample = torch.multinomial(flat, num_samples=1)
+        return sample.reshape(prob.shape[:-1]).type(self.dtype)
+
+    def log_likelihood(self, x: torch.Tensor, dist_info: Any) -> torch.Tensor:
+        """log p(x), with ``x`` integer indexes shaped like the leading dims."""
+        selected = select_at_indexes(x.long(), self._prob(dist_info))
+        return torch.log(selected + EPS)
+
+    def likelihood_ratio(self, x: torch.Tensor, old_dist_info: Any, new_dist_info: Any) -> torch.Tensor:
+        """p_new(x) / p_old(x), computed directly from the selected probabilities."""
+        x = x.long()
+        new = select_at_indexes(x, self._prob(new_dist_info))
+        old = select_at_indexes(x, self._prob(old_dist_info))
+        return (new + EPS) / (old + EPS)
+
+    def kl(self, old_dist_info: Any, new_dist_info: Any) -> torch.Tensor:
+        """KL(old || new) = sum_k p_k (log p_k - log q_k)."""
+        p = self._prob(old_dist_info)
+        q = self._prob(new_dist_info)
+        return torch.sum(p * (torch.log(p + EPS) - torch.log(q + EPS)), dim=-1)
+
+    def entropy(self, dist_info: Any) -> torch.Tensor:
+        """H(p) = -sum_k p_k log p_k."""
+        p = self._prob(dist_info)
+        return -torch.sum(p * torch.log(p + EPS), dim=-1)

@@ -1,0 +1,56 @@
+"""The environment interface the samplers step: numpy in, numpy out."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import namedtuple
+from typing import Any, Optional
+
+EnvStep = namedtuple("EnvStep", ["observation", "reward", "done", "env_info"])
+EnvSpaces = namedtuple("EnvSpaces", ["observation", "action"])
+
+
+class Env(ABC):
+    """The learning task: an MDP with an observation space and an action space that inputs and
+    outputs numpy arrays. ``step(action)`` advances the dynamics and returns an ``EnvStep`` of
+    (observation, reward, done, env_info) where ``env_info`` is a namedtuple whose fields stay
+    the same at every step, because the sampler pre-allocates buffer memory for them.
+    ``reset()`` starts a new episode and returns its first observation. Subclasses set
+    ``self._observation_space`` and ``self._action_space`` (rlfast spaces)."""
+
+    _observation_space: Any = None
+    _action_space: Any = None
+
+    @abstractmethod
+    def step(self, action: Any) -> EnvStep:
+        """Run one timestep with ``action`` (an element of the action space)."""
+
+    @abstractmethod
+    def reset(self) -> Any:
+        """Reset the environment and return the first observation of the new episode."""
+
+    @property
+    def action_space(self) -> Any:
+        """The rlfast space of actions."""
+        return self._action_space
+
+    @property
+    def observation_space(self) -> Any:
+        """The rlfast space of observations."""
+        return self._observation_space
+
+    @property
+    def spaces(self) -> EnvSpaces:
+        """``EnvSpaces(observation, action)``, what agents are initialized with."""
+        return EnvSpaces(observation=self.observation_space, action=self.action_space)
+
+    @property
+    def horizon(self) -> Optional[int]:
+        """Maximum episode length (steps before a time-limit cut), or None if unlimited."""
+        return None
+
+    def seed(self, seed: Optional[int]) -> None:
+        """Seed the environment's randomness; the base environment has none, so this does
+        nothing. Subclasses with stochastic dynamics override it."""
+
+    def close(self) -> None:
+        """Release resources (windows, emulators, subprocesses); nothing to release here."""

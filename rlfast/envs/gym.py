@@ -1,0 +1,280 @@
+"""Run gymnasium environments under the rlfast ``Env`` interface.
+
+The samplers pre-allocate buffer memory for every ``env_info`` field, so ``env_info`` must be a
+namedtuple whose fields, shapes and dtypes never change. ``GymEnvWrapper`` fixes that layout
+from the info dict of the first step after construction and then holds every later step to
+it; ``EnvInfoWrapper`` helps environments whose info keys come and go.
+"""
+from __future__ import annotations
+
+import keyword
+import warnings
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import gymnasium
+import numpy as np
+from gymnasium.utils import RecordConstructorArgs
+from gymnasium.wrappers import TimeLimit
+
+from rlfast.envs.base import Env, EnvStep
+from rlfast.spaces.gym_wrapper import GymSpaceWrapper
+from rlfast.utils.collections import NamedTupleSchema
+
+# Keys gymnasium's vector environments and autoreset wrappers add; never per-step data.
+_VECTOR_KEYS = frozenset({"final_observation", "final_info", "final_obs"})
+# Signed and unsigned integers count as one kind: a later value is cast to the first dtype.
+_KIND_CLASS = {"b": "bool", "i": "integer", "u": "integer", "f": "float", "c": "complex"}
+
+
+def _skipped_silently(key: Any) -> bool:
+    return isinstance(key, str) and (key.startswith("_") or key in _VECTOR_KEYS)
+
+
+class _InfoLayout:
+    """The fixed field layout of ``env_info``, built from the first step's info dict.
+
+    Each field is ``(key, dtype, shape, kind_class, nested)``; ``nested`` is an
+    ``_InfoLayout`` for dict values (which become nested namedtuples). Converting a step's
+    info walks this precomputed list once, so the per-step cost is a dict lookup and an
+    ``np.asarray`` per field, plus one set difference to detect new keys."""
+
+    def __init__(self, info: Mapping, typename: str, path: str = "",
+                 trailing: tuple = ()) -> None:
+        self._path = path
+        self._fields: list = []
+        self._known = frozenset(info.keys()) | frozenset(trailing)
+        self._warned: set = set()
+        for key, value in info.items():
+            if _skipped_silently(key) or key in trailing:
+                continue
+            where = f"{path}{key}"
+            if not isinstance(key, str) or not key.isidentifier() or keyword.iskeyword(key):
+                self._warn(f"env_info key {where!r} is not a valid namedtuple field name; it is "
+                           f"ignored at every step")
+                continue
+            if isinstance(value, Mapping):
+                nested = _InfoLayout(value, f"{typename}_{key}", f"{where}.")
+                if not nested._fields:
+                    self._warn(f"env_info key {where!r} holds a dict with no numeric entries; "
+                               f"it is ignored at every step")
+                    continue
+                self._fields.append((key, None, None, None, nested))
+                continue
+            arr = _as_numeric(value)
+            if arr is None:
+                self._warn(f"env_info key {where!r} has non-numeric value {value!r} "
+                           f"(type {type(value).__name__}) at the first step; it is ignored "
+                           f"at every step")
+                continue
+            self._fields.append((key, arr.dtype, arr.shape, _KIND_CLASS[arr.dtype.kind], None))
+        names = [field[0] for field in self._fields] + list(trailing)
+        self.schema = NamedTupleSchema(typename, names)
+        self._make = self.schema._make
+
+    @staticmethod
+    def _warn(message: str) -> None:
+        warnings.warn(message, UserWarning, stacklevel=4)
+
+    def zero(self) -> Any:
+        """A namedtuple of zeros for this layout (trailing fields excluded: nested only)."""
+        return self._make(self._zero_value(f) for f in self._fields)
+
+    @staticmethod
+    def _zero_value(field: tuple) -> Any:
+        _, dtype, shape, _, nested = field
+        if nested is not None:
+            return nested.zero()
+        zero = np.zeros(shape, dtype=dtype)
+        return zero[()] if shape == () else zero
+
+    def convert(self, info: Mapping, *trailing_values: Any) -> Any:
+        """Turn one step's info dict into this layout's namedtuple (trailing values last)."""
+        if info is None:
+            info = {}
+        new_keys = info.keys() - self._known
+        if new_keys:
+            self._warn_new_keys(new_keys)
+        values = []
+        append = values.append
+        for field in self._fields:
+            key, dtype, shape, kind_class, nested = field
+            if key not in info:
+                append(self._zero_value(field))
+                continue
+            value = info[key]
+            if nested is not None:
+                if not isinstance(value, Mapping):
+                    raise ValueError(f"env_info key {self._path}{key!r} was a dict at the first "
+                                     f"step but is {type(value).__name__} {value!r} now")
+                append(nested.convert(value))
+                continue
+            arr = np.asarray(value)
+            if arr.shape != shape or _KIND_CLASS.get(arr.dtype.kind) != kind_class:
+                raise ValueError(
+                    f"env_info key {self._path + key!r} changed from shape {shape} dtype {dtype} "
+                    f"at the first step to shape {arr.shape} dtype {arr.dtype}; env_info "
+                    f"fields must keep their shape and dtype kind at every step"
+                )
+            if arr.dtype != dtype:
+                arr = arr.astype(dtype)
+            append(arr[()] if shape == () else arr)
+        values.extend(trailing_values)
+        return self._make(values)
+
+    def _warn_new_keys(self, new_keys: set) -> None:
+        for key in new_keys:
+            if key in self._warned or _skipped_silently(key):
+                continue
+            self._warned.add(key)
+            self._warn(f"env_info key {self._path}{key!r} was not present at the first step, so "
+                       f"it has no buffer space and is dropped (make it present at every step, "
+                       f"e.g. with rlfast.envs.EnvInfoWrapper)")
+
+
+def _as_numeric(value: Any) -> Optional[np.ndarray]:
+    """``value`` as a numeric numpy array, or None if it is not numeric."""
+    if value is None or isinstance(value, (str, bytes)):
+        return None
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError):  # ragged sequences
+        return None
+    return arr if arr.dtype.kind in _KIND_CLASS else None
+
+
+def _find_horizon(env: Any) -> Optional[int]:
+    """Max episode steps of the first ``TimeLimit`` in the wrapper chain, else the spec's."""
+    layer = env
+    while layer is not None:
+        if isinstance(layer, TimeLimit):
+            return int(layer._max_episode_steps)
+        layer = getattr(layer, "env", None)
+    spec = getattr(env, "spec", None)
+    steps = getattr(spec, "max_episode_steps", None)
+    return None if steps is None else int(steps)
+
+
+class GymEnvWrapper(Env):
+    """Runs a gymnasium environment as an rlfast ``Env``. Spaces are wrapped with
+    ``GymSpaceWrapper`` (dict observations become namedtuples, float64 becomes float32 when
+    ``force_float32``). ``step`` reverts the action to gym form, steps, and returns
+    ``EnvStep(observation, reward, done, env_info)`` with ``done = terminated or truncated``
+    and ``env_info.timeout = truncated and not terminated``, so algorithms can bootstrap
+    through time-limit cuts. ``env_info`` fields are fixed at the first step after
+    construction (see the module docstring). ``seed(s)`` applies at the next ``reset``,
+    which is where gymnasium takes seeds."""
+
+    def __init__(self, env: gymnasium.Env, act_null_value: Any = 0, obs_null_value: Any = 0,
+                 force_float32: bool = True) -> None:
+        if not isinstance(env, gymnasium.Env):
+            raise TypeError(f"GymEnvWrapper needs a gymnasium.Env, got {type(env).__name__}")
+        self.env = env
+        self._action_space = GymSpaceWrapper(env.action_space, null_value=act_null_value,
+                                             name="act", force_float32=force_float32)
+        self._observation_space = GymSpaceWrapper(env.observation_space,
+                                                  null_value=obs_null_value, name="obs",
+                                                  force_float32=force_float32)
+        self._revert_action = self._action_space.revert
+        self._convert_observation = self._observation_space.convert
+        self._info_layout: Optional[_InfoLayout] = None
+        self._pending_seed: Optional[int] = None
+        self._horizon = _find_horizon(env)
+
+    def step(self, action: Any) -> EnvStep:
+        """Step the gym env with ``action`` (rlfast form); see the class docstring."""
+        obs, reward, terminated, truncated, info = self.env.step(self._revert_action(action))
+        terminated = bool(terminated)
+        truncated = bool(truncated)
+        layout = self._info_layout
+        if layout is None:
+            layout = self._info_layout = _InfoLayout(info or {}, "EnvInfo", trailing=("timeout",))
+        env_info = layout.convert(info, truncated and not terminated)
+        return EnvStep(self._convert_observation(obs), float(reward),
+                       terminated or truncated, env_info)
+
+    def reset(self) -> Any:
+        """Reset the gym env (with the pending seed, if ``seed`` was called) and return the
+        converted first observation."""
+        if self._pending_seed is not None:
+            obs, _ = self.env.reset(seed=self._pending_seed)
+            self._pending_seed = None
+        else:
+            obs, _ = self.env.reset()
+        return self._convert_observation(obs)
+
+    def seed(self, seed: Optional[int]) -> None:
+        """Seed the next ``reset`` and the gym action space (for gym-side action sampling)."""
+        if seed is not None and not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        self._pending_seed = None if seed is None else int(seed)
+        if seed is not None:
+            self.env.action_space.seed(int(seed))
+
+    @property
+    def horizon(self) -> Optional[int]:
+        """The time limit (``max_episode_steps``) of the wrapped env, or None."""
+        return self._horizon
+
+    def close(self) -> None:
+        """Close the wrapped gym env."""
+        self.env.close()
+
+    def __repr__(self) -> str:
+        return f"GymEnvWrapper({self.env!r})"
+
+
+def _infill(info: Mapping, example: Mapping) -> dict:
+    """Copy of ``info`` with every key of ``example`` present (nested dicts recursively)."""
+    filled = dict(info) if info is not None else {}
+    for key, default in example.items():
+        if key not in filled:
+            filled[key] = _infill({}, default) if isinstance(default, Mapping) else default
+        elif isinstance(default, Mapping) and isinstance(filled[key], Mapping):
+            filled[key] = _infill(filled[key], default)
+    return filled
+
+
+class EnvInfoWrapper(gymnasium.Wrapper, RecordConstructorArgs):
+    """A gymnasium wrapper that puts every key of ``info_example`` into the info dict of every
+    ``step`` (and ``reset``), using the example's value where the env left a key out. Put it
+    under ``GymEnvWrapper`` when an env reports some info keys only on some steps (e.g. at
+    episode end), so that those keys exist at the first step and get buffer space."""
+
+    def __init__(self, env: gymnasium.Env, info_example: Mapping) -> None:
+        if not isinstance(info_example, Mapping):
+            raise TypeError(f"info_example must be a dict of default info values, got "
+                            f"{type(info_example).__name__}")
+        RecordConstructorArgs.__init__(self, info_example=dict(info_example))
+        gymnasium.Wrapper.__init__(self, env)
+        self.info_example = dict(info_example)
+
+    def step(self, action: Any) -> tuple:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, _infill(info, self.info_example)
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple:
+        obs, info = self.env.reset(seed=seed, options=options)
+        return obs, _infill(info, self.info_example)
+
+
+def make(id: Any, info_example: Optional[Mapping] = None, seed: Optional[int] = None,
+         **kwargs: Any) -> GymEnvWrapper:
+    """``gymnasium.make(id, **kwargs)``, wrapped in ``EnvInfoWrapper(info_example)`` if one is
+    given, then in ``GymEnvWrapper``; seeded with ``seed`` (applied at the first reset). Use
+    as the ``EnvCls`` of a sampler, e.g. ``env_kwargs=dict(id="CartPole-v1")``."""
+    try:
+        env = gymnasium.make(id, **kwargs)
+    except gymnasium.error.Error as err:
+        message = f"rlfast.envs.make could not make gymnasium environment {id!r}: {err}"
+        try:
+            wrapped = type(err)(message)
+        except Exception:  # an error type with an unusual constructor
+            raise gymnasium.error.Error(message) from err
+        raise wrapped from err
+    if info_example is not None:
+        env = EnvInfoWrapper(env, info_example)
+    wrapper = GymEnvWrapper(env)
+    if seed is not None:
+        wrapper.seed(seed)
+    return wrapper

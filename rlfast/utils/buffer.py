@@ -1,0 +1,193 @@
+"""Structured buffers: allocation (optionally on OS shared memory) and structure-preserving maps.
+
+A "buffer" is an arbitrary nesting of tuples, lists, namedtuples and namedarraytuples (classic or
+schema-based) whose leaves are numpy arrays or torch tensors (or None). Every function here maps
+over that structure and returns a new structure of the same kind; None leaves stay None.
+
+Shared memory is allocated with ``multiprocessing.RawArray``: the backing file is unlinked at
+creation, so nothing can leak in /dev/shm, forked workers inherit the mapping, and a spawned worker
+receives it through the process-start pickling (see :class:`SharedArray`).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from rlfast.utils.collections import (
+    NamedArrayTupleSchema_like,
+    NamedTuple,
+    namedarraytuple_like,
+)
+
+
+class SharedArray(np.ndarray):
+    """A numpy array living in a ``multiprocessing.RawArray``.
+
+    Pickling one (including any view of it) while a process is being started re-attaches the same
+    memory in the child, so a spawned worker writes into memory the master reads. Outside process
+    start, the underlying RawArray refuses to pickle, which keeps shared memory from being silently
+    copied.
+    """
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self._raw = getattr(obj, "_raw", None)
+
+    def __reduce__(self):
+        raw = getattr(self, "_raw", None)
+        if raw is None:
+            return np.asarray(self).__reduce__()
+        base_addr = np.frombuffer(raw, dtype=np.uint8).__array_interface__["data"][0]
+        offset = self.__array_interface__["data"][0] - base_addr
+        if not 0 <= offset < len(raw) or not _within(self, offset, len(raw)):
+            # A derived array (e.g. the result of arithmetic) owns fresh memory: pickle by value.
+            return np.array(self).__reduce__()
+        return (_rebuild_shared, (raw, self.shape, self.dtype.str, self.strides, offset))
+
+
+def _within(arr: np.ndarray, offset: int, nbytes: int) -> bool:
+    """True when every element of ``arr`` (at ``offset``) lies inside a buffer of ``nbytes``."""
+    if arr.size == 0:
+        return True
+    lo = offset + sum(s * (n - 1) for s, n in zip(arr.strides, arr.shape) if s < 0)
+    hi = offset + sum(s * (n - 1) for s, n in zip(arr.strides, arr.shape) if s > 0) + arr.itemsize
+    return lo >= 0 and hi <= nbytes
+
+
+def _rebuild_shared(raw, shape, dtype_str, strides, offset) -> SharedArray:
+    arr = np.ndarray(shape, dtype=np.dtype(dtype_str), buffer=raw, offset=offset,
+                     strides=strides).view(SharedArray)
+    arr._raw = raw
+    return arr
+
+
+def np_mp_array(shape: Sequence[int] | int, dtype: Any) -> SharedArray:
+    """Allocate a zero-filled numpy array on OS shared memory (inherited by forked workers)."""
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    dtype = np.dtype(dtype)
+    nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
+    raw = mp.RawArray("b", nbytes)  # zero-initialized by multiprocessing
+    flat = np.frombuffer(raw, dtype=np.uint8)
+    n = int(np.prod(shape, dtype=np.int64))
+    arr = flat[: n * dtype.itemsize].view(dtype).reshape(shape).view(SharedArray)
+    arr._raw = raw
+    return arr
+
+
+def build_array(example: Any, leading_dims: Sequence[int] | int, share_memory: bool = False) -> np.ndarray:
+    """Allocate a zeroed array matching ``example``'s dtype and shape behind ``leading_dims``."""
+    if isinstance(leading_dims, (int, np.integer)):
+        leading_dims = (int(leading_dims),)
+    if isinstance(example, torch.Tensor):
+        example = example.detach().cpu().numpy()
+    example = np.asarray(example)
+    if example.dtype == object:
+        raise TypeError(f"Cannot build an array buffer from an object-dtype example: {example!r}")
+    shape = tuple(leading_dims) + example.shape
+    if share_memory:
+        return np_mp_array(shape, example.dtype)
+    return np.zeros(shape, dtype=example.dtype)
+
+
+def _is_structure(x: Any) -> bool:
+    return isinstance(x, (tuple, list))
+
+
+def _rebuild(like: Any, contents: list) -> Any:
+    """Make a container of the same kind as ``like`` holding ``contents``."""
+    if hasattr(like, "_fields"):
+        return like._make(contents)
+    return type(like)(contents)
+
+
+def buffer_from_example(example: Any, leading_dims: Sequence[int] | int, share_memory: bool = False,
+                        use_NatSchema: bool | None = None) -> Any:
+    """Allocate a namedarraytuple buffer shaped like ``example`` with ``leading_dims`` in front.
+
+    ``example`` is a (nested) namedtuple/namedarraytuple of single examples without leading dims.
+    Classic namedtuple examples give classic namedarraytuples; schema-based ones (or
+    ``use_NatSchema=True``) give ``NamedArrayTuple`` instances, which pickle under ``spawn``.
+    """
+    if example is None:
+        return None
+    if hasattr(example, "_fields"):
+        use_schema = isinstance(example, NamedTuple) if use_NatSchema is None else use_NatSchema
+        buffer_type = NamedArrayTupleSchema_like(example) if use_schema else namedarraytuple_like(example)
+        return buffer_type(*(buffer_from_example(v, leading_dims, share_memory, use_NatSchema)
+                             for v in example))
+    if _is_structure(example):
+        raise TypeError("buffer_from_example needs a namedtuple/namedarraytuple or an array-like "
+                        f"leaf; got a plain {type(example).__name__}")
+    return build_array(example, leading_dims, share_memory)
+
+
+def buffer_func(buffer_: Any, func: Callable, *args, **kwargs) -> Any:
+    """Apply ``func(leaf, *args, **kwargs)`` to every non-None leaf, preserving structure."""
+    if buffer_ is None:
+        return None
+    if _is_structure(buffer_):
+        return _rebuild(buffer_, [buffer_func(b, func, *args, **kwargs) for b in buffer_])
+    return func(buffer_, *args, **kwargs)
+
+
+def buffer_method(buffer_: Any, method_name: str, *args, **kwargs) -> Any:
+    """Call ``leaf.method_name(*args, **kwargs)`` on every non-None leaf, preserving structure."""
+    if buffer_ is None:
+        return None
+    if _is_structure(buffer_):
+        return _rebuild(buffer_, [buffer_method(b, method_name, *args, **kwargs) for b in buffer_])
+    return getattr(buffer_, method_name)(*args, **kwargs)
+
+
+def _to_tensor(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(x)
+    return torch.as_tensor(x)
+
+
+def _to_numpy(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.numpy() if x.device.type == "cpu" else x.cpu().numpy()
+    return x
+
+
+def torchify_buffer(buffer_: Any) -> Any:
+    """Numpy leaves become torch tensors sharing their memory (views, no copy)."""
+    return buffer_func(buffer_, _to_tensor)
+
+
+def numpify_buffer(buffer_: Any) -> Any:
+    """CPU tensor leaves become numpy arrays sharing their memory (views, no copy)."""
+    return buffer_func(buffer_, _to_numpy)
+
+
+def buffer_to(buffer_: Any, device: torch.device | str | None = None) -> Any:
+    """Move every tensor leaf to ``device`` (a no-op for tensors already there)."""
+    if device is None:
+        return buffer_
+    return buffer_func(buffer_, lambda x: x.to(device))
+
+
+def get_leading_dims(buffer_: Any, n_dim: int = 1) -> tuple:
+    """Return the first ``n_dim`` dims shared by every leaf; raise if leaves disagree."""
+    found: list[tuple] = []
+
+    def visit(x):
+        if x is None:
+            return
+        if _is_structure(x):
+            for v in x:
+                visit(v)
+        else:
+            found.append(tuple(x.shape[:n_dim]))
+
+    visit(buffer_)
+    if not found:
+        raise ValueError("get_leading_dims: the buffer holds no arrays or tensors")
+    if any(dims != found[0] for dims in found):
+        raise ValueError(f"get_leading_dims: leaves disagree on leading dims: {sorted(set(found))}")
+    return found[0]

@@ -1,0 +1,173 @@
+"""Per-run logging setup (``logger_context``) and small tools over finished runs.
+
+A training run wraps ``runner.train()`` in ``logger_context``, which decides the
+experiment directory, points the module-level logger's text (``debug.log``), tabular
+(``progress.csv``) and snapshot outputs at it, records the run's configuration in
+``params.json``, optionally opens a TensorBoard writer, and undoes all of it on exit so a
+second run in the same process starts clean. ``add_exp_param`` and ``check_progress``
+help inspect or annotate a directory of runs after the fact.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime
+import json
+import numbers
+import os
+from typing import Any, Iterator, Mapping
+
+from rlfast.utils.logging import logger
+
+__all__ = ["logger_context", "add_exp_param", "check_progress", "get_data_dir",
+           "DATA_DIR_ENV_VAR"]
+
+DATA_DIR_ENV_VAR = "RLFAST_DATA_DIR"
+
+
+def get_data_dir() -> str:
+    """Root for date-stamped runs: ``$RLFAST_DATA_DIR`` if set, else ``./data``."""
+    return os.environ.get(DATA_DIR_ENV_VAR) or os.path.join(os.getcwd(), "data")
+
+
+def _summary_writer_class() -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:
+        raise ImportError(
+            "use_summary_writer=True needs TensorBoard, which is not installed; "
+            "install it with `pip install rlfast[tensorboard]`.") from e
+    return SummaryWriter
+
+
+@contextlib.contextmanager
+def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
+                   log_params: Mapping[str, Any] | None = None,
+                   snapshot_mode: str = "none", override_prefix: bool = False,
+                   use_summary_writer: bool = False, snapshot_gap: int = 1) -> Iterator[str]:
+    """Direct the logger at one experiment directory for the duration of a run.
+
+    Without ``override_prefix`` the experiment directory is
+    ``<DATA_DIR>/local/<yyyymmdd>/<hhmmss>/<log_dir>/run_<run_ID>`` (``log_dir`` must
+    then be relative; DATA_DIR from ``get_data_dir``); with ``override_prefix=True`` it
+    is exactly ``log_dir``. Inside, ``log`` lines also go to ``debug.log``,
+    ``dump_tabular`` rows to ``progress.csv``, snapshots are saved there with
+    ``snapshot_mode``/``snapshot_gap``, ``params.json`` holds ``log_params`` plus
+    ``name`` and ``run_ID``, and with ``use_summary_writer`` a TensorBoard
+    ``SummaryWriter`` writes event files there. On exit (also on error) the outputs and
+    writer are closed and the previous snapshot settings and writer restored. Yields
+    the absolute experiment directory.
+    """
+    log_dir = os.fspath(log_dir)
+    if not override_prefix and os.path.isabs(log_dir):
+        raise ValueError(
+            f"log_dir {log_dir!r} is absolute but override_prefix=False; pass a relative "
+            "log_dir (placed under the date-stamped data directory) or override_prefix=True "
+            "to use the path exactly.")
+    if log_params is not None and not isinstance(log_params, Mapping):
+        raise TypeError(f"log_params must be a dict or None, got {type(log_params).__name__}.")
+    if snapshot_mode not in logger.SNAPSHOT_MODES:
+        raise ValueError(f"Invalid snapshot_mode {snapshot_mode!r}; "
+                         f"valid modes: {list(logger.SNAPSHOT_MODES)}.")
+    if isinstance(snapshot_gap, bool) or not isinstance(snapshot_gap, numbers.Integral) \
+            or snapshot_gap < 1:
+        raise ValueError(f"snapshot_gap must be a positive integer, got {snapshot_gap!r}.")
+    writer_class = _summary_writer_class() if use_summary_writer else None
+
+    if override_prefix:
+        exp_dir = os.path.abspath(log_dir)
+    else:
+        now = datetime.datetime.now()
+        exp_dir = os.path.abspath(os.path.join(
+            get_data_dir(), "local", now.strftime("%Y%m%d"), now.strftime("%H%M%S"),
+            log_dir, f"run_{run_ID}"))
+    os.makedirs(exp_dir, exist_ok=True)
+    text_path = os.path.join(exp_dir, "debug.log")
+    tabular_path = os.path.join(exp_dir, "progress.csv")
+
+    previous = (logger.get_snapshot_dir(), logger.get_snapshot_mode(),
+                logger.get_snapshot_gap(), logger.get_tf_summary_writer())
+    # Only remove on exit the outputs this context added (an enclosing context may
+    # already log to the same files).
+    added_text = text_path not in logger.get_text_outputs()
+    added_tabular = tabular_path not in logger.get_tabular_outputs()
+    writer = None
+    try:
+        logger.add_text_output(text_path)
+        logger.add_tabular_output(tabular_path)
+        logger.set_snapshot_dir(exp_dir)
+        logger.set_snapshot_mode(snapshot_mode)
+        logger.set_snapshot_gap(snapshot_gap)
+        params = dict(log_params or {})
+        params["name"] = name
+        params["run_ID"] = run_ID
+        logger.log_parameters_lite(os.path.join(exp_dir, "params.json"), params)
+        if writer_class is not None:
+            writer = writer_class(log_dir=exp_dir)
+            logger.set_tf_summary_writer(writer)
+        yield exp_dir
+    finally:
+        if added_text:
+            logger.remove_text_output(text_path)
+        if added_tabular:
+            logger.remove_tabular_output(tabular_path)
+        if writer is not None:
+            writer.close()
+        snap_dir, snap_mode, snap_gap, prev_writer = previous
+        logger.set_snapshot_dir(snap_dir)
+        logger.set_snapshot_mode(snap_mode)
+        logger.set_snapshot_gap(snap_gap)
+        logger.set_tf_summary_writer(prev_writer)
+
+
+def add_exp_param(param_name: str, param_val: Any, exp_dir: str | os.PathLike | None = None,
+                  write: bool = False) -> list[str]:
+    """Set ``param_name = param_val`` in the ``params.json`` of every immediate
+    subdirectory of ``exp_dir`` (default: the current directory).
+
+    Useful to add a distinguishing parameter after the fact (e.g. a label combining
+    several settings) before plotting. With ``write=False`` (the default) this is a dry
+    run that prints what would change; ``write=True`` rewrites the files (atomically).
+    Files where the parameter already has that value are left alone. Returns the
+    ``params.json`` paths that were (or would be) changed.
+    """
+    exp_dir = os.getcwd() if exp_dir is None else os.fspath(exp_dir)
+    if not os.path.isdir(exp_dir):
+        raise FileNotFoundError(f"exp_dir {exp_dir!r} is not a directory.")
+    changed = []
+    for entry in sorted(os.listdir(exp_dir)):
+        params_file = os.path.join(exp_dir, entry, "params.json")
+        if not os.path.isfile(params_file):
+            continue
+        with open(params_file, "r", encoding="utf-8") as f:
+            params = json.load(f)
+        if param_name in params and params[param_name] == param_val:
+            continue
+        old = params.get(param_name, "<unset>")
+        changed.append(params_file)
+        if write:
+            params[param_name] = param_val
+            logger.log_parameters_lite(params_file, params)
+            print(f"{params_file}: set {param_name} = {param_val!r} (was {old!r})")
+        else:
+            print(f"{params_file}: would set {param_name} = {param_val!r} (was {old!r}); "
+                  "pass write=True to apply")
+    return changed
+
+
+def check_progress(exp_dir: str | os.PathLike | None = None) -> dict[str, int]:
+    """Print, and return, the number of data rows (logged iterations) in every
+    ``progress.csv`` under ``exp_dir`` (default: the current directory), recursively."""
+    exp_dir = os.getcwd() if exp_dir is None else os.fspath(exp_dir)
+    if not os.path.isdir(exp_dir):
+        raise FileNotFoundError(f"exp_dir {exp_dir!r} is not a directory.")
+    counts = {}
+    for root, dirs, files in os.walk(exp_dir):
+        dirs.sort()
+        if "progress.csv" in files:
+            path = os.path.join(root, "progress.csv")
+            with open(path, "r", newline="", encoding="utf-8") as f:
+                n_lines = sum(1 for _ in csv.reader(f))
+            counts[path] = max(n_lines - 1, 0)  # Minus the header line.
+            print(f"{counts[path]:8d} rows  {os.path.relpath(path, exp_dir)}")
+    return counts

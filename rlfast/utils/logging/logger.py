@@ -1,0 +1,374 @@
+"""Module-level experiment logger: text log, tabular diagnostics and snapshots.
+
+Following rllab/rlpyt, the logger is a module with global state rather than an object,
+so any part of the code can call ``logger.log(...)`` or ``logger.record_tabular(...)``
+without a logger being threaded through every constructor. It has three channels:
+
+* text: ``log`` prints a (prefixed, time-stamped) line to stdout and appends it to every
+  text output file (``debug.log``);
+* tabular: ``record_tabular`` collects key/value diagnostics that ``dump_tabular``
+  prints as a table and appends as one row to every CSV output (``progress.csv``), and
+  optionally to a TensorBoard ``SummaryWriter``;
+* snapshots: ``save_itr_params`` writes training state with ``torch.save`` according to
+  the snapshot mode, always atomically so a killed run keeps its previous snapshot.
+
+``rlfast.utils.logging.context.logger_context`` sets all of this up for one run.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import numbers
+import os
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from rlfast.utils.logging.serialization import atomic_write, json_safe
+from rlfast.utils.logging.tabular_csv import TabularCsvFile, to_cell
+
+SNAPSHOT_MODES = ("none", "last", "all", "gap")
+_COLORS = dict(gray=30, red=31, green=32, yellow=33, blue=34, magenta=35, cyan=36,
+               white=37, crimson=38)
+
+_prefixes: list[str] = []
+_prefix_str = ""
+_tabular_prefixes: list[str] = []
+_tabular_prefix_str = ""
+_tabular: dict[str, Any] = {}
+_text_files: dict[str, Any] = {}  # absolute path -> open file
+_tabular_files: dict[str, TabularCsvFile] = {}  # absolute path -> csv output
+_snapshot_dir: str | None = None
+_snapshot_mode = "none"
+_snapshot_gap = 1
+_log_tabular_only = False
+_disable_prefix = False
+_tf_summary_writer: Any = None
+_dump_count = 0
+
+
+# ----------------------------------------------------------------------------- text
+
+def _write_line(line: str, color: str | None = None) -> None:
+    """Print one finished line to stdout (colored if asked) and every text output."""
+    shown = f"\x1b[{_COLORS[color]}m{line}\x1b[0m" if color is not None else line
+    print(shown, flush=True)
+    for f in _text_files.values():
+        f.write(line + "\n")
+        f.flush()
+
+
+def _format(s: Any, with_prefix: bool, with_timestamp: bool) -> str:
+    out = str(s)
+    if with_prefix and not _disable_prefix:
+        out = _prefix_str + out
+    if with_timestamp:
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")
+        out = f"{stamp} | {out}"
+    return out
+
+
+def log(s: Any, with_prefix: bool = True, with_timestamp: bool = True,
+        color: str | None = None) -> None:
+    """Print ``s`` to stdout and append it to every text output (e.g. ``debug.log``).
+
+    The current prefix (see ``push_prefix``) and a timestamp are prepended unless
+    disabled. ``color`` (one of ``gray, red, green, yellow, blue, magenta, cyan, white,
+    crimson``) colors only the terminal copy. Nothing is written while
+    ``set_log_tabular_only(True)`` is in effect.
+    """
+    if color is not None and color not in _COLORS:
+        raise ValueError(f"Unknown color {color!r}; valid colors: {sorted(_COLORS)}.")
+    if _log_tabular_only:
+        return
+    _write_line(_format(s, with_prefix, with_timestamp), color)
+
+
+def add_text_output(file_name: str | os.PathLike) -> None:
+    """Append future ``log`` lines to ``file_name`` (opened in append mode; dirs created)."""
+    path = os.path.abspath(os.fspath(file_name))
+    if path in _text_files:
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _text_files[path] = open(path, "a", encoding="utf-8")
+
+
+def remove_text_output(file_name: str | os.PathLike) -> None:
+    """Stop writing to ``file_name`` and close it (no-op if it is not an output)."""
+    f = _text_files.pop(os.path.abspath(os.fspath(file_name)), None)
+    if f is not None:
+        f.close()
+
+
+def get_text_outputs() -> list[str]:
+    """Absolute paths of the current text outputs."""
+    return list(_text_files)
+
+
+# -------------------------------------------------------------------------- prefixes
+
+def push_prefix(prefix: str) -> None:
+    """Prepend ``prefix`` (after earlier pushes) to every following ``log`` line."""
+    global _prefix_str
+    _prefixes.append(str(prefix))
+    _prefix_str = "".join(_prefixes)
+
+
+def pop_prefix() -> None:
+    """Remove the most recently pushed log prefix."""
+    global _prefix_str
+    if not _prefixes:
+        raise IndexError("pop_prefix() called with no log prefix pushed.")
+    _prefixes.pop()
+    _prefix_str = "".join(_prefixes)
+
+
+@contextlib.contextmanager
+def prefix(key: str) -> Iterator[None]:
+    """Context manager: ``push_prefix(key)`` on entry, ``pop_prefix()`` on exit."""
+    push_prefix(key)
+    try:
+        yield
+    finally:
+        pop_prefix()
+
+
+def push_tabular_prefix(key: str) -> None:
+    """Prepend ``key`` (after earlier pushes) to every following tabular key."""
+    global _tabular_prefix_str
+    _tabular_prefixes.append(str(key))
+    _tabular_prefix_str = "".join(_tabular_prefixes)
+
+
+def pop_tabular_prefix() -> None:
+    """Remove the most recently pushed tabular prefix."""
+    global _tabular_prefix_str
+    if not _tabular_prefixes:
+        raise IndexError("pop_tabular_prefix() called with no tabular prefix pushed.")
+    _tabular_prefixes.pop()
+    _tabular_prefix_str = "".join(_tabular_prefixes)
+
+
+@contextlib.contextmanager
+def tabular_prefix(key: str) -> Iterator[None]:
+    """Context manager: ``push_tabular_prefix(key)`` on entry, pop on exit."""
+    push_tabular_prefix(key)
+    try:
+        yield
+    finally:
+        pop_tabular_prefix()
+
+
+def set_disable_prefix(disable: bool) -> None:
+    """When True, ``log`` ignores the pushed prefixes."""
+    global _disable_prefix
+    _disable_prefix = bool(disable)
+
+
+def get_disable_prefix() -> bool:
+    return _disable_prefix
+
+
+def set_log_tabular_only(log_tabular_only: bool) -> None:
+    """When True, ``log`` is silent and only ``dump_tabular`` tables are shown/written."""
+    global _log_tabular_only
+    _log_tabular_only = bool(log_tabular_only)
+
+
+def get_log_tabular_only() -> bool:
+    return _log_tabular_only
+
+
+# --------------------------------------------------------------------------- tabular
+
+def record_tabular(key: str, val: Any) -> None:
+    """Record diagnostic ``key`` (with the tabular prefix) for the next ``dump_tabular``.
+
+    Recording the same key twice before a dump keeps the latest value.
+    """
+    _tabular[_tabular_prefix_str + str(key)] = val
+
+
+def record_tabular_misc_stat(key: str, values: Any, placement: str = "back") -> None:
+    """Record Average, Std, Median, Min and Max of ``values`` under ``key``.
+
+    ``placement="back"`` gives keys like ``ReturnAverage``; ``"front"`` gives
+    ``AverageReturn``. The statistics are NaN when ``values`` is empty. Std is the
+    population standard deviation (numpy's default, ddof=0).
+    """
+    if placement not in ("front", "back"):
+        raise ValueError(f"placement must be 'front' or 'back', got {placement!r}.")
+    data = np.asarray(values, dtype=np.float64).reshape(-1)
+    if data.size > 0:
+        stats = dict(Average=np.mean(data), Std=np.std(data), Median=np.median(data),
+                     Min=np.min(data), Max=np.max(data))
+    else:
+        stats = dict.fromkeys(("Average", "Std", "Median", "Min", "Max"), np.nan)
+    for name, value in stats.items():
+        full = name + key if placement == "front" else key + name
+        record_tabular(full, float(value))
+
+
+def add_tabular_output(file_name: str | os.PathLike) -> None:
+    """Append one CSV row per ``dump_tabular`` to ``file_name`` (truncated on open)."""
+    path = os.path.abspath(os.fspath(file_name))
+    if path not in _tabular_files:
+        _tabular_files[path] = TabularCsvFile(path)
+
+
+def remove_tabular_output(file_name: str | os.PathLike) -> None:
+    """Stop writing rows to ``file_name`` and close it (no-op if not an output)."""
+    out = _tabular_files.pop(os.path.abspath(os.fspath(file_name)), None)
+    if out is not None:
+        out.close()
+
+
+def get_tabular_outputs() -> list[str]:
+    """Absolute paths of the current CSV outputs."""
+    return list(_tabular_files)
+
+
+def set_tf_summary_writer(writer: Any) -> None:
+    """Also send numeric diagnostics to this TensorBoard ``SummaryWriter`` (None: stop)."""
+    global _tf_summary_writer
+    _tf_summary_writer = writer
+
+
+def get_tf_summary_writer() -> Any:
+    return _tf_summary_writer
+
+
+def _format_value(value: Any) -> str:
+    value = to_cell(value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def dump_tabular(with_prefix: bool = True, with_timestamp: bool = True) -> None:
+    """Write the recorded diagnostics and clear them.
+
+    Prints a two-column table (to stdout and the text outputs, even when
+    ``log_tabular_only`` is set), appends one row to every CSV output (flushed), and,
+    when a summary writer is set, calls ``add_scalar(key, value, step)`` for every
+    numeric value with ``step`` = the recorded ``Diagnostics/CumSteps`` or else the
+    number of previous dumps. Does nothing if nothing was recorded.
+    """
+    global _dump_count
+    if not _tabular:
+        return
+    rows = [(key, _format_value(val)) for key, val in _tabular.items()]
+    key_w = max(len(k) for k, _ in rows)
+    val_w = max(len(v) for _, v in rows)
+    rule = "-" * key_w + "  " + "-" * val_w
+    for line in [rule] + [f"{k:<{key_w}}  {v:>{val_w}}" for k, v in rows] + [rule]:
+        _write_line(_format(line, with_prefix, with_timestamp))
+    for out in _tabular_files.values():
+        out.write_row(_tabular)
+    if _tf_summary_writer is not None:
+        step = to_cell(_tabular.get("Diagnostics/CumSteps"))
+        step = int(step) if _is_number(step) and np.isfinite(step) else _dump_count
+        for key, val in _tabular.items():
+            val = to_cell(val)
+            if _is_number(val):
+                _tf_summary_writer.add_scalar(key, val, step)
+        _tf_summary_writer.flush()
+    _tabular.clear()
+    _dump_count += 1
+
+
+# ------------------------------------------------------------------------- snapshots
+
+def set_snapshot_dir(dir_name: str | os.PathLike | None) -> None:
+    """Directory where ``save_itr_params`` writes; None disables saving."""
+    global _snapshot_dir
+    _snapshot_dir = None if dir_name is None else os.path.abspath(os.fspath(dir_name))
+
+
+def get_snapshot_dir() -> str | None:
+    return _snapshot_dir
+
+
+def set_snapshot_mode(mode: str) -> None:
+    """How ``save_itr_params`` saves: one of "none", "last", "all", "gap"."""
+    global _snapshot_mode
+    if mode not in SNAPSHOT_MODES:
+        raise ValueError(f"Invalid snapshot mode {mode!r}; valid modes: {list(SNAPSHOT_MODES)}.")
+    _snapshot_mode = mode
+
+
+def get_snapshot_mode() -> str:
+    return _snapshot_mode
+
+
+def set_snapshot_gap(gap: int) -> None:
+    """In "gap" mode, save iterations where ``itr % gap == 0`` (gap a positive int)."""
+    global _snapshot_gap
+    if isinstance(gap, bool) or not isinstance(gap, numbers.Integral) or gap < 1:
+        raise ValueError(f"snapshot gap must be a positive integer, got {gap!r}.")
+    _snapshot_gap = int(gap)
+
+
+def get_snapshot_gap() -> int:
+    return _snapshot_gap
+
+
+def save_itr_params(itr: int, params: Mapping[str, Any]) -> str | None:
+    """Save ``params`` (a dict, e.g. model and optimizer state) per the snapshot mode.
+
+    Mode "last" overwrites ``params.pkl``; "all" writes ``itr_{itr}.pkl``; "gap" writes
+    ``itr_{itr}.pkl`` when ``itr % gap == 0``; "none" (or no snapshot dir) saves
+    nothing. Every save is atomic (temporary file, fsync, rename), so an interrupted
+    save leaves the previous snapshot intact. Returns the path written, or None.
+    """
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a dict of snapshot entries, got {type(params).__name__}.")
+    if _snapshot_dir is None or _snapshot_mode == "none":
+        return None
+    if _snapshot_mode == "last":
+        file_name = "params.pkl"
+    elif _snapshot_mode == "all" or (_snapshot_mode == "gap" and itr % _snapshot_gap == 0):
+        file_name = f"itr_{itr}.pkl"
+    else:
+        return None
+    import torch  # Imported lazily: the logger itself needs no torch.
+
+    return atomic_write(os.path.join(_snapshot_dir, file_name),
+                        lambda f: torch.save(dict(params), f))
+
+
+def log_parameters_lite(log_file: str | os.PathLike, params: Any) -> None:
+    """Write ``params`` (a mapping or an object with ``__dict__``, e.g. an argparse
+    Namespace) to ``log_file`` as indented JSON, made JSON-safe and written atomically."""
+    if not isinstance(params, Mapping):
+        if not hasattr(params, "__dict__"):
+            raise TypeError(f"params must be a mapping or have __dict__, got {params!r}.")
+        params = vars(params)
+    text = json.dumps(json_safe(params), indent=2, sort_keys=True)
+    atomic_write(log_file, lambda f: f.write(text + "\n"), binary=False)
+
+
+# ----------------------------------------------------------------------------- reset
+
+def reset() -> None:
+    """Return the logger to its initial state: close all outputs, drop prefixes and
+    pending diagnostics, no snapshot dir, mode "none", gap 1, no summary writer."""
+    global _prefix_str, _tabular_prefix_str, _snapshot_dir, _snapshot_mode, _snapshot_gap
+    global _log_tabular_only, _disable_prefix, _tf_summary_writer, _dump_count
+    for path in list(_text_files):
+        remove_text_output(path)
+    for path in list(_tabular_files):
+        remove_tabular_output(path)
+    _prefixes.clear()
+    _tabular_prefixes.clear()
+    _tabular.clear()
+    _prefix_str = _tabular_prefix_str = ""
+    _snapshot_dir, _snapshot_mode, _snapshot_gap = None, "none", 1
+    _log_tabular_only = _disable_prefix = False
+    _tf_summary_writer = None
+    _dump_count = 0

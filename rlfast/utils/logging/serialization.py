@@ -1,0 +1,139 @@
+"""Crash-safe file writing and JSON conversion used by the logger.
+
+Snapshots and ``params.json`` must never be left half-written: a run killed in the
+middle of a save should still have its previous file intact. ``atomic_write`` gets this
+by writing to a temporary file in the destination directory, syncing it to disk and only
+then renaming it over the final name (a rename within one directory is atomic on POSIX
+and Windows). ``json_safe`` turns arbitrary configuration objects (classes, numpy
+scalars, named tuples, dataclasses, ...) into values that ``json.dump`` accepts, so that
+recording hyperparameters can never crash a run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+import os
+import secrets
+from typing import IO, Any, Callable
+
+import numpy as np
+
+__all__ = ["atomic_write", "json_safe"]
+
+
+def _fsync_directory(directory: str) -> None:
+    """Flush a directory entry to disk so a completed rename survives a power loss."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    try:
+        fd = os.open(directory, flags)
+    except OSError:  # Platforms/filesystems that cannot open directories.
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike, write_fn: Callable[[IO], None],
+                 binary: bool = True) -> str:
+    """Write a file so that readers only ever see the old or the complete new content.
+
+    ``write_fn`` receives an open file object (binary unless ``binary=False``, in
+    which case text in UTF-8) and writes the content. The data go to a hidden temporary
+    file in the same directory, are flushed and fsync'ed, and the temporary file is then
+    ``os.replace``-d onto ``path``. If anything raises (including KeyboardInterrupt),
+    the temporary file is removed, ``path`` is untouched and the exception propagates.
+    Returns the absolute destination path.
+    """
+    path = os.path.abspath(os.fspath(path))
+    directory, base = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp_path = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.tmp")
+    # os.open with mode 0o666 lets the process umask decide the final permissions,
+    # exactly as for a file created with open().
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
+                 0o666)
+    try:
+        if binary:
+            f = os.fdopen(fd, "wb")
+        else:
+            f = os.fdopen(fd, "w", encoding="utf-8", newline="")
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp_path)
+        raise
+    try:
+        with f:
+            write_fn(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_path)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_directory(directory)
+    return path
+
+
+def _qualified_name(obj: Any) -> str:
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if qualname is None:
+        return repr(obj)
+    return f"{module}.{qualname}" if module else qualname
+
+
+def json_safe(obj: Any, _active: set[int] | None = None) -> Any:
+    """Return a JSON-serializable version of ``obj`` (recursively).
+
+    Mappings become dicts with string keys; lists, tuples and sets become lists (a named
+    tuple or dataclass becomes a dict of its fields); classes, functions and modules
+    become their qualified name (``module.QualName``); numpy scalars and arrays become
+    Python numbers and lists; 0-d tensors and other objects with ``.item()`` use it;
+    path-like objects become strings; enums become their qualified member name; anything
+    else becomes its ``repr``. Reference cycles are cut with the string ``"<cycle>"``.
+    """
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, enum.Enum):
+        return f"{type(obj).__qualname__}.{obj.name}"
+    if inspect.isclass(obj) or inspect.isroutine(obj) or inspect.ismodule(obj):
+        if inspect.ismodule(obj):
+            return obj.__name__
+        return _qualified_name(obj)
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if isinstance(obj, np.ndarray):
+        return json_safe(obj.tolist())
+    _active = set() if _active is None else _active
+    if id(obj) in _active:
+        return "<cycle>"
+    _active.add(id(obj))
+    try:
+        if isinstance(obj, dict) or (hasattr(obj, "keys") and hasattr(obj, "__getitem__")):
+            return {str(k): json_safe(obj[k], _active) for k in obj.keys()}
+        if dataclasses.is_dataclass(obj):
+            return {f.name: json_safe(getattr(obj, f.name), _active)
+                    for f in dataclasses.fields(obj)}
+        if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
+            return {str(k): json_safe(v, _active) for k, v in obj._asdict().items()}
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            items = sorted(obj, key=repr) if isinstance(obj, (set, frozenset)) else obj
+            return [json_safe(v, _active) for v in items]
+    finally:
+        _active.discard(id(obj))
+    item = getattr(obj, "item", None)
+    if callable(item) and getattr(obj, "ndim", None) == 0:
+        try:
+            return json_safe(item())
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return repr(obj)

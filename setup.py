@@ -1,0 +1,25 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="rlfast",
+    version="0.1.0",
+    description="High-throughput deep reinforcement learning in PyTorch (rlpyt-style).",
+    long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["rlfast", "rlfast.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "torch>=2.0,<3",
+        "numpy>=1.23",
+        "gymnasium>=0.29",
+        "ale-py>=0.9",
+        "opencv-python>=4.7",
+        "psutil>=5.9",
+        "pyprind>=2.11",
+    ],
+    extras_require={
+        "test": ["pytest>=7"],
+        "tensorboard": ["tensorboard>=2.10"],
+    },
+    entry_points={"console_scripts": ["rlfast=rlfast.cli:main"]},
+)
