@@ -151,6 +151,7 @@ def _to_tensor(x: Any) -> Any:
 
 def _to_numpy(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
+        x = x.detach()  # free: still a view; views of parameters keep requires_grad
         return x.numpy() if x.device.type == "cpu" else x.cpu().numpy()
     return x
 

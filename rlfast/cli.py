@@ -1,0 +1,85 @@
+"""The ``rlfast`` command line: ``rlfast train ALGO ENV [options]``."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from rlfast.experiments.config import ConfigError, apply_overrides
+from rlfast.experiments.presets import PRESETS, SAMPLERS, build_experiment, get_preset
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlfast", description="High-throughput deep RL.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train an agent from a preset",
+                           description="Train ALGO on the gymnasium environment ENV.")
+    train.add_argument("algo", help=f"preset name: {', '.join(sorted(PRESETS))}")
+    train.add_argument("env", help="gymnasium id, e.g. CartPole-v1 or Pendulum-v1")
+    train.add_argument("--steps", type=int, default=None, help="environment steps to train for")
+    train.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    train.add_argument("--n-envs", type=int, default=None, help="parallel environments (batch_B)")
+    train.add_argument("--sampler", choices=SAMPLERS, default="cpu",
+                       help="serial: one process; cpu: worker processes (default)")
+    train.add_argument("--log-dir", default=None,
+                       help="write progress.csv, debug.log, params.json here "
+                            "(default: data/local/<date>/<time>/<algo>_<env>/run_0)")
+    train.add_argument("--set", dest="overrides", action="append", default=[],
+                       metavar="KEY=VALUE", help="override a preset value, e.g. algo.learning_rate=3e-4")
+    train.add_argument("--snapshot-mode", default="last", choices=("none", "last", "all", "gap"),
+                       help="which training snapshots to keep (default: last)")
+    train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser
+
+
+def resolve_config(args) -> dict:
+    """Preset for (algo, env), then the named options, then --set overrides."""
+    config = get_preset(args.algo, args.env)
+    if args.steps is not None:
+        config["runner"]["n_steps"] = args.steps
+    if args.n_envs is not None:
+        config["sampler"]["batch_B"] = args.n_envs
+    return apply_overrides(config, args.overrides)
+
+
+def train(args) -> dict:
+    from rlfast.utils.logging import logger, logger_context
+
+    config = resolve_config(args)
+    runner = build_experiment(args.algo, args.env, config, sampler=args.sampler, seed=args.seed)
+    runner.progress_bar = not args.no_progress
+    log_params = dict(algo=args.algo, env=args.env, sampler=args.sampler, seed=args.seed,
+                      config=config)
+    if args.log_dir is not None:
+        context = logger_context(os.path.abspath(args.log_dir), 0, f"{args.algo}_{args.env}",
+                                 log_params, snapshot_mode=args.snapshot_mode,
+                                 override_prefix=True)
+    else:
+        context = logger_context(f"{args.algo}_{args.env}", 0, f"{args.algo}_{args.env}",
+                                 log_params, snapshot_mode=args.snapshot_mode)
+    with context as exp_dir:
+        logger.log(f"rlfast train {args.algo} {args.env}: logging to {exp_dir}")
+        result = runner.train()
+    best_steps, best = max(result["eval_returns"], key=lambda sr: (sr[1], -sr[0]))
+    print(f"Logs: {exp_dir}")
+    print(f"Final evaluation return: {result['final_return']:.2f} after {result['cum_steps']} "
+          f"steps (best {best:.2f} at {best_steps} steps)")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            train(args)
+    except (ConfigError, ValueError) as e:
+        print(f"rlfast: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rlfast: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

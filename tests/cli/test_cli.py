@@ -1,0 +1,70 @@
+"""The command line: argument handling, outputs in --log-dir, errors."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rlfast.cli import main
+
+REQUIRED_COLUMNS = ["Diagnostics/Iteration", "Diagnostics/CumSteps", "Diagnostics/CumTime (s)",
+                    "Diagnostics/StepsPerSecond", "Diagnostics/CumCompletedTrajs", "ReturnAverage",
+                    "ReturnStd", "ReturnMedian", "ReturnMin", "ReturnMax", "LengthAverage"]
+
+
+def _rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_train_writes_log_dir(tmp_path, capsys):
+    log_dir = tmp_path / "run"
+    code = main(["train", "ppo", "CartPole-v1", "--steps", "2048", "--sampler", "serial",
+                 "--n-envs", "4", "--log-dir", str(log_dir), "--no-progress",
+                 "--set", "sampler.batch_T=64", "--set", "runner.log_interval_steps=512",
+                 "--set", "algo.learning_rate=0.002"])
+    assert code == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("Final evaluation return: ")
+    assert {p.name for p in log_dir.iterdir()} >= {"progress.csv", "debug.log", "params.json",
+                                                   "params.pkl"}
+    rows = _rows(log_dir / "progress.csv")
+    for column in REQUIRED_COLUMNS:
+        assert column in rows[0], column
+    # itr 0 (pre-training eval) + one row per log interval (256 steps per itr, 2 itrs per log)
+    assert [int(r["Diagnostics/CumSteps"]) for r in rows] == [0, 512, 1024, 1536, 2048]
+    params = json.loads((log_dir / "params.json").read_text())
+    assert params["config"]["algo"]["learning_rate"] == 0.002
+    assert params["config"]["sampler"]["batch_T"] == 64
+    assert params["config"]["sampler"]["batch_B"] == 4
+
+
+def test_unknown_set_key_is_an_error(tmp_path, capsys):
+    code = main(["train", "ppo", "CartPole-v1", "--log-dir", str(tmp_path / "x"),
+                 "--set", "algo.no_such_key=1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "algo.no_such_key" in err and "algo.learning_rate" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_unknown_algo_is_an_error(capsys):
+    assert main(["train", "nope", "CartPole-v1"]) == 2
+    assert "unknown algorithm" in capsys.readouterr().err
+
+
+def test_default_log_dir_is_date_stamped_under_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLFAST_DATA_DIR", str(tmp_path))
+    assert main(["train", "a2c", "CartPole-v1", "--steps", "320", "--sampler", "serial",
+                 "--no-progress", "--set", "runner.log_interval_steps=160"]) == 0
+    found = list(tmp_path.glob("local/*/*/a2c_CartPole-v1/run_0/progress.csv"))
+    assert len(found) == 1
+
+
+def test_python_dash_m_and_console_script_help():
+    for cmd in ([sys.executable, "-m", "rlfast", "train", "--help"],):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0
+        assert "--sampler" in out.stdout and "--set" in out.stdout

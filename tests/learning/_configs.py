@@ -1,0 +1,132 @@
+"""Configurations and helpers shared by the seeded learning tests.
+
+Each builder returns a ready ``MinibatchRlEval`` runner for one experiment; ``train`` runs it in a
+logger context under the test's ``tmp_path`` and returns the runner's result dict, whose
+``eval_returns`` is a list of ``(env steps, mean greedy-evaluation return)``. The hyperparameters
+here were tuned on a 2-core CPU machine (the tuning record is in each test module's docstring).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+from rlfast.agents import CategoricalPgAgent, RecurrentCategoricalPgAgent
+from rlfast.algos import A2C, PPO
+from rlfast.envs import make
+from rlfast.models.pg import CategoricalPgLstmModel
+from rlfast.runners import MinibatchRlEval
+from rlfast.samplers import CpuSampler, CpuWaitResetCollector, SerialSampler
+from rlfast.utils.logging import logger_context
+
+from tests.learning.masked_envs import make_masked_cartpole
+
+CARTPOLE = dict(id="CartPole-v1")
+# Greedy evaluation: 4 environments, at most 500 steps each (one full CartPole-v1 episode),
+# stopping after 8 completed episodes. Only completed episodes count, so the mean is never
+# inflated by unfinished (possibly long) ones.
+EVAL_KWARGS = dict(eval_n_envs=4, eval_max_steps=4 * 500, eval_max_trajectories=8)
+TWO_WORKERS = dict(workers_cpus=[[0], [1]])
+SAMPLERS = {"serial": SerialSampler, "cpu": CpuSampler}
+
+
+def _sampler_cls(sampler: str):
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {sampler!r}")
+    return SAMPLERS[sampler]
+
+
+def _affinity(sampler: str) -> Optional[dict]:
+    return TWO_WORKERS if sampler == "cpu" else None
+
+
+def ppo_cartpole_runner(sampler: str, seed: int, n_steps: int = 100_000,
+                        log_interval_steps: int = 5_000) -> MinibatchRlEval:
+    """Feedforward PPO on CartPole-v1: 8 envs x 125 steps = 1000 steps per iteration."""
+    SamplerCls = _sampler_cls(sampler)
+    sampler_obj = SamplerCls(EnvCls=make, env_kwargs=CARTPOLE, batch_T=125, batch_B=8,
+                             max_decorrelation_steps=100, **EVAL_KWARGS)
+    agent = CategoricalPgAgent(model_kwargs=dict(hidden_sizes=[64, 64]))
+    algo = PPO(discount=0.99, learning_rate=3e-3, gae_lambda=0.95, minibatches=4, epochs=4,
+               ratio_clip=0.2, normalize_advantage=True, entropy_loss_coeff=0.0,
+               value_loss_coeff=0.5, linear_lr_schedule=True)
+    return MinibatchRlEval(algo=algo, agent=agent, sampler=sampler_obj, n_steps=n_steps,
+                           seed=seed, affinity=_affinity(sampler),
+                           log_interval_steps=log_interval_steps, progress_bar=False)
+
+
+A2C_DEFAULTS = dict(discount=0.99, learning_rate=1e-3, gae_lambda=0.95, value_loss_coeff=0.5,
+                    entropy_loss_coeff=0.0, normalize_advantage=True, clip_grad_norm=0.5,
+                    OptimCls=torch.optim.Adam)
+
+
+def a2c_cartpole_runner(seed: int, n_steps: int = 200_000, sampler: str = "serial",
+                        batch_T: int = 16, batch_B: int = 16, log_interval_steps: int = 10_240,
+                        hidden_sizes=(64, 64), **algo_overrides) -> MinibatchRlEval:
+    """A2C on CartPole-v1 (one gradient step per ``batch_T * batch_B`` batch)."""
+    SamplerCls = _sampler_cls(sampler)
+    sampler_obj = SamplerCls(EnvCls=make, env_kwargs=CARTPOLE, batch_T=batch_T, batch_B=batch_B,
+                             max_decorrelation_steps=100, **EVAL_KWARGS)
+    agent = CategoricalPgAgent(model_kwargs=dict(hidden_sizes=list(hidden_sizes)))
+    algo = A2C(**{**A2C_DEFAULTS, **algo_overrides})
+    return MinibatchRlEval(algo=algo, agent=agent, sampler=sampler_obj, n_steps=n_steps,
+                           seed=seed, affinity=_affinity(sampler),
+                           log_interval_steps=log_interval_steps, progress_bar=False)
+
+
+MASKED_PPO_DEFAULTS = dict(discount=0.99, learning_rate=2e-3, gae_lambda=0.95, minibatches=2,
+                           epochs=4, ratio_clip=0.2, normalize_advantage=True,
+                           entropy_loss_coeff=0.0, value_loss_coeff=0.5, linear_lr_schedule=True)
+
+
+def masked_cartpole_runner(recurrent: bool, seed: int, n_steps: int = 150_000,
+                           sampler: str = "serial", batch_T: int = 128, batch_B: int = 8,
+                           lstm_size: int = 64, hidden_sizes=(64,),
+                           log_interval_steps: int = 5_120, **algo_overrides) -> MinibatchRlEval:
+    """PPO on velocity-masked CartPole-v1, recurrent (LSTM, whole-sequence minibatches over B,
+    wait-reset collector) or feedforward (same batch, same PPO settings)."""
+    SamplerCls = _sampler_cls(sampler)
+    if recurrent:
+        agent = RecurrentCategoricalPgAgent(
+            ModelCls=CategoricalPgLstmModel,
+            model_kwargs=dict(hidden_sizes=list(hidden_sizes), lstm_size=lstm_size))
+        collector = dict(CollectorCls=CpuWaitResetCollector)
+    else:
+        agent = CategoricalPgAgent(model_kwargs=dict(hidden_sizes=[64, 64]))
+        collector = {}
+    sampler_obj = SamplerCls(EnvCls=make_masked_cartpole, env_kwargs={}, batch_T=batch_T,
+                             batch_B=batch_B, max_decorrelation_steps=100, **collector,
+                             **EVAL_KWARGS)
+    algo = PPO(**{**MASKED_PPO_DEFAULTS, **algo_overrides})
+    return MinibatchRlEval(algo=algo, agent=agent, sampler=sampler_obj, n_steps=n_steps,
+                           seed=seed, affinity=_affinity(sampler),
+                           log_interval_steps=log_interval_steps, progress_bar=False)
+
+
+def train(runner: MinibatchRlEval, log_dir, name: str) -> dict:
+    """Run ``runner.train()`` with the logger writing into ``log_dir``; return its result."""
+    with logger_context(os.fspath(log_dir), 0, name, {}, override_prefix=True):
+        return runner.train()
+
+
+def first_step_reaching(eval_returns: list, threshold: float, max_steps: int) -> Optional[int]:
+    """Env steps of the first evaluation at or before ``max_steps`` whose mean return is
+    ``>= threshold``, or None if there is none."""
+    for steps, ret in eval_returns:
+        if steps <= max_steps and ret >= threshold:
+            return steps
+    return None
+
+
+def best_return(eval_returns: list, max_steps: int) -> float:
+    """Highest mean evaluation return among evaluations at or before ``max_steps``."""
+    values = [ret for steps, ret in eval_returns if steps <= max_steps and ret == ret]
+    if not values:
+        raise AssertionError(f"no evaluation at or before {max_steps} steps: {eval_returns}")
+    return max(values)
+
+
+def describe(result: dict) -> str:
+    """Compact evaluation history for assertion messages."""
+    return ", ".join(f"{s}:{r:.0f}" for s, r in result["eval_returns"])

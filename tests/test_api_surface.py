@@ -1,0 +1,54 @@
+"""Every [core] name promised in API.md imports from its documented module."""
+import importlib
+
+import pytest
+
+CORE = {
+    "rlfast.utils.collections": "namedarraytuple namedarraytuple_like is_namedtuple is_namedarraytuple "
+                                "is_namedtuple_class is_namedarraytuple_class NamedTupleSchema "
+                                "NamedArrayTupleSchema NamedTuple NamedArrayTuple "
+                                "NamedArrayTupleSchema_like AttrDict",
+    "rlfast.utils.buffer": "buffer_from_example build_array np_mp_array torchify_buffer numpify_buffer "
+                           "buffer_to buffer_method buffer_func get_leading_dims",
+    "rlfast.utils.tensor": "infer_leading_dims restore_leading_dims select_at_indexes to_onehot "
+                           "from_onehot valid_mean",
+    "rlfast.utils.array": "select_at_indexes to_onehot valid_mean infer_leading_dims",
+    "rlfast.utils.misc": "iterate_mb_idxs extract_sequences zeros empty",
+    "rlfast.utils.seed": "set_seed make_seed",
+    "rlfast.utils.synchronize": "RWLock drain_queue find_port",
+    "rlfast.utils.prog_bar": "ProgBarCounter",
+    "rlfast.utils.logging": "logger logger_context",
+    "rlfast.spaces": "IntBox FloatBox Composite GymSpaceWrapper",
+    "rlfast.envs": "Env EnvStep EnvSpaces GymEnvWrapper EnvInfoWrapper make",
+    "rlfast.distributions": "Categorical Gaussian DistInfo DistInfoStd",
+    "rlfast.models": "MlpModel Conv2dModel Conv2dHeadModel",
+    "rlfast.models.utils": "conv2d_output_shape ScaleGrad update_state_dict strip_ddp_state_dict",
+    "rlfast.models.pg": "MujocoFfModel MujocoLstmModel CategoricalPgFfModel CategoricalPgLstmModel",
+    "rlfast.agents": "AgentStep AgentInputs BaseAgent RandomAgent RecurrentAgentMixin "
+                     "AlternatingRecurrentAgentMixin CategoricalPgAgent RecurrentCategoricalPgAgent "
+                     "GaussianPgAgent RecurrentGaussianPgAgent AlternatingRecurrentGaussianPgAgent "
+                     "MujocoFfAgent MujocoLstmAgent",
+    "rlfast.algos": "RLAlgorithm PolicyGradientAlgo A2C PPO",
+    "rlfast.algos.utils": "discount_return generalized_advantage_estimation discount_return_n_step "
+                          "valid_from_done discount_return_tl generalized_advantage_estimation_tl",
+    "rlfast.samplers": "BatchSpec TrajInfo SerialSampler CpuSampler CpuResetCollector "
+                       "CpuWaitResetCollector CpuEvalCollector SerialEvalCollector",
+    "rlfast.runners": "MinibatchRl MinibatchRlEval",
+}
+
+
+@pytest.mark.parametrize("module,name", [(m, n) for m, names in CORE.items() for n in names.split()])
+def test_core_name_imports(module, name):
+    assert getattr(importlib.import_module(module), name) is not None
+
+
+def test_logger_module_functions():
+    from rlfast.utils.logging import logger
+    for fn in ("log", "record_tabular", "dump_tabular", "save_itr_params"):
+        assert callable(getattr(logger, fn))
+
+
+def test_agent_namedarraytuples_have_documented_fields():
+    from rlfast.agents import AgentInputs, AgentStep
+    assert AgentStep._fields == ("action", "agent_info")
+    assert AgentInputs._fields == ("observation", "prev_action", "prev_reward")
