@@ -70,7 +70,11 @@ class MinibatchRlBase:
                     proc.cpu_affinity(list(cpus))
                 except (OSError, ValueError):
                     pass
+        # Small RL models run fastest on one thread; extra intra-op threads spin against the
+        # sampler workers for the same cores. Affinity can ask for more.
         threads = self.affinity.get("master_torch_threads")
+        if threads is None and self.affinity.get("cuda_idx") is None:
+            threads = 1
         if threads:
             torch.set_num_threads(int(threads))
 

@@ -6,6 +6,16 @@ import math
 from rlfast.samplers.collections import BatchSpec, TrajInfo
 
 
+def make_envs(EnvCls, n: int, env_kwargs: dict, seed: int | None, first_rank: int) -> list:
+    """``n`` environments; env ``i`` is seeded ``seed + first_rank + i`` when seeded."""
+    envs = [EnvCls(**env_kwargs) for _ in range(n)]
+    if seed is not None:
+        for i, env in enumerate(envs):
+            if hasattr(env, "seed"):
+                env.seed(int(seed) + first_rank + i)
+    return envs
+
+
 class BaseSampler:
     """Holds the environment factory, batch dimensions, collector classes and eval settings.
 
@@ -43,14 +53,6 @@ class BaseSampler:
         """Set class-level TrajInfo settings (e.g. ``discount``) as ``_<name>`` attributes."""
         for name, value in (traj_info_kwargs or {}).items():
             setattr(self.TrajInfoCls, "_" + name, value)
-
-    def make_envs(self, n: int, env_kwargs: dict, seed: int | None, first_rank: int) -> list:
-        envs = [self.EnvCls(**env_kwargs) for _ in range(n)]
-        if seed is not None:
-            for i, env in enumerate(envs):
-                if hasattr(env, "seed"):
-                    env.seed(int(seed) + first_rank + i)
-        return envs
 
     def initialize(self, *args, **kwargs):
         raise TypeError(f"{type(self).__name__} must define initialize()")

@@ -121,8 +121,8 @@ class BaseEvalCollector:
         action = np.stack([self._null_action for _ in self.envs])
         reward = np.zeros(len(self.envs), dtype=np.float32)
         inputs_pyt = torchify_buffer(AgentInputs(observation, action, reward))
+        self.agent.eval_mode(itr)  # first: it stashes a recurrent agent's sampling state
         self.agent.reset()
-        self.agent.eval_mode(itr)
         for _ in range(self.max_T):
             act, agent_info = self.get_actions(inputs_pyt, 0)
             action[:] = act

@@ -24,7 +24,8 @@ class MaskVelocityWrapper(gymnasium.ObservationWrapper):
         super().__init__(env)
         space = env.observation_space
         if not isinstance(space, gymnasium.spaces.Box) or len(space.shape) != 1:
-            raise TypeError(f"MaskVelocityWrapper needs a flat Box observation space, got {space!r}")
+            raise TypeError(f"MaskVelocityWrapper needs a flat Box observation space, "
+                            f"got {space!r}")
         keep = np.asarray(list(keep), dtype=np.int64)
         if keep.size == 0 or keep.min() < 0 or keep.max() >= space.shape[0]:
             raise ValueError(f"keep indices {keep.tolist()} must lie in [0, {space.shape[0]})")

@@ -94,7 +94,8 @@ def test_build_array_rejects_object_dtype():
 # ---- buffer_from_example ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("share_memory", [False, True])
-@pytest.mark.parametrize("leading_dims, lead", [(6, (6,)), ((4, 2), (4, 2)), ([3, 2, 1], (3, 2, 1))])
+@pytest.mark.parametrize("leading_dims, lead",
+                         [(6, (6,)), ((4, 2), (4, 2)), ([3, 2, 1], (3, 2, 1))])
 def test_buffer_from_example_nested_classic(share_memory, leading_dims, lead):
     buf = buffer_from_example(_example(), leading_dims, share_memory=share_memory)
     assert is_namedarraytuple(buf) and is_namedarraytuple(buf.inner)
@@ -111,7 +112,8 @@ def test_buffer_from_example_nested_classic(share_memory, leading_dims, lead):
         assert isinstance(leaf, SharedArray) == share_memory
     # Whole-structure indexed writes reach every leaf.
     idx = (0,) * len(lead)
-    buf[idx] = Outer(np.arange(3, dtype=np.float32), np.float32(2.5), Inner(True, np.int16(9), None))
+    buf[idx] = Outer(np.arange(3, dtype=np.float32), np.float32(2.5),
+                     Inner(True, np.int16(9), None))
     assert buf.observation[idx].tolist() == [0.0, 1.0, 2.0]
     assert buf.reward[idx] == 2.5 and buf.inner.flag[idx] and buf.inner.count[idx] == 9
     assert buf.reward.sum() == 2.5  # only that one element

@@ -1,23 +1,21 @@
-"""Parallel sampler base: worker processes over shared memory, synchronized with barriers.
+"""Parallel sampler base: worker processes over shared memory, one command pipe each.
 
-The master never polls: it blocks on ``multiprocessing.Barrier``s; a watcher thread blocks on
-the workers' process sentinels, and if a worker dies the watcher aborts the barriers so the
-master raises :class:`SamplerWorkerError` (carrying the worker's traceback) immediately.
+The master never polls: it sends each worker a command and blocks in
+``multiprocessing.connection.wait`` on the workers' pipes *and* process sentinels, so a worker
+that raises (its traceback arrives on the pipe) or dies outright (its sentinel fires) makes
+the master raise :class:`SamplerWorkerError` at once. Samples travel through the shared
+buffer; only the small list of completed trajectory infos travels through the pipe.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import queue
-import sys
-import threading
+import weakref
 from multiprocessing.connection import wait as wait_connections
 
 from rlfast.samplers.base import BaseSampler
 from rlfast.samplers.buffer import build_samples_buffer
 from rlfast.samplers.parallel.worker import sampling_process
-from rlfast.utils.collections import AttrDict
-from rlfast.utils.synchronize import drain_queue
 
 
 class SamplerWorkerError(RuntimeError):
@@ -43,11 +41,31 @@ def default_workers_cpus(n_envs: int) -> list:
     return [[cpu] for cpu in cpus[: max(1, min(len(cpus), n_envs))]]
 
 
+def _stop_workers(workers: list, conns: list) -> None:
+    """Ask workers to quit, then join; terminate / kill stragglers. Safe to call twice."""
+    for conn in conns:
+        try:
+            conn.send(("quit",))
+        except (OSError, ValueError):
+            pass
+    for p in workers:
+        p.join(timeout=5)
+    for p in workers:
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=2)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    for conn in conns:
+        conn.close()
+    workers.clear()
+    conns.clear()
+
+
 class ParallelSamplerBase(BaseSampler):
     """Forks one worker process per entry of ``affinity["workers_cpus"]``; each steps its share
     of the ``batch_B`` environments and writes straight into the shared samples buffer."""
-
-    gpu = False
 
     def initialize(self, agent, affinity=None, seed=None, bootstrap_value=False,
                    traj_info_kwargs=None, world_size=1, rank=0, worker_process=None):
@@ -75,18 +93,16 @@ class ParallelSamplerBase(BaseSampler):
             example_env.close()
         self.apply_traj_info_kwargs(traj_info_kwargs)
         self.agent = agent
-        self._build_parallel_ctrl(n_workers)
+        self.n_workers = n_workers
         eval_split = split_envs(self.eval_n_envs, n_workers) if self.eval_n_envs else [0] * n_workers
         eval_traj_split = (split_envs(self.eval_max_trajectories, n_workers)
                            if self.eval_max_trajectories else [None] * n_workers)
         self.eval_n_envs_list = eval_split
-        common = self._common_kwargs(global_B, eval_split)
         workers_kwargs = []
         start = 0
         for i, n in enumerate(self.n_envs_list):
-            w_env_ranks = env_ranks[start:start + n]
             workers_kwargs.append(dict(
-                rank=i, env_ranks=w_env_ranks, n_envs=n, cpus=workers_cpus[i],
+                rank=i, env_ranks=env_ranks[start:start + n], n_envs=n, cpus=workers_cpus[i],
                 torch_threads=affinity.get("worker_torch_threads", 1),
                 seed=(0 if seed is None else int(seed)) + 7919 * (i + 1),
                 env_seed=None if seed is None else int(seed),
@@ -97,7 +113,7 @@ class ParallelSamplerBase(BaseSampler):
                 samples_np=self.samples_np[:, start:start + n],
                 **self._worker_extra_kwargs(i, start, n)))
             start += n
-        self._start_workers(common, workers_kwargs)
+        self._start_workers(self._common_kwargs(global_B, eval_split), workers_kwargs)
         return examples
 
     # ---- hooks for the GPU samplers -------------------------------------------------------
@@ -108,127 +124,98 @@ class ParallelSamplerBase(BaseSampler):
         return {}
 
     def _common_kwargs(self, global_B: int, eval_split: list) -> dict:
-        n_eval = max(eval_split) if eval_split else 0
         return dict(
-            ctrl=self.ctrl, make_envs=self.make_envs, EnvCls=self.EnvCls,
-            env_kwargs=self.env_kwargs, eval_env_kwargs=self.eval_env_kwargs,
+            EnvCls=self.EnvCls, env_kwargs=self.env_kwargs, eval_env_kwargs=self.eval_env_kwargs,
             batch_T=self.batch_spec.T, CollectorCls=self.CollectorCls,
             eval_CollectorCls=self.eval_CollectorCls, TrajInfoCls=self.TrajInfoCls,
             agent=self.agent, global_B=global_B,
             max_decorrelation_steps=self.max_decorrelation_steps,
-            eval_max_T=self.eval_max_T(sum(eval_split)) if n_eval else 0,
-            traj_infos_queue=self.traj_infos_queue,
-            eval_traj_infos_queue=self.eval_traj_infos_queue, error_queue=self.error_queue)
+            eval_max_T=self.eval_max_T(sum(eval_split)) if any(eval_split) else 0)
 
     # ---- process management -------------------------------------------------------------------
-    def _build_parallel_ctrl(self, n_workers: int) -> None:
-        ctx = _mp_context()
-        self._ctx = ctx
-        self.n_workers = n_workers
-        self.ctrl = AttrDict(
-            quit=ctx.RawValue("b", False), do_eval=ctx.RawValue("b", False),
-            itr=ctx.RawValue("l", 0),
-            barrier_in=ctx.Barrier(n_workers + 1), barrier_out=ctx.Barrier(n_workers + 1))
-        self.traj_infos_queue = ctx.Queue()
-        self.eval_traj_infos_queue = ctx.Queue()
-        self.error_queue = ctx.Queue()
-
     def _start_workers(self, common: dict, workers_kwargs: list) -> None:
+        ctx = _mp_context()
+        pipes = [ctx.Pipe(duplex=True) for _ in workers_kwargs]
+        self._conns = [parent for parent, _ in pipes]
         self.workers = []
-        self._closing = False
-        self._failed = False
-        for w in workers_kwargs:
-            p = self._ctx.Process(target=sampling_process, name=f"rlfast-sampler-{w['rank']}",
-                                  kwargs=dict(common_kwargs=common, worker_kwargs=w), daemon=True)
-            p.start()
-            self.workers.append(p)
-        self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
-        self._watcher = threading.Thread(target=self._watch_workers, name="rlfast-sampler-watch",
-                                         daemon=True)
-        self._watcher.start()
-        self._barrier_wait(self.ctrl.barrier_out)  # workers finished initializing
+        # Nothing the Process objects hold refers back to this sampler, so the finalizer below
+        # runs when the sampler is dropped without shutdown().
+        self._finalizer = weakref.finalize(self, _stop_workers, self.workers, self._conns)
+        common = dict(common, parent_conns=self._conns)
+        try:
+            for w, (_, child) in zip(workers_kwargs, pipes):
+                p = ctx.Process(target=sampling_process, name=f"rlfast-sampler-{w['rank']}",
+                                kwargs=dict(common_kwargs=common, worker_kwargs=dict(w, conn=child)),
+                                daemon=True)
+                p.start()
+                self.workers.append(p)
+        finally:
+            for _, child in pipes:
+                child.close()
+        self._collect_replies("ready")  # workers finished initializing
 
-    def _watch_workers(self) -> None:
-        """Block on worker sentinels; an exit outside shutdown aborts the barriers."""
-        pending = {p.sentinel: p for p in self.workers}
+    def _collect_replies(self, expected: str) -> list:
+        """Block until every worker replied; raise SamplerWorkerError if any failed or died."""
+        replies: dict[int, object] = {}
+        pending = {conn: i for i, conn in enumerate(self._conns)}
+        sentinels = {p.sentinel: i for i, p in enumerate(self.workers)}
         while pending:
-            ready = wait_connections(list(pending) + [self._wake_r])
-            if self._wake_r in ready:
-                return
-            for sentinel in ready:
-                pending.pop(sentinel, None)
-            if not self._closing:
-                self._failed = True
-                self.ctrl.barrier_in.abort()
-                self.ctrl.barrier_out.abort()
-                return
+            ready = wait_connections(list(pending) + [s for s, i in sentinels.items()
+                                                      if i in pending.values()])
+            for obj in ready:
+                if obj in pending:  # read pipes first: a failing worker writes, then exits
+                    i = pending.pop(obj)
+                    try:
+                        kind, payload = obj.recv()
+                    except (EOFError, OSError):
+                        self._fail(f"Sampler worker {i} died (exit code {self._exitcode(i)}) "
+                                   "without a Python traceback")
+                    if kind == "error":
+                        self._fail(f"Sampler worker {i} (pid {self.workers[i].pid}) raised:\n{payload}")
+                    if kind != expected:
+                        self._fail(f"Sampler worker {i} replied {kind!r}, expected {expected!r}")
+                    replies[i] = payload
+            for obj in ready:
+                i = sentinels.get(obj)
+                if i is not None and i in pending.values() and not self._has_data(i):
+                    self._fail(f"Sampler worker {i} died (exit code {self._exitcode(i)}) "
+                               "without a Python traceback")
+        return [replies[i] for i in range(len(self._conns))]
 
-    def _barrier_wait(self, barrier) -> None:
+    def _has_data(self, i: int) -> bool:
         try:
-            barrier.wait()
-        except threading.BrokenBarrierError:
-            self._raise_worker_error()
+            return self._conns[i].poll(0)
+        except (OSError, EOFError):
+            return False
 
-    def _raise_worker_error(self) -> None:
-        try:
-            rank, pid, tb = self.error_queue.get(timeout=10)
-            message = f"Sampler worker {rank} (pid {pid}) raised:\n{tb}"
-        except queue.Empty:
-            codes = {p.name: p.exitcode for p in self.workers}
-            message = f"A sampler worker died without a Python traceback; exit codes: {codes}"
+    def _exitcode(self, i: int):
+        p = self.workers[i]
+        p.join(timeout=1)
+        return p.exitcode
+
+    def _fail(self, message: str):
         self.shutdown()
         raise SamplerWorkerError(message)
 
-    def _run_workers(self, itr: int, do_eval: bool) -> None:
-        self.ctrl.itr.value = itr
-        self.ctrl.do_eval.value = do_eval
-        self._barrier_wait(self.ctrl.barrier_in)
-        self._barrier_wait(self.ctrl.barrier_out)
+    def _command(self, command: str, itr: int) -> list:
+        for conn in self._conns:
+            try:
+                conn.send((command, itr))
+            except (OSError, ValueError):
+                pass  # a dead worker: reported by _collect_replies
+        return [info for infos in self._collect_replies("done") for info in infos]
 
     # ---- public ----------------------------------------------------------------------------
     def obtain_samples(self, itr: int):
-        self._run_workers(itr, do_eval=False)
-        traj_infos = drain_queue(self.traj_infos_queue, n_sentinel=self.n_workers)
-        return self.samples_pyt, traj_infos
+        return self.samples_pyt, self._command("sample", itr)
 
     def evaluate_agent(self, itr: int) -> list:
         if self.eval_n_envs == 0:
             raise ValueError("evaluate_agent() needs eval_n_envs > 0 in the sampler")
-        self._run_workers(itr, do_eval=True)
-        return drain_queue(self.eval_traj_infos_queue, n_sentinel=self.n_workers)
+        return self._command("eval", itr)
 
     def shutdown(self) -> None:
         """Stop and join every worker (terminating any that do not exit), on every path."""
-        workers = getattr(self, "workers", None)
-        if not workers or self._closing:
-            return
-        self._closing = True
-        self.ctrl.quit.value = True
-        try:
-            self.ctrl.barrier_in.wait(timeout=5)
-        except threading.BrokenBarrierError:
-            pass
-        for p in workers:
-            p.join(timeout=5)
-        for p in workers:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=2)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        try:
-            self._wake_w.send(None)
-        except (OSError, ValueError):
-            pass
-        self._watcher.join(timeout=5)
-        for q in (self.traj_infos_queue, self.eval_traj_infos_queue, self.error_queue):
-            q.cancel_join_thread()
-            q.close()
-        for p in workers:
-            p.close()
-        self.workers = []
-
-    def __del__(self):
-        if getattr(self, "workers", None) and not sys.is_finalizing():
-            self.shutdown()
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()

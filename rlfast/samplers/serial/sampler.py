@@ -1,7 +1,7 @@
 """The serial sampler: environments and agent all in the master process."""
 from __future__ import annotations
 
-from rlfast.samplers.base import BaseSampler
+from rlfast.samplers.base import BaseSampler, make_envs
 from rlfast.samplers.buffer import build_samples_buffer
 from rlfast.samplers.parallel.cpu.collectors import CpuResetCollector
 from rlfast.samplers.serial.collectors import SerialEvalCollector
@@ -22,7 +22,7 @@ class SerialSampler(BaseSampler):
         B = self.batch_spec.B
         global_B = B * world_size
         env_ranks = list(range(rank * B, (rank + 1) * B))
-        self.envs = self.make_envs(B, self.env_kwargs, seed, rank * B)
+        self.envs = make_envs(self.EnvCls, B, self.env_kwargs, seed, rank * B)
         agent.initialize(self.envs[0].spaces, share_memory=False, global_B=global_B,
                          env_ranks=env_ranks)
         example_env = self.EnvCls(**self.env_kwargs)
@@ -40,7 +40,7 @@ class SerialSampler(BaseSampler):
             TrajInfoCls=self.TrajInfoCls, agent=agent, global_B=global_B, env_ranks=env_ranks)
         if self.eval_n_envs > 0:
             eval_seed = None if seed is None else int(seed) + 1_000_003
-            self.eval_envs = self.make_envs(self.eval_n_envs, self.eval_env_kwargs, eval_seed, 0)
+            self.eval_envs = make_envs(self.EnvCls, self.eval_n_envs, self.eval_env_kwargs, eval_seed, 0)
             self.eval_collector = self.eval_CollectorCls(
                 envs=self.eval_envs, agent=agent, TrajInfoCls=self.TrajInfoCls,
                 max_T=self.eval_max_T(self.eval_n_envs),

@@ -106,6 +106,8 @@ class CpuWaitResetCollector(ResetLoop, AgentStepMixin, DecorrelatingStartCollect
         env_buf = self.samples_np.env
         env_buf.reward[:] = 0
         env_buf.done[:] = False
+        if env_buf.env_info is not None:
+            env_buf.env_info[:] = 0
         return super().collect_batch(agent_inputs, traj_infos, itr)
 
     def reset_if_needed(self, agent_inputs) -> None:
