@@ -1,6 +1,7 @@
 """Agents: the sampler <-> model <-> algorithm interface."""
 from rlfast.agents.base import (AgentInputs, AgentStep, AlternatingRecurrentAgentMixin, BaseAgent,
                                 RandomAgent, RecurrentAgentMixin)
+from rlfast.agents.pg.atari import AlternatingAtariLstmAgent, AtariFfAgent, AtariLstmAgent
 from rlfast.agents.pg.base import AgentInfo, AgentInfoRnn
 from rlfast.agents.pg.categorical import (AlternatingRecurrentCategoricalPgAgent,
                                           CategoricalPgAgent, RecurrentCategoricalPgAgent)
@@ -12,5 +13,5 @@ __all__ = [
     "RecurrentAgentMixin", "AlternatingRecurrentAgentMixin", "CategoricalPgAgent",
     "RecurrentCategoricalPgAgent", "AlternatingRecurrentCategoricalPgAgent", "GaussianPgAgent",
     "RecurrentGaussianPgAgent", "AlternatingRecurrentGaussianPgAgent", "MujocoFfAgent",
-    "MujocoLstmAgent",
+    "MujocoLstmAgent", "AtariFfAgent", "AtariLstmAgent", "AlternatingAtariLstmAgent",
 ]

@@ -256,6 +256,11 @@ class AlternatingRecurrentAgentMixin(RecurrentAgentMixin):
         self._prev_rnn_state = None
         self._alt = 0
 
+    def use_group(self, group: int) -> None:
+        """Point the agent at one group's state (the action server calls this per group)."""
+        self._alt = group
+        self._prev_rnn_state = self._prev_rnn_state_pair[group]
+
     def advance_rnn_state(self, new_rnn_state) -> None:
         self._prev_rnn_state_pair[self._alt] = new_rnn_state
         self._alt ^= 1

@@ -245,8 +245,8 @@ class MinibatchRlEval(MinibatchRlBase):
         traj_infos = self.sampler.evaluate_agent(itr)
         eval_time = time.time() - start
         logger.log(f"Evaluation: {len(traj_infos)} trajectories in {eval_time:.2f} s")
-        if traj_infos:
-            self.last_eval_return = float(np.mean([t["Return"] for t in traj_infos]))
+        self.last_eval_return = (float(np.mean([t["Return"] for t in traj_infos])) if traj_infos
+                                 else float("nan"))  # no completed episode: no score
         steps = (itr + 1) * self.itr_batch_size if itr > 0 else 0
         self.eval_returns.append((steps, self.last_eval_return))
         return traj_infos, eval_time

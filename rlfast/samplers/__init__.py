@@ -5,6 +5,10 @@ from rlfast.samplers.parallel.base import ParallelSamplerBase, SamplerWorkerErro
 from rlfast.samplers.parallel.cpu.collectors import (CpuEvalCollector, CpuResetCollector,
                                                      CpuWaitResetCollector)
 from rlfast.samplers.parallel.cpu.sampler import CpuSampler
+from rlfast.samplers.parallel.gpu.collectors import (GpuEvalCollector, GpuResetCollector,
+                                                     GpuWaitResetCollector)
+from rlfast.samplers.parallel.gpu.sampler import (AlternatingSampler, GpuSampler,
+                                                  NoOverlapAlternatingSampler)
 from rlfast.samplers.serial.collectors import SerialEvalCollector
 from rlfast.samplers.serial.sampler import SerialSampler
 
@@ -12,5 +16,6 @@ __all__ = [
     "BatchSpec", "Samples", "TrajInfo", "BaseCollector", "BaseEvalCollector",
     "DecorrelatingStartCollector", "ParallelSamplerBase", "SamplerWorkerError", "CpuSampler",
     "CpuResetCollector", "CpuWaitResetCollector", "CpuEvalCollector", "SerialEvalCollector",
-    "SerialSampler",
+    "SerialSampler", "GpuSampler", "AlternatingSampler", "NoOverlapAlternatingSampler",
+    "GpuResetCollector", "GpuWaitResetCollector", "GpuEvalCollector",
 ]

@@ -51,6 +51,18 @@ class BaseCollector:
         raise TypeError(f"{type(self).__name__} must define collect_batch()")
 
 
+def local_input_arrays(first_observations: list, null_action: np.ndarray):
+    """(observation, prev_action, prev_reward) arrays for the collector's environments, filled
+    with the first observations, null actions and zero rewards."""
+    n = len(first_observations)
+    observation = buffer_from_example(first_observations[0], n)
+    for b, obs in enumerate(first_observations):
+        observation[b] = obs
+    prev_action = np.stack([null_action for _ in range(n)])
+    prev_reward = np.zeros(n, dtype=np.float32)
+    return observation, prev_action, prev_reward
+
+
 class DecorrelatingStartCollector(BaseCollector):
     """Resets every environment, then takes a random number of random actions in each, so that
     the environments of one batch are at different points of their episodes."""
@@ -58,11 +70,7 @@ class DecorrelatingStartCollector(BaseCollector):
     def start_envs(self, max_decorrelation_steps: int = 0):
         traj_infos = [self.TrajInfoCls() for _ in self.envs]
         first = [env.reset() for env in self.envs]
-        observation = buffer_from_example(first[0], len(self.envs))
-        for b, obs in enumerate(first):
-            observation[b] = obs
-        prev_action = np.stack([self._null_action for _ in self.envs])
-        prev_reward = np.zeros(len(self.envs), dtype=np.float32)
+        observation, prev_action, prev_reward = self.input_arrays(first)
         if max_decorrelation_steps > 0:
             for b, env in enumerate(self.envs):
                 n_steps = 1 + int(np.random.rand() * max_decorrelation_steps)
@@ -82,14 +90,36 @@ class DecorrelatingStartCollector(BaseCollector):
 
 
 class AgentStepMixin:
-    """Actions from the in-process agent (CPU and serial samplers)."""
+    """Actions from the in-process agent (CPU and serial samplers).
+
+    The GPU collectors replace exactly these hooks with ones that talk to the action server.
+    """
+
+    def input_arrays(self, first_observations: list):
+        return local_input_arrays(first_observations, self._null_action)
 
     def get_actions(self, agent_inputs_pyt, t: int):
         action, agent_info = self.agent.step(*agent_inputs_pyt)
         return numpify_buffer(action), numpify_buffer(agent_info)
 
-    def bootstrap_value(self, agent_inputs_pyt):
-        return self.agent.value(*agent_inputs_pyt).numpy()
+    def reset_agent_one(self, b: int) -> None:
+        self.agent.reset_one(idx=b)
+
+    def start_batch_agent(self, itr: int) -> None:
+        # Workers hold their own agent copy: leave any eval mode set by evaluation.
+        self.agent.sample_mode(itr)
+
+    def start_eval_agent(self, itr: int) -> None:
+        self.agent.eval_mode(itr)  # first: it stashes a recurrent agent's sampling state
+        self.agent.reset()
+
+    def finish_batch(self, agent_inputs_pyt) -> None:
+        agent_buf = self.samples_np.agent
+        if "bootstrap_value" in agent_buf:
+            agent_buf.bootstrap_value[0] = self.agent.value(*agent_inputs_pyt).numpy()
+
+    def finish_evaluation(self) -> None:
+        pass
 
 
 class BaseEvalCollector:
@@ -115,14 +145,9 @@ class BaseEvalCollector:
         traj_infos = [self.TrajInfoCls() for _ in self.envs]
         completed = []
         first = [env.reset() for env in self.envs]
-        observation = buffer_from_example(first[0], len(self.envs))
-        for b, obs in enumerate(first):
-            observation[b] = obs
-        action = np.stack([self._null_action for _ in self.envs])
-        reward = np.zeros(len(self.envs), dtype=np.float32)
+        observation, action, reward = self.input_arrays(first)
         inputs_pyt = torchify_buffer(AgentInputs(observation, action, reward))
-        self.agent.eval_mode(itr)  # first: it stashes a recurrent agent's sampling state
-        self.agent.reset()
+        self.start_eval_agent(itr)
         for _ in range(self.max_T):
             act, agent_info = self.get_actions(inputs_pyt, 0)
             action[:] = act
@@ -136,11 +161,12 @@ class BaseEvalCollector:
                 if d:
                     action[b] = self._null_action
                     r = 0.0
-                    self.agent.reset_one(idx=b)
+                    self.reset_agent_one(b)
                 observation[b] = o
                 reward[b] = r
             if self.max_trajectories is not None and len(completed) >= self.max_trajectories:
                 break
+        self.finish_evaluation()
         if self.traj_infos_queue is not None:
             for info in completed:
                 self.traj_infos_queue.put(info)

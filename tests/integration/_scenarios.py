@@ -53,7 +53,7 @@ def _call(fn):
 
 
 def kill_idle_worker(deadline: float) -> dict:
-    """Kill a worker while it waits at the start-of-batch barrier, then ask for a batch."""
+    """Kill a worker while it waits for its next command, then ask for a batch."""
     sampler = CpuSampler(EnvCls=BoomEnv, env_kwargs=dict(fail_after=10 ** 6), batch_T=4,
                          batch_B=2, max_decorrelation_steps=0)
     sampler.initialize(RandomAgent(), seed=0, affinity=TWO_WORKERS)

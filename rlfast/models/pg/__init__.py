@@ -1,8 +1,13 @@
-"""Policy-gradient models for vector observations (feedforward and LSTM)."""
+"""Policy-gradient models: vector observations and Atari images (feedforward and LSTM)."""
+from rlfast.models.pg.atari_ff_model import AtariFfModel
+from rlfast.models.pg.atari_lstm_model import AtariLstmModel
 from rlfast.models.pg.categorical_ff_model import CategoricalPgFfModel
 from rlfast.models.pg.categorical_lstm_model import CategoricalPgLstmModel
 from rlfast.models.pg.lstm_common import RnnState
 from rlfast.models.pg.mujoco_ff_model import MujocoFfModel
 from rlfast.models.pg.mujoco_lstm_model import MujocoLstmModel
 
-__all__ = ["CategoricalPgFfModel", "CategoricalPgLstmModel", "MujocoFfModel", "MujocoLstmModel", "RnnState"]
+__all__ = [
+    "AtariFfModel", "AtariLstmModel", "CategoricalPgFfModel", "CategoricalPgLstmModel",
+    "MujocoFfModel", "MujocoLstmModel", "RnnState",
+]

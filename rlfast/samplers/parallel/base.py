@@ -95,9 +95,10 @@ class ParallelSamplerBase(BaseSampler):
         self.agent = agent
         self.n_workers = n_workers
         eval_split = split_envs(self.eval_n_envs, n_workers) if self.eval_n_envs else [0] * n_workers
+        self.eval_n_envs_list = eval_split
+        self._build_step_buffers(examples)
         eval_traj_split = (split_envs(self.eval_max_trajectories, n_workers)
                            if self.eval_max_trajectories else [None] * n_workers)
-        self.eval_n_envs_list = eval_split
         workers_kwargs = []
         start = 0
         for i, n in enumerate(self.n_envs_list):
@@ -119,6 +120,9 @@ class ParallelSamplerBase(BaseSampler):
     # ---- hooks for the GPU samplers -------------------------------------------------------
     def _agent_init(self, agent, env, global_B, env_ranks) -> None:
         agent.initialize(env.spaces, share_memory=True, global_B=global_B, env_ranks=env_ranks)
+
+    def _build_step_buffers(self, examples) -> None:
+        pass  # the GPU samplers allocate the shared step buffer here
 
     def _worker_extra_kwargs(self, i: int, start: int, n: int) -> dict:
         return {}
@@ -197,13 +201,34 @@ class ParallelSamplerBase(BaseSampler):
         self.shutdown()
         raise SamplerWorkerError(message)
 
-    def _command(self, command: str, itr: int) -> list:
+    def _send_all(self, command: str, itr: int) -> None:
         for conn in self._conns:
             try:
                 conn.send((command, itr))
             except (OSError, ValueError):
                 pass  # a dead worker: reported by _collect_replies
+
+    def _gather_traj_infos(self) -> list:
         return [info for infos in self._collect_replies("done") for info in infos]
+
+    def _command(self, command: str, itr: int) -> list:
+        self._send_all(command, itr)
+        return self._gather_traj_infos()
+
+    def _check_workers_alive(self) -> None:
+        """Raise SamplerWorkerError (with the traceback, if one was sent) for a dead worker."""
+        for i, p in enumerate(self.workers):
+            if not p.is_alive():
+                message = (f"Sampler worker {i} died (exit code {p.exitcode}) without a "
+                           "Python traceback")
+                if self._has_data(i):
+                    try:
+                        kind, payload = self._conns[i].recv()
+                        if kind == "error":
+                            message = f"Sampler worker {i} (pid {p.pid}) raised:\n{payload}"
+                    except (EOFError, OSError):
+                        pass
+                self._fail(message)
 
     # ---- public ----------------------------------------------------------------------------
     def obtain_samples(self, itr: int):

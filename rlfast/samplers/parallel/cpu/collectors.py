@@ -17,9 +17,7 @@ class ResetLoop:
         observation, action, reward = agent_inputs
         inputs_pyt = torchify_buffer(agent_inputs)  # views: updated as the arrays are written
         completed = []
-        if self.agent is not None:
-            # Workers hold their own agent copy: leave any eval mode set by evaluation.
-            self.agent.sample_mode(itr)
+        self.start_batch_agent(itr)
         has_env_info = env_buf.env_info is not None
         for t in range(self.batch_T):
             env_buf.observation[t] = observation
@@ -50,8 +48,7 @@ class ResetLoop:
                     r = 0.0
                 observation[b] = o
                 reward[b] = r
-        if "bootstrap_value" in agent_buf:
-            agent_buf.bootstrap_value[0] = self.bootstrap_value(inputs_pyt)
+        self.finish_batch(inputs_pyt)
         return AgentInputs(observation, action, reward), traj_infos, completed
 
 
@@ -72,7 +69,7 @@ class CpuResetCollector(ResetLoop, AgentStepMixin, DecorrelatingStartCollector):
         return self.envs[b].reset()
 
     def on_done(self, b: int) -> None:
-        self.agent.reset_one(idx=b)
+        self.reset_agent_one(b)
 
 
 class CpuWaitResetCollector(ResetLoop, AgentStepMixin, DecorrelatingStartCollector):
@@ -117,7 +114,7 @@ class CpuWaitResetCollector(ResetLoop, AgentStepMixin, DecorrelatingStartCollect
                 observation[b] = self.envs[b].reset()
             action[b] = self._null_action
             reward[b] = 0.0
-            self.agent.reset_one(idx=b)
+            self.reset_agent_one(b)
         self.need_reset[:] = False
         self.need_env_reset[:] = False
 

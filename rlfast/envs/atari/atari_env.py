@@ -1,0 +1,301 @@
+"""Atari 2600 games as an rlfast ``Env``, driving ale-py's ``ALEInterface`` directly.
+
+The environment is the sampler's hot loop, so ``step`` does no per-step allocation except the
+observation it hands out: ALE writes grayscale screens into pre-allocated buffers, the 2-frame
+max and the 2x downsample write into a ring of frames, and the returned observation is one
+``take`` from that ring (oldest frame first). Going through gymnasium would add a wrapper
+stack, RGB frames and dict infos per step; this module skips all of that.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from collections import namedtuple
+from typing import Any, Optional
+
+import cv2
+import numpy as np
+from ale_py import Action, ALEInterface, LoggerMode, roms
+
+from rlfast.envs.base import Env, EnvStep
+from rlfast.spaces.int_box import IntBox
+from rlfast.utils.collections import AttrDict
+
+__all__ = ["AtariEnv", "AtariTrajInfo", "EnvInfo", "OBS_TYPES", "resolve_game"]
+
+# Module level so that samples holding it pickle (e.g. across sampler worker processes).
+EnvInfo = namedtuple("EnvInfo", ["game_score", "traj_done", "timeout"])
+
+# Observation layouts: "rlpyt" crops rows 1..208 and keeps every other pixel (104 x 80);
+# "84x84" is the classic DQN area-resize of the whole 210 x 160 frame.
+OBS_TYPES = {"rlpyt": (104, 80), "84x84": (84, 84)}
+
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_SEPARATORS = re.compile(r"[\s_\-]+")
+
+
+def resolve_game(game: str) -> str:
+    """The ale-py ROM id for ``game``: ``"pong"``, ``"space_invaders"``, or another spelling
+    of it such as ``"SpaceInvaders"``, ``"space-invaders"`` or ``"SPACE_INVADERS"`` (names
+    are compared lowercased with separators removed). Raises ``ValueError`` naming the
+    closest ROM ids when the game is unknown."""
+    if not isinstance(game, str) or not game.strip():
+        raise ValueError(f"game must be a non-empty string naming an Atari ROM, got {game!r}")
+    rom_ids = roms.get_all_rom_ids()
+    if game in rom_ids:
+        return game
+    by_key = {_SEPARATORS.sub("", rom_id): rom_id for rom_id in rom_ids}
+    key = _SEPARATORS.sub("", game).lower()
+    if key in by_key:
+        return by_key[key]
+    snake = _SEPARATORS.sub("_", _CAMEL_BOUNDARY.sub("_", game.strip())).lower()
+    close = difflib.get_close_matches(snake, rom_ids, n=5, cutoff=0.6)
+    hint = (f"did you mean one of {close}?" if close
+            else f"available games: {sorted(rom_ids)}")
+    raise ValueError(f"Unknown Atari game {game!r}: {hint}")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class AtariEnv(Env):
+    """An Atari game from the Arcade Learning Environment, with the classic DQN processing.
+
+    Each ``step(action)`` repeats the action for ``frame_skip`` emulator frames, sums their
+    rewards (the raw sum is ``env_info.game_score``; the reward is its sign when
+    ``clip_reward``), takes the pixel-wise max of the last two frames (Atari sprites flicker),
+    and shrinks it to 104 x 80 (rows 1..208, every other pixel; ``obs_type="rlpyt"``) or
+    84 x 84 (``obs_type="84x84"``). The observation stacks the last ``num_img_obs`` processed
+    frames as uint8 ``(num_img_obs, H, W)``, oldest first. With ``episodic_lives`` a lost life
+    gives ``done=True`` but ``env_info.traj_done=False``: the sampler keeps stepping the same
+    game without a reset. Game over or reaching ``horizon`` steps gives ``done`` and
+    ``traj_done``; ``env_info.timeout`` is True only for the horizon cut (not at a real game
+    over), so algorithms may bootstrap there. ``reset`` hard-resets the game, plays a random
+    number (0..``max_start_noops``) of raw NOOP frames, presses FIRE if ``fire_on_reset``
+    (which is also pressed after every lost life), and fills the stack with zeros except the
+    newest slot, which holds the first frame. ``start_noops`` is the NOOP count of the last
+    reset. ``seed`` seeds both the no-op draws and ALE's own RNG (used by sticky actions)."""
+
+    def __init__(
+        self,
+        game: str = "pong",
+        frame_skip: int = 4,
+        num_img_obs: int = 4,
+        clip_reward: bool = True,
+        episodic_lives: bool = True,
+        fire_on_reset: bool = False,
+        max_start_noops: int = 30,
+        repeat_action_probability: float = 0.0,
+        horizon: Optional[int] = 27000,
+        seed: Optional[int] = None,
+        obs_type: str = "rlpyt",
+    ) -> None:
+        self.game = resolve_game(game)
+        self._frame_skip = _check_int("frame_skip", frame_skip, 1)
+        self._num_img_obs = _check_int("num_img_obs", num_img_obs, 1)
+        self._max_start_noops = _check_int("max_start_noops", max_start_noops, 0)
+        if horizon is not None:
+            horizon = _check_int("horizon", horizon, 1)
+        self._horizon = horizon
+        self._step_limit = sys.maxsize if horizon is None else horizon
+        if obs_type not in OBS_TYPES:
+            raise ValueError(f"obs_type must be one of {list(OBS_TYPES)}, got {obs_type!r}")
+        self.obs_type = obs_type
+        rap = float(repeat_action_probability)
+        if not 0.0 <= rap <= 1.0:
+            raise ValueError(f"repeat_action_probability must be in [0, 1], got "
+                             f"{repeat_action_probability!r}")
+        self._clip_reward = bool(clip_reward)
+        self._episodic_lives = bool(episodic_lives)
+        self._fire_on_reset = bool(fire_on_reset)
+
+        ALEInterface.setLoggerMode(LoggerMode.Error)  # loadROM banners would flood worker logs
+        self.ale: Optional[ALEInterface] = ALEInterface()
+        self.ale.setFloat("repeat_action_probability", rap)
+        self.ale.setInt("frame_skip", 1)  # this class repeats actions itself (and max-pools)
+        self._rom_path = str(roms.get_rom_path(self.game))
+        self.seed(seed)  # loads the ROM
+
+        self._actions = tuple(self.ale.getMinimalActionSet())
+        self._action_of = dict(enumerate(self._actions))
+        if self._fire_on_reset and Action.FIRE not in self._actions:
+            raise ValueError(f"fire_on_reset=True but game {self.game!r} has no FIRE action; "
+                             f"its actions are {[a.name for a in self._actions]}")
+        height, width = self.ale.getScreenDims()
+        obs_h, obs_w = OBS_TYPES[obs_type]
+        self._action_space = IntBox(0, len(self._actions))
+        self._observation_space = IntBox(0, 256, shape=(self._num_img_obs, obs_h, obs_w),
+                                         dtype="uint8")
+
+        # Pre-allocated buffers: two raw screens, their max, and a ring of processed frames.
+        self._raw_prev = np.zeros((height, width), dtype=np.uint8)
+        self._raw_last = np.zeros((height, width), dtype=np.uint8)
+        self._raw_max = np.zeros((height, width), dtype=np.uint8)
+        self._max_src = self._raw_max[1:-1] if obs_type == "rlpyt" else self._raw_max
+        self._dsize = (obs_w, obs_h)  # cv2 sizes are (width, height)
+        self._interpolation = cv2.INTER_NEAREST if obs_type == "rlpyt" else cv2.INTER_AREA
+        self._ring = np.zeros((self._num_img_obs, obs_h, obs_w), dtype=np.uint8)
+        self._slots = [self._ring[i] for i in range(self._num_img_obs)]
+        n = self._num_img_obs
+        # _orders[h]: ring indices from oldest to newest when slot h holds the newest frame.
+        self._orders = [np.array([(h + 1 + i) % n for i in range(n)]) for h in range(n)]
+        self._newest = n - 1
+        self._repeats = range(self._frame_skip - 1)
+        self._lives = 0
+        self._step_count = 0
+        self.start_noops = 0
+        self.reset()
+
+    # ---------------------------------------------------------------- hot path
+    def step(self, action: Any) -> EnvStep:
+        """Play ``action`` (an index into the minimal action set) for ``frame_skip`` frames and
+        return ``EnvStep(observation, reward, done, EnvInfo(game_score, traj_done, timeout))``;
+        see the class docstring for the done / traj_done / timeout rules."""
+        try:
+            ale_action = self._action_of[action]
+        except (KeyError, TypeError):
+            ale_action = self._action_of[self._check_action(action)]
+        ale = self.ale
+        act = ale.act
+        raw = 0
+        for _ in self._repeats:
+            raw += act(ale_action)
+        ale.getScreenGrayscale(self._raw_prev)
+        raw += act(ale_action)
+        ale.getScreenGrayscale(self._raw_last)
+        np.maximum(self._raw_prev, self._raw_last, out=self._raw_max)
+        newest = self._newest + 1
+        if newest == self._num_img_obs:
+            newest = 0
+        self._newest = newest
+        cv2.resize(self._max_src, self._dsize, dst=self._slots[newest],
+                   interpolation=self._interpolation)
+
+        game_over = ale.game_over()
+        lives = ale.lives()
+        lost_life = lives < self._lives
+        self._lives = lives
+        if lost_life and self._fire_on_reset and not game_over:
+            raw += act(Action.FIRE)  # relaunch (e.g. Breakout's ball); seen from the next step
+        self._step_count += 1
+        timeout = self._step_count >= self._step_limit and not game_over
+        traj_done = game_over or timeout
+        if self._clip_reward:
+            reward = float((raw > 0) - (raw < 0))
+        else:
+            reward = float(raw)
+        return EnvStep(self._ring.take(self._orders[newest], axis=0), reward,
+                       traj_done or (lost_life and self._episodic_lives),
+                       EnvInfo(float(raw), traj_done, timeout))
+
+    def _check_action(self, action: Any) -> int:
+        """``action`` as a valid action index, or ValueError naming the valid range."""
+        arr = np.asarray(action)
+        if arr.size == 1 and arr.dtype.kind in "iu":
+            index = int(arr.reshape(()))
+            if 0 <= index < len(self._actions):
+                return index
+        raise ValueError(f"AtariEnv({self.game!r}) action must be an int in "
+                         f"[0, {len(self._actions)}), got {action!r}")
+
+    # ---------------------------------------------------------------- episode control
+    def reset(self) -> np.ndarray:
+        """Hard-reset the game, play 0..``max_start_noops`` NOOP frames (count drawn from the
+        env's RNG, stored in ``start_noops``), press FIRE if ``fire_on_reset``, and return the
+        first observation: zeros in every stack slot but the newest, which holds the current
+        screen processed like a step's frame (without a max, as there is no earlier frame)."""
+        ale = self.ale
+        if ale is None:
+            raise RuntimeError(f"AtariEnv({self.game!r}) was closed; make a new one")
+        ale.reset_game()
+        self.start_noops = int(self._rng.integers(0, self._max_start_noops + 1))
+        for _ in range(self.start_noops):
+            ale.act(Action.NOOP)
+        if self._fire_on_reset:
+            ale.act(Action.FIRE)
+        ale.getScreenGrayscale(self._raw_max)
+        self._ring.fill(0)
+        self._newest = self._num_img_obs - 1
+        cv2.resize(self._max_src, self._dsize, dst=self._slots[self._newest],
+                   interpolation=self._interpolation)
+        self._lives = ale.lives()
+        self._step_count = 0
+        return self._ring.take(self._orders[self._newest], axis=0)
+
+    def seed(self, seed: Optional[int]) -> None:
+        """Seed the no-op draws and ALE's ``random_seed`` (which drives sticky actions), both
+        from ``seed``; ``None`` draws fresh entropy. ALE reads its seed when a ROM loads, so
+        this reloads the ROM: call ``reset()`` before stepping again."""
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        if self.ale is None:
+            raise RuntimeError(f"AtariEnv({self.game!r}) was closed; make a new one")
+        self._rng = np.random.default_rng(seed)
+        self.ale.setInt("random_seed", int(self._rng.integers(0, 2**31 - 1)))
+        self.ale.loadROM(self._rom_path)
+
+    @property
+    def horizon(self) -> Optional[int]:
+        """Steps per trajectory before a timeout (``traj_done`` and ``timeout``), or None."""
+        return self._horizon
+
+    @property
+    def lives(self) -> int:
+        """Lives left in the current game (0 for games without lives)."""
+        return self._lives
+
+    @property
+    def num_actions(self) -> int:
+        """Size of the game's minimal action set."""
+        return len(self._actions)
+
+    @property
+    def action_names(self) -> list:
+        """Names of the minimal action set, by action index (e.g. ``["NOOP", "FIRE", ...]``)."""
+        return [a.name for a in self._actions]
+
+    def close(self) -> None:
+        """Release the emulator; the env cannot be used afterwards. Safe to call twice."""
+        self.ale = None
+
+    def __repr__(self) -> str:
+        return (f"AtariEnv(game={self.game!r}, frame_skip={self._frame_skip}, "
+                f"num_img_obs={self._num_img_obs}, obs_type={self.obs_type!r})")
+
+
+class AtariTrajInfo(AttrDict):
+    """Per-trajectory statistics for ``AtariEnv``: ``TrajInfo``'s fields (Length, Return,
+    NonzeroRewards, DiscountedReturn with the class attribute ``_discount``) plus
+    ``GameScore``, the sum of ``env_info.game_score``, i.e. the unclipped score that Atari
+    results are reported in. It repeats TrajInfo's step/terminate protocol rather than
+    subclassing it, because envs sit below samplers in the layer order."""
+
+    _discount = 1.0
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.Length = 0
+        self.Return = 0.0
+        self.NonzeroRewards = 0
+        self.DiscountedReturn = 0.0
+        self._cur_discount = 1.0
+        self.GameScore = 0.0
+
+    def step(self, observation: Any, action: Any, reward: Any, done: Any, agent_info: Any,
+             env_info: Any) -> None:
+        """Accumulate one env step."""
+        reward = float(reward)
+        self.Length += 1
+        self.Return += reward
+        self.NonzeroRewards += reward != 0
+        self.DiscountedReturn += self._cur_discount * reward
+        self._cur_discount *= self._discount
+        self.GameScore += float(env_info.game_score)
+
+    def terminate(self, observation: Any) -> "AtariTrajInfo":
+        """Finish the trajectory; returns itself for the sampler to log."""
+        return self
