@@ -195,7 +195,7 @@ def test_shared_memory_and_async_cpu_rebuild_the_model(name):
 def test_model_kwargs_survive_pickling():
     agent = build("ff")
     kwargs = pickle.loads(pickle.dumps(agent.env_model_kwargs))
-    assert kwargs["action_size"] == N_ACTIONS
+    assert agent.distribution.dim == N_ACTIONS
     assert dict(kwargs) == dict(image_shape=IMAGE_SHAPE, output_size=N_ACTIONS)
 
 

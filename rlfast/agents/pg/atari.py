@@ -8,20 +8,6 @@ from rlfast.models.pg import AtariFfModel, AtariLstmModel
 __all__ = ["AtariMixin", "AtariFfAgent", "AtariLstmAgent", "AlternatingAtariLstmAgent"]
 
 
-class AtariModelKwargs(dict):
-    """The Atari models' environment kwargs, ``image_shape`` and ``output_size``.
-
-    The categorical agents size their distribution from ``env_model_kwargs["action_size"]``;
-    reading that key here answers ``output_size``, while the model itself is still built from
-    exactly the two keys the dict holds.
-    """
-
-    def __missing__(self, key):
-        if key == "action_size":
-            return self["output_size"]
-        raise KeyError(key)
-
-
 class AtariMixin:
     """Gives the model the image shape and the number of actions, under the Atari models' names.
 
@@ -32,8 +18,8 @@ class AtariMixin:
     def make_env_to_model_kwargs(self, env_spaces) -> dict:
         """``dict(image_shape=observation shape, output_size=number of actions)``."""
         categorical_kwargs = super().make_env_to_model_kwargs(env_spaces)
-        return AtariModelKwargs(image_shape=categorical_kwargs["observation_shape"],
-                                output_size=categorical_kwargs["action_size"])
+        return dict(image_shape=categorical_kwargs["observation_shape"],
+                    output_size=categorical_kwargs["action_size"])
 
 
 class AtariFfAgent(AtariMixin, CategoricalPgAgent):

@@ -13,7 +13,7 @@ class _CategoricalMixin:
     def initialize(self, env_spaces, share_memory=False, global_B=1, env_ranks=None):
         super().initialize(env_spaces, share_memory=share_memory, global_B=global_B,
                            env_ranks=env_ranks)
-        self.distribution = Categorical(dim=self.env_model_kwargs["action_size"])
+        self.distribution = Categorical(dim=int(env_spaces.action.n))
 
     def make_env_to_model_kwargs(self, env_spaces) -> dict:
         action_space = env_spaces.action
