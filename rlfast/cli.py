@@ -15,12 +15,15 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train an agent from a preset",
                            description="Train ALGO on the gymnasium environment ENV.")
     train.add_argument("algo", help=f"preset name: {', '.join(sorted(PRESETS))}")
-    train.add_argument("env", help="gymnasium id, e.g. CartPole-v1 or Pendulum-v1")
+    train.add_argument("env", help="gymnasium id (CartPole-v1, Pendulum-v1, ...) or atari:<game> "
+                                   "(atari:pong) for rlfast's AtariEnv")
     train.add_argument("--steps", type=int, default=None, help="environment steps to train for")
     train.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     train.add_argument("--n-envs", type=int, default=None, help="parallel environments (batch_B)")
     train.add_argument("--sampler", choices=SAMPLERS, default="cpu",
-                       help="serial: one process; cpu: worker processes (default)")
+                       help="serial: one process; cpu: workers run the agent (default); "
+                            "gpu / alternating: workers step envs, the master batches the agent "
+                            "(on GPU 0 when CUDA is available)")
     train.add_argument("--log-dir", default=None,
                        help="write progress.csv, debug.log, params.json here "
                             "(default: data/local/<date>/<time>/<algo>_<env>/run_0)")

@@ -2,21 +2,25 @@
 
 A preset is a nested dict with sections ``agent``, ``algo``, ``sampler`` and ``runner``;
 every leaf can be overridden from the command line by its dotted key. The agent and model are
-chosen from the environment: categorical on discrete actions, Gaussian on continuous ones.
+chosen from the environment: categorical on discrete actions, Gaussian on continuous ones,
+and the convolutional Atari agent for ``atari:<game>`` (rlfast's own AtariEnv).
 """
 from __future__ import annotations
 
 import copy
 import os
 
-from rlfast.agents import (CategoricalPgAgent, MujocoFfAgent, MujocoLstmAgent,
-                           RecurrentCategoricalPgAgent)
+import torch
+
+from rlfast.agents import (AlternatingRecurrentCategoricalPgAgent, CategoricalPgAgent,
+                           MujocoFfAgent, MujocoLstmAgent, RecurrentCategoricalPgAgent)
 from rlfast.algos import A2C, PPO
 from rlfast.envs import make as make_gym_env
 from rlfast.runners import MinibatchRlEval
-from rlfast.samplers import (CpuSampler, CpuWaitResetCollector, SerialSampler)
-from rlfast.samplers.parallel.cpu.collectors import CpuEvalCollector, CpuResetCollector
-from rlfast.samplers.serial.collectors import SerialEvalCollector
+from rlfast.samplers import (AlternatingSampler, CpuEvalCollector, CpuResetCollector, CpuSampler,
+                             CpuWaitResetCollector, GpuEvalCollector, GpuResetCollector,
+                             GpuSampler, GpuWaitResetCollector, SerialEvalCollector,
+                             SerialSampler, TrajInfo)
 
 _COMMON_SAMPLER = dict(max_decorrelation_steps=100, eval_n_envs=4, eval_max_steps=4 * 500,
                        eval_max_trajectories=8)
@@ -66,12 +70,38 @@ PRESETS: dict[str, dict] = {
     ),
 }
 
+_ATARI_SAMPLER = dict(max_decorrelation_steps=1000, eval_n_envs=4, eval_max_steps=40_000,
+                      eval_max_trajectories=4)
+PRESETS["ppo"]["atari"] = dict(
+    agent=dict(model_kwargs=dict(fc_sizes=512), greedy_eval=False, recurrent=False),
+    env=dict(frame_skip=4, num_img_obs=4, clip_reward=True, episodic_lives=True,
+             repeat_action_probability=0.0, horizon=27_000),
+    algo=dict(discount=0.99, learning_rate=2.5e-4, value_loss_coeff=0.5,
+              entropy_loss_coeff=0.01, clip_grad_norm=0.5, gae_lambda=0.95, minibatches=4,
+              epochs=4, ratio_clip=0.1, linear_lr_schedule=True, normalize_advantage=True),
+    sampler=dict(batch_T=128, batch_B=8, **_ATARI_SAMPLER),
+    runner=dict(n_steps=10_000_000, log_interval_steps=100_000),
+)
+PRESETS["a2c"]["atari"] = dict(
+    agent=dict(model_kwargs=dict(fc_sizes=512), greedy_eval=False, recurrent=False),
+    env=dict(PRESETS["ppo"]["atari"]["env"]),
+    algo=dict(discount=0.99, learning_rate=7e-4, value_loss_coeff=0.5,
+              entropy_loss_coeff=0.01, clip_grad_norm=0.5, gae_lambda=1.0,
+              normalize_advantage=False,
+              OptimCls="RMSprop", optim_kwargs=dict(alpha=0.99, eps=1e-5)),
+    sampler=dict(batch_T=5, batch_B=16, **_ATARI_SAMPLER),
+    runner=dict(n_steps=10_000_000, log_interval_steps=100_000),
+)
+
 ALGOS = {"ppo": PPO, "a2c": A2C}
-SAMPLERS = ("serial", "cpu")
+SAMPLERS = ("serial", "cpu", "gpu", "alternating")
+ATARI_PREFIX = "atari:"
 
 
-def action_kind(env_id: str) -> str:
-    """'discrete' or 'continuous', read from the environment's action space."""
+def env_kind(env_id: str) -> str:
+    """'atari' for ``atari:<game>``; else 'discrete' or 'continuous' from the action space."""
+    if env_id.startswith(ATARI_PREFIX):
+        return "atari"
     env = make_gym_env(env_id)
     try:
         return "discrete" if getattr(env.action_space, "n", None) is not None and \
@@ -81,23 +111,59 @@ def action_kind(env_id: str) -> str:
 
 
 def get_preset(algo: str, env_id: str) -> dict:
-    """The preset for ``algo`` matched to ``env_id``'s action space (a deep copy)."""
+    """The preset for ``algo`` matched to ``env_id`` (a deep copy)."""
     if algo not in PRESETS:
         raise ValueError(f"unknown algorithm {algo!r}; choose from {sorted(PRESETS)}")
-    return copy.deepcopy(PRESETS[algo][action_kind(env_id)])
+    return copy.deepcopy(PRESETS[algo][env_kind(env_id)])
 
 
 def default_affinity(n_envs: int, sampler: str) -> dict:
-    """Use every available core: one worker per core (at most one per env)."""
+    """Use every available core: one worker per core (at most one per env); the agent goes on
+    GPU 0 for the GPU-agent samplers when CUDA is available."""
     try:
         cpus = sorted(os.sched_getaffinity(0))
     except AttributeError:
         cpus = list(range(os.cpu_count() or 1))
+    cuda_idx = 0 if sampler in ("gpu", "alternating") and torch.cuda.is_available() else None
     if sampler == "serial":
-        return dict(master_cpus=cpus, master_torch_threads=1)
-    n_workers = max(1, min(len(cpus), n_envs))
-    return dict(master_cpus=cpus, master_torch_threads=1,
-                workers_cpus=[[c] for c in cpus[:n_workers]], worker_torch_threads=1)
+        return dict(master_cpus=cpus, master_torch_threads=1, cuda_idx=None)
+    n_workers = max(2 if sampler == "alternating" else 1, min(len(cpus), n_envs))
+    workers = [[cpus[i % len(cpus)]] for i in range(n_workers)]
+    return dict(master_cpus=cpus, master_torch_threads=1, workers_cpus=workers,
+                worker_torch_threads=1, cuda_idx=cuda_idx)
+
+
+def _env_factory(env_id: str, env_cfg: dict):
+    if env_id.startswith(ATARI_PREFIX):
+        from rlfast.envs import AtariEnv, AtariTrajInfo
+        return AtariEnv, dict(game=env_id[len(ATARI_PREFIX):], **env_cfg), AtariTrajInfo
+    return make_gym_env, dict(id=env_id, **env_cfg), TrajInfo
+
+
+def _agent_class(kind: str, recurrent: bool, sampler: str):
+    alternating = sampler == "alternating"
+    if kind == "atari":
+        from rlfast.agents import AlternatingAtariLstmAgent, AtariFfAgent, AtariLstmAgent
+        if recurrent:
+            return AlternatingAtariLstmAgent if alternating else AtariLstmAgent
+        return AtariFfAgent
+    if kind == "discrete":
+        if recurrent:
+            return AlternatingRecurrentCategoricalPgAgent if alternating else RecurrentCategoricalPgAgent
+        return CategoricalPgAgent
+    if recurrent:
+        if alternating:
+            raise ValueError("no alternating recurrent Gaussian preset agent; use --sampler gpu")
+        return MujocoLstmAgent
+    return MujocoFfAgent
+
+
+def _algo(algo_name: str, algo_cfg: dict):
+    algo_cfg = dict(algo_cfg)
+    optim = algo_cfg.pop("OptimCls", None)
+    if optim is not None:
+        algo_cfg["OptimCls"] = getattr(torch.optim, optim)
+    return ALGOS[algo_name](**algo_cfg)
 
 
 def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "cpu",
@@ -105,23 +171,25 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     """Assemble sampler, agent, algorithm and runner from a (possibly overridden) preset."""
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose from {list(SAMPLERS)}")
-    kind = action_kind(env_id)
+    kind = env_kind(env_id)
     agent_cfg = dict(config["agent"])
     recurrent = agent_cfg.pop("recurrent", False)
-    if kind == "discrete":
-        AgentCls = RecurrentCategoricalPgAgent if recurrent else CategoricalPgAgent
-    else:
-        AgentCls = MujocoLstmAgent if recurrent else MujocoFfAgent
-    agent = AgentCls(**agent_cfg)
+    agent = _agent_class(kind, recurrent, sampler)(**agent_cfg)
+    EnvCls, env_kwargs, TrajInfoCls = _env_factory(env_id, config.get("env", {}))
     sampler_cfg = dict(config["sampler"])
     # Recurrent agents replay whole sequences, so environments wait for the batch end to reset.
-    collector = CpuWaitResetCollector if recurrent else CpuResetCollector
-    SamplerCls, EvalCollectorCls = ((SerialSampler, SerialEvalCollector) if sampler == "serial"
-                                    else (CpuSampler, CpuEvalCollector))
-    sampler_obj = SamplerCls(EnvCls=make_gym_env, env_kwargs=dict(id=env_id),
-                             CollectorCls=collector, eval_CollectorCls=EvalCollectorCls,
+    cpu_side = sampler in ("serial", "cpu")
+    if recurrent:
+        collector = CpuWaitResetCollector if cpu_side else GpuWaitResetCollector
+    else:
+        collector = CpuResetCollector if cpu_side else GpuResetCollector
+    SamplerCls, EvalCollectorCls = {
+        "serial": (SerialSampler, SerialEvalCollector), "cpu": (CpuSampler, CpuEvalCollector),
+        "gpu": (GpuSampler, GpuEvalCollector), "alternating": (AlternatingSampler, GpuEvalCollector),
+    }[sampler]
+    sampler_obj = SamplerCls(EnvCls=EnvCls, env_kwargs=env_kwargs, CollectorCls=collector,
+                             eval_CollectorCls=EvalCollectorCls, TrajInfoCls=TrajInfoCls,
                              **sampler_cfg)
-    algo = ALGOS[algo_name](**config["algo"])
     affinity = affinity or default_affinity(sampler_cfg["batch_B"], sampler)
-    return MinibatchRlEval(algo=algo, agent=agent, sampler=sampler_obj, seed=seed,
-                           affinity=affinity, **config["runner"])
+    return MinibatchRlEval(algo=_algo(algo_name, config["algo"]), agent=agent,
+                           sampler=sampler_obj, seed=seed, affinity=affinity, **config["runner"])
