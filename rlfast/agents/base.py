@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from rlfast.models.utils import strip_ddp_state_dict
@@ -160,12 +161,18 @@ class RandomAgent(BaseAgent):
             self.device = torch.device("cuda", index=cuda_idx)
 
     def step(self, observation, prev_action, prev_reward) -> AgentStep:
-        B = int(prev_action.shape[0]) if prev_action.dim() > len(self.env_spaces.action.shape) else None
+        """One uniform action per environment; the leading dims are those of ``prev_reward``."""
+        lead = tuple(prev_reward.shape)
         space = self.env_spaces.action
-        if B is None:
-            action = torch.as_tensor(space.sample())
+        n = getattr(space, "n", None)
+        if isinstance(n, (int, np.integer)) and tuple(space.shape) == ():
+            # Discrete: one vectorized draw from numpy's global RNG (seeded by set_seed).
+            low = int(np.asarray(space.low)) if getattr(space, "low", None) is not None else 0
+            action = torch.from_numpy(np.random.randint(low, low + int(n), size=lead).astype(space.dtype))
         else:
-            action = torch.as_tensor(_stack_samples(space, B))
+            samples = [np.asarray(space.sample()) for _ in range(int(np.prod(lead, dtype=int)))]
+            action = torch.as_tensor(np.stack(samples).reshape(lead + samples[0].shape)
+                                     if lead else samples[0])
         return AgentStep(action=action, agent_info=None)
 
     def value(self, observation, prev_action, prev_reward):
@@ -177,11 +184,6 @@ class RandomAgent(BaseAgent):
 
     def load_state_dict(self, state_dict: dict) -> None:
         pass
-
-
-def _stack_samples(space, B: int):
-    import numpy as np
-    return np.stack([np.asarray(space.sample()) for _ in range(B)])
 
 
 class RecurrentAgentMixin:
