@@ -22,7 +22,8 @@ from rlfast.samplers import (AlternatingSampler, CpuEvalCollector, CpuResetColle
                              GpuSampler, GpuWaitResetCollector, SerialEvalCollector,
                              SerialSampler, TrajInfo)
 
-_COMMON_SAMPLER = dict(max_decorrelation_steps=100, eval_n_envs=4, eval_max_steps=4 * 500,
+# Evaluation: 8 greedy episodes, one per eval env, each allowed its full 500 steps.
+_COMMON_SAMPLER = dict(max_decorrelation_steps=100, eval_n_envs=8, eval_max_steps=8 * 500,
                        eval_max_trajectories=8)
 
 PRESETS: dict[str, dict] = {
@@ -34,7 +35,7 @@ PRESETS: dict[str, dict] = {
                       entropy_loss_coeff=0.0, clip_grad_norm=1.0, gae_lambda=0.95,
                       minibatches=4, epochs=4, ratio_clip=0.2, linear_lr_schedule=True,
                       normalize_advantage=True),
-            sampler=dict(batch_T=128, batch_B=8, **_COMMON_SAMPLER),
+            sampler=dict(batch_T=64, batch_B=16, **_COMMON_SAMPLER),
             runner=dict(n_steps=100_000, log_interval_steps=10_240),
         ),
         continuous=dict(

@@ -1,6 +1,7 @@
 """Sampler base class: configuration shared by the serial and parallel samplers."""
 from __future__ import annotations
 
+import functools
 import math
 
 from rlfast.samplers.collections import BatchSpec, TrajInfo
@@ -50,9 +51,11 @@ class BaseSampler:
         return max(1, math.ceil(self.eval_max_steps / max(n_envs, 1)))
 
     def apply_traj_info_kwargs(self, traj_info_kwargs: dict | None) -> None:
-        """Set class-level TrajInfo settings (e.g. ``discount``) as ``_<name>`` attributes."""
-        for name, value in (traj_info_kwargs or {}).items():
-            setattr(self.TrajInfoCls, "_" + name, value)
+        """Bind trajectory settings (e.g. ``discount``) as ``_<name>`` constructor arguments of
+        this sampler's TrajInfo class; the class itself is left untouched."""
+        if traj_info_kwargs:
+            self.TrajInfoCls = functools.partial(
+                self.TrajInfoCls, **{"_" + k: v for k, v in traj_info_kwargs.items()})
 
     def initialize(self, *args, **kwargs):
         raise TypeError(f"{type(self).__name__} must define initialize()")

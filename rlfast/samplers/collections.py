@@ -5,7 +5,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from rlfast.utils.collections import AttrDict, namedarraytuple
+from rlfast.envs.traj_info import TrajInfo  # noqa: F401  (re-exported)
+from rlfast.utils.collections import namedarraytuple
 
 Samples = namedarraytuple("Samples", ["agent", "env"])
 AgentSamples = namedarraytuple("AgentSamples", ["action", "prev_action", "agent_info"])
@@ -23,35 +24,6 @@ class BatchSpec(namedtuple("BatchSpec", ["T", "B"])):
     @property
     def size(self) -> int:
         return self.T * self.B
-
-
-class TrajInfo(AttrDict):
-    """Running statistics of one trajectory; the sampler calls ``step`` every env step.
-
-    Fields starting with an underscore are bookkeeping and are not logged. Subclass to track
-    more (see AtariTrajInfo); the class attribute ``discount`` can be set by the runner.
-    """
-
-    _discount = 1.0
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.Length = 0
-        self.Return = 0.0
-        self.NonzeroRewards = 0
-        self.DiscountedReturn = 0.0
-        self._cur_discount = 1.0
-
-    def step(self, observation, action, reward, done, agent_info, env_info) -> None:
-        reward = float(reward)
-        self.Length += 1
-        self.Return += reward
-        self.NonzeroRewards += reward != 0
-        self.DiscountedReturn += self._cur_discount * reward
-        self._cur_discount *= self._discount
-
-    def terminate(self, observation) -> "TrajInfo":
-        return self
 
 
 def traj_info_public(info: TrajInfo) -> dict:

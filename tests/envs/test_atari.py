@@ -282,15 +282,8 @@ def test_env_info_pickles():
 def test_atari_traj_info_matches_traj_info_and_sums_game_score():
     rewards = [0.0, 1.0, 0.0, -1.0, 1.0]
     scores = [0.0, 30.0, 0.0, -1.0, 5.0]
-
-    class Discounted(AtariTrajInfo):
-        _discount = 0.9
-
-    class ReferenceDiscounted(TrajInfo):
-        _discount = 0.9
-
-    for cls, ref_cls in ((AtariTrajInfo, TrajInfo), (Discounted, ReferenceDiscounted)):
-        info, ref = cls(), ref_cls()
+    for discount in (1.0, 0.9):
+        info, ref = AtariTrajInfo(_discount=discount), TrajInfo(_discount=discount)
         for r, s in zip(rewards, scores):
             env_info = EnvInfo(game_score=s, traj_done=False, timeout=False)
             info.step(None, 0, r, False, None, env_info)
@@ -299,7 +292,7 @@ def test_atari_traj_info_matches_traj_info_and_sums_game_score():
         assert info.GameScore == pytest.approx(34.0)
         for key in ref:
             assert info[key] == pytest.approx(ref[key]), key
-        expected_disc = sum(cls._discount ** t * r for t, r in enumerate(rewards))
+        expected_disc = sum(discount ** t * r for t, r in enumerate(rewards))
         assert info.DiscountedReturn == pytest.approx(expected_disc)
         assert info.Length == 5 and info.NonzeroRewards == 3 and info.Return == 1.0
     assert AtariTrajInfo(extra=3).extra == 3

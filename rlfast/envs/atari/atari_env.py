@@ -18,9 +18,9 @@ import cv2
 import numpy as np
 from ale_py import Action, ALEInterface, LoggerMode, roms
 
+from rlfast.envs.traj_info import TrajInfo
 from rlfast.envs.base import Env, EnvStep
 from rlfast.spaces.int_box import IntBox
-from rlfast.utils.collections import AttrDict
 
 __all__ = ["AtariEnv", "AtariTrajInfo", "EnvInfo", "OBS_TYPES", "resolve_game"]
 
@@ -267,35 +267,15 @@ class AtariEnv(Env):
                 f"num_img_obs={self._num_img_obs}, obs_type={self.obs_type!r})")
 
 
-class AtariTrajInfo(AttrDict):
-    """Per-trajectory statistics for ``AtariEnv``: ``TrajInfo``'s fields (Length, Return,
-    NonzeroRewards, DiscountedReturn with the class attribute ``_discount``) plus
-    ``GameScore``, the sum of ``env_info.game_score``, i.e. the unclipped score that Atari
-    results are reported in. It repeats TrajInfo's step/terminate protocol rather than
-    subclassing it, because envs sit below samplers in the layer order."""
-
-    _discount = 1.0
+class AtariTrajInfo(TrajInfo):
+    """``TrajInfo`` plus ``GameScore``: the sum of ``env_info.game_score``, i.e. the unclipped
+    score that Atari results are reported in."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.Length = 0
-        self.Return = 0.0
-        self.NonzeroRewards = 0
-        self.DiscountedReturn = 0.0
-        self._cur_discount = 1.0
         self.GameScore = 0.0
 
     def step(self, observation: Any, action: Any, reward: Any, done: Any, agent_info: Any,
              env_info: Any) -> None:
-        """Accumulate one env step."""
-        reward = float(reward)
-        self.Length += 1
-        self.Return += reward
-        self.NonzeroRewards += reward != 0
-        self.DiscountedReturn += self._cur_discount * reward
-        self._cur_discount *= self._discount
+        super().step(observation, action, reward, done, agent_info, env_info)
         self.GameScore += float(env_info.game_score)
-
-    def terminate(self, observation: Any) -> "AtariTrajInfo":
-        """Finish the trajectory; returns itself for the sampler to log."""
-        return self

@@ -37,7 +37,7 @@ class ActionServer:
         if flags.any():
             for b in np.flatnonzero(flags):
                 self.agent.reset_one(idx=int(b))
-            flags[:] = False
+                flags[b] = False  # clear only what was applied
 
     def _serve_one(self, step_np, step_pyt, rows: slice) -> None:
         self._select_group(rows)

@@ -74,11 +74,23 @@ class GpuResetCollector(ActionServerClient, ResetLoop, DecorrelatingStartCollect
 
 
 class GpuWaitResetCollector(ActionServerClient, CpuWaitResetCollector):
-    """Wait for the batch end to reset (as CpuWaitResetCollector), actions from the server."""
+    """Wait for the batch end to reset (as CpuWaitResetCollector), actions from the server.
+
+    The resets run at the start of the next batch, not right after the last step: until the
+    master asks for new samples it may still read this worker's step-buffer rows (for the
+    bootstrap value and the pending agent-reset flags).
+    """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._init_client()
+
+    def reset_if_needed(self, agent_inputs) -> None:
+        pass  # deferred to collect_batch, see the class docstring
+
+    def collect_batch(self, agent_inputs, traj_infos, itr):
+        CpuWaitResetCollector.reset_if_needed(self, agent_inputs)
+        return super().collect_batch(agent_inputs, traj_infos, itr)
 
 
 class GpuEvalCollector(ActionServerClient, BaseEvalCollector):
