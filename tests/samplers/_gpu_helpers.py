@@ -20,7 +20,6 @@ from rlfast.agents import (AlternatingRecurrentCategoricalPgAgent, CategoricalPg
                            RecurrentCategoricalPgAgent)
 from rlfast.envs import Env, EnvStep
 from rlfast.models.pg import CategoricalPgFfModel, CategoricalPgLstmModel
-from rlfast.samplers import GpuWaitResetCollector
 from rlfast.spaces import FloatBox, IntBox
 
 StaggeredInfo = namedtuple("StaggeredInfo", ["traj_done", "position"])
@@ -33,9 +32,9 @@ LSTM_MODEL_KWARGS = dict(hidden_sizes=[16], lstm_size=8)
 class StaggeredEnv(Env):
     """Deterministic env with per-instance, per-episode lengths in ``[min_len, max_len]``.
 
-    Observation ``[t / 4, position / 4, sin(0.37 seed + 1.3 resets), life]``, where ``position`` moves
-    +1 / -1 with action 1 / 0. Reward ``1 + action + t / 4``. An episode has ``lives`` lives;
-    each ends with ``done``, only the last also with ``env_info.traj_done``.
+    Observation ``[t / 4, position / 4, sin(0.37 seed + 1.3 resets), life]``, where
+    ``position`` moves +1 / -1 with action 1 / 0. Reward ``1 + action + t / 4``. An episode
+    has ``lives`` lives; each ends with ``done``, only the last also with ``env_info.traj_done``.
     """
 
     def __init__(self, min_len: int = 3, max_len: int = 9, lives: int = 1):
@@ -58,8 +57,8 @@ class StaggeredEnv(Env):
         return self.min_len + (3 * self.tag + 5 * self.n_resets + 2 * self.life) % span
 
     def _obs(self):
-        return np.array([self.t / 4, self.position / 4, np.sin(0.37 * self.tag + 1.3 * self.n_resets),
-                         self.life], dtype=np.float32)
+        episode_tag = np.sin(0.37 * self.tag + 1.3 * self.n_resets)
+        return np.array([self.t / 4, self.position / 4, episode_tag, self.life], dtype=np.float32)
 
     def reset(self):
         self.n_resets += 1
@@ -84,25 +83,6 @@ class StaggeredEnv(Env):
             traj_done = self.life >= self.lives
             self.life_len = self._next_life_len()
         return EnvStep(self._obs(), reward, done, StaggeredInfo(traj_done, self.position))
-
-
-class BatchStartResetGpuWaitResetCollector(GpuWaitResetCollector):
-    """GpuWaitResetCollector that does its between-batch resets when the next batch starts.
-
-    The stock collector resets finished envs (writing the shared step buffer and setting agent
-    reset flags there) right after sending its batch, while the master may still be reading
-    that buffer to bootstrap and clearing the flags (see the xfail tests in
-    test_gpu_samplers.py). Deferring the resets until the next ``sample`` command -- which the
-    master sends only after it finished the previous batch -- removes that race and leaves
-    everything else as it is, so equivalence tests can check the rest of the wait-reset path.
-    """
-
-    def reset_if_needed(self, agent_inputs) -> None:
-        pass  # called by the worker loop right after a batch: too early
-
-    def collect_batch(self, agent_inputs, traj_infos, itr):
-        GpuWaitResetCollector.reset_if_needed(self, agent_inputs)
-        return super().collect_batch(agent_inputs, traj_infos, itr)
 
 
 # ---- deterministic agents ---------------------------------------------------------------------
@@ -164,7 +144,7 @@ def make_agent(kind: str, state_dict: dict):
     return AgentCls(model_kwargs=dict(model_kwargs), initial_model_state_dict=state_dict)
 
 
-# ---- comparing sampled batches -------------------------------------------------------------------
+# ---- comparing sampled batches ------------------------------------------------------------
 def leaves(tree, prefix: str = "") -> dict:
     """``{"agent.agent_info.value": tensor, ...}`` for every leaf of a (nested) namedarraytuple."""
     if tree is None:

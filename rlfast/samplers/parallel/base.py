@@ -41,8 +41,13 @@ def default_workers_cpus(n_envs: int) -> list:
     return [[cpu] for cpu in cpus[: max(1, min(len(cpus), n_envs))]]
 
 
-def _stop_workers(workers: list, conns: list) -> None:
-    """Ask workers to quit, then join; terminate / kill stragglers. Safe to call twice."""
+def _stop_workers(workers: list, conns: list, stop_flags: list) -> None:
+    """Ask workers to quit, then join; terminate / kill stragglers. Safe to call twice.
+
+    ``stop_flags`` (shared values) also stop workers blocked waiting for an action server.
+    """
+    for flag in stop_flags:
+        flag.value = True
     for conn in conns:
         try:
             conn.send(("quit",))
@@ -97,8 +102,12 @@ class ParallelSamplerBase(BaseSampler):
         eval_split = split_envs(self.eval_n_envs, n_workers) if self.eval_n_envs else [0] * n_workers
         self.eval_n_envs_list = eval_split
         self._build_step_buffers(examples)
-        eval_traj_split = (split_envs(self.eval_max_trajectories, n_workers)
-                           if self.eval_max_trajectories else [None] * n_workers)
+        # Only workers that have eval envs share the trajectory budget.
+        evaluating = [i for i in range(n_workers) if eval_split[i] > 0]
+        eval_traj_split = [None] * n_workers
+        if self.eval_max_trajectories and evaluating:
+            for i, n in zip(evaluating, split_envs(self.eval_max_trajectories, len(evaluating))):
+                eval_traj_split[i] = n
         workers_kwargs = []
         start = 0
         for i, n in enumerate(self.n_envs_list):
@@ -127,6 +136,9 @@ class ParallelSamplerBase(BaseSampler):
     def _worker_extra_kwargs(self, i: int, start: int, n: int) -> dict:
         return {}
 
+    def _stop_flags(self) -> list:
+        return []  # GPU samplers: flags that release workers waiting on the action server
+
     def _common_kwargs(self, global_B: int, eval_split: list) -> dict:
         return dict(
             EnvCls=self.EnvCls, env_kwargs=self.env_kwargs, eval_env_kwargs=self.eval_env_kwargs,
@@ -144,7 +156,8 @@ class ParallelSamplerBase(BaseSampler):
         self.workers = []
         # Nothing the Process objects hold refers back to this sampler, so the finalizer below
         # runs when the sampler is dropped without shutdown().
-        self._finalizer = weakref.finalize(self, _stop_workers, self.workers, self._conns)
+        self._finalizer = weakref.finalize(self, _stop_workers, self.workers, self._conns,
+                                           self._stop_flags())
         common = dict(common, parent_conns=self._conns)
         try:
             for w, (_, child) in zip(workers_kwargs, pipes):

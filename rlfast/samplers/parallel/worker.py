@@ -16,6 +16,10 @@ from rlfast.samplers.base import make_envs
 from rlfast.utils.seed import set_seed
 
 
+class StopWorker(Exception):
+    """Raised inside a worker to leave quietly because the sampler is shutting down."""
+
+
 def set_worker_affinity(cpus, torch_threads: int | None) -> None:
     """Pin this process to ``cpus`` (where the OS allows) and set torch's thread count."""
     if cpus:
@@ -71,6 +75,8 @@ def sampling_process(common_kwargs: dict, worker_kwargs: dict) -> None:
                 agent_inputs, traj_infos, completed = collector.collect_batch(
                     agent_inputs, traj_infos, args[0])
             conn.send(("done", completed))
+    except StopWorker:
+        pass
     except BaseException:  # noqa: BLE001 - every failure must reach the master
         try:
             conn.send(("error", traceback.format_exc()))

@@ -10,15 +10,18 @@ from __future__ import annotations
 import os
 
 from rlfast.samplers.collectors import BaseEvalCollector, DecorrelatingStartCollector
+from rlfast.samplers.parallel.worker import StopWorker
 from rlfast.samplers.parallel.cpu.collectors import (CpuResetCollector, CpuWaitResetCollector,
                                                      ResetLoop)
 
 _WAIT_S = 1.0
 
 
-def acquire_while_parent_alive(semaphore, parent_pid: int) -> None:
-    """Block on ``semaphore``; give up (raise) if the master process has gone away."""
+def acquire_while_parent_alive(semaphore, parent_pid: int, stop_flag=None) -> None:
+    """Block on ``semaphore``; stop if the master is shutting down or has gone away."""
     while not semaphore.acquire(timeout=_WAIT_S):
+        if stop_flag is not None and stop_flag.value:
+            raise StopWorker("the sampler is shutting down")
         if os.getppid() != parent_pid:
             raise RuntimeError("the sampler master process exited; worker stopping")
 
@@ -40,7 +43,7 @@ class ActionServerClient:
 
     def get_actions(self, agent_inputs_pyt, t: int):
         self.sync.obs_ready.release()
-        acquire_while_parent_alive(self.sync.act_ready, self._parent_pid)
+        acquire_while_parent_alive(self.sync.act_ready, self._parent_pid, self.sync.get("stop"))
         return self.step_buffer_np.action, self.step_buffer_np.agent_info
 
     def reset_agent_one(self, b: int) -> None:

@@ -43,10 +43,14 @@ class GpuSamplerBase(ParallelSamplerBase):
         eval_example = example._replace(agent_info=None)
         self.eval_step_buffer_np = buffer_from_example(eval_example, n_eval, share_memory=True)
         self.eval_step_buffer_pyt = torchify_buffer(self.eval_step_buffer_np)
+        stop = ctx.RawValue("b", False)
         self.sync = [AttrDict(obs_ready=ctx.Semaphore(0), act_ready=ctx.Semaphore(0),
-                              eval_done=ctx.RawValue("b", False))
+                              eval_done=ctx.RawValue("b", False), stop=stop)
                      for _ in range(self.n_workers)]
         self._eval_starts = np.concatenate([[0], np.cumsum(self.eval_n_envs_list)]).astype(int)
+
+    def _stop_flags(self) -> list:
+        return [self.sync[0].stop]
 
     def _worker_extra_kwargs(self, i: int, start: int, n: int) -> dict:
         e0, e1 = self._eval_starts[i], self._eval_starts[i + 1]
