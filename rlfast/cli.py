@@ -63,10 +63,15 @@ def train(args) -> dict:
     with context as exp_dir:
         logger.log(f"rlfast train {args.algo} {args.env}: logging to {exp_dir}")
         result = runner.train()
-    best_steps, best = max(result["eval_returns"], key=lambda sr: (sr[1], -sr[0]))
+    scored = [(steps, ret) for steps, ret in result["eval_returns"] if ret == ret]  # not NaN
     print(f"Logs: {exp_dir}")
+    if scored:
+        best_steps, best = max(scored, key=lambda sr: (sr[1], -sr[0]))
+        best_text = f"best {best:.2f} at {best_steps} steps"
+    else:
+        best_text = "no evaluation episode completed; raise sampler.eval_max_steps"
     print(f"Final evaluation return: {result['final_return']:.2f} after {result['cum_steps']} "
-          f"steps (best {best:.2f} at {best_steps} steps)")
+          f"steps ({best_text})")
     return result
 
 

@@ -68,3 +68,26 @@ def test_python_dash_m_and_console_script_help():
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0
         assert "--sampler" in out.stdout and "--set" in out.stdout
+
+
+def test_atari_with_gpu_sampler(tmp_path, capsys):
+    log_dir = tmp_path / "pong"
+    code = main(["train", "ppo", "atari:pong", "--sampler", "gpu", "--steps", "256",
+                 "--n-envs", "2", "--log-dir", str(log_dir), "--no-progress",
+                 "--set", "sampler.batch_T=64", "--set", "sampler.max_decorrelation_steps=10",
+                 "--set", "sampler.eval_n_envs=2", "--set", "sampler.eval_max_steps=64",
+                 "--set", "runner.log_interval_steps=128",
+                 "--set", "agent.model_kwargs.fc_sizes=32"])
+    assert code == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("Final evaluation return")
+    rows = _rows(log_dir / "progress.csv")
+    assert [int(r["Diagnostics/CumSteps"]) for r in rows] == [0, 128, 256]
+    params = json.loads((log_dir / "params.json").read_text())
+    assert params["config"]["env"]["frame_skip"] == 4
+
+
+def test_unknown_atari_game_lists_close_matches(tmp_path, capsys):
+    code = main(["train", "ppo", "atari:pongg", "--sampler", "serial", "--steps", "64",
+                 "--log-dir", str(tmp_path / "x"), "--no-progress"])
+    assert code == 2
+    assert "pong" in capsys.readouterr().err
