@@ -18,7 +18,7 @@ setup(
         "pyprind>=2.11",
     ],
     extras_require={
-        "test": ["pytest>=7"],
+        "test": ["pytest>=7", "tensorboard>=2.10"],  # tensorboard: exercise the optional writer
         "tensorboard": ["tensorboard>=2.10"],
     },
     entry_points={"console_scripts": ["rlfast=rlfast.cli:main"]},

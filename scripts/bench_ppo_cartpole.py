@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from _bench_common import machine
 
 SB3_SCRIPT = r"""
 import json, sys, time
@@ -45,21 +46,6 @@ mean, std = evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=10,
 t_eval = time.time()
 print(json.dumps(dict(final_return=float(mean), learn_s=t_learn - t0, eval_s=t_eval - t_learn)))
 """
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    import torch
-    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"torch {torch.__version__}, {platform.system()} {platform.release()}")
 
 
 def run_rlfast(steps: int, seed: int, sampler: str) -> dict:

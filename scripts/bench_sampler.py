@@ -12,27 +12,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 
 import numpy as np
+from _bench_common import machine
 
 FRAME_SKIP = 4
-
-
-def machine() -> str:
-    cpu = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    import torch
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{cpu}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}"
 
 
 def n_cores() -> int:
@@ -87,11 +72,8 @@ def bench_rlfast(sampler_name: str, agent_name: str, n_envs: int, batch_T: int,
         sampler.shutdown()
 
 
-def bench_ale_vector(n_envs: int, seconds: float, batch_T: int) -> float:
-    from ale_py.vector_env import AtariVectorEnv
-
-    env = AtariVectorEnv(game="pong", num_envs=n_envs, num_threads=n_cores(),
-                         frameskip=FRAME_SKIP)
+def bench_vector_env(env, n_envs: int, seconds: float, batch_T: int) -> float:
+    """Frames/s of a gymnasium-style vector env stepped with uniformly random actions."""
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     n_actions = env.single_action_space.n
@@ -104,6 +86,14 @@ def bench_ale_vector(n_envs: int, seconds: float, batch_T: int) -> float:
         return timed(step, batch_T * n_envs * FRAME_SKIP, seconds)
     finally:
         env.close()
+
+
+def bench_ale_vector(n_envs: int, seconds: float, batch_T: int) -> float:
+    from ale_py.vector_env import AtariVectorEnv
+
+    env = AtariVectorEnv(game="pong", num_envs=n_envs, num_threads=n_cores(),
+                         frameskip=FRAME_SKIP)
+    return bench_vector_env(env, n_envs, seconds, batch_T)
 
 
 def _make_gym_pong():
@@ -122,18 +112,7 @@ def bench_gym_async(n_envs: int, seconds: float, batch_T: int) -> float:
     from gymnasium.vector import AsyncVectorEnv
 
     env = AsyncVectorEnv([_make_gym_pong for _ in range(n_envs)])
-    env.reset(seed=0)
-    rng = np.random.default_rng(0)
-    n_actions = env.single_action_space.n
-
-    def step():
-        for _ in range(batch_T):
-            env.step(rng.integers(0, n_actions, size=n_envs))
-
-    try:
-        return timed(step, batch_T * n_envs * FRAME_SKIP, seconds)
-    finally:
-        env.close()
+    return bench_vector_env(env, n_envs, seconds, batch_T)
 
 
 def main() -> None:
