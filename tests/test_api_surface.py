@@ -37,7 +37,29 @@ CORE = {
 }
 
 
-@pytest.mark.parametrize("module,name", [(m, n) for m, names in CORE.items() for n in names.split()])
+ATARI = {
+    "rlfast.envs": "AtariEnv AtariTrajInfo",
+    "rlfast.models.pg": "AtariFfModel AtariLstmModel",
+    "rlfast.agents": "AtariFfAgent AtariLstmAgent",
+    "rlfast.samplers": "GpuSampler AlternatingSampler NoOverlapAlternatingSampler GpuResetCollector "
+                       "GpuWaitResetCollector GpuEvalCollector",
+}
+DQN = {
+    "rlfast.distributions": "EpsilonGreedy CategoricalEpsilonGreedy",
+    "rlfast.models.dqn": "AtariDqnModel AtariCatDqnModel AtariR2d1Model DuelingHeadModel "
+                         "DistributionalHeadModel DqnMlpModel CatDqnMlpModel R2d1MlpModel",
+    "rlfast.agents": "EpsilonGreedyAgentMixin DqnAgent CatDqnAgent R2d1Agent AtariDqnAgent "
+                     "AtariCatDqnAgent AtariR2d1Agent",
+    "rlfast.algos": "DQN CategoricalDQN",
+    "rlfast.replays": "SumTree UniformReplayBuffer PrioritizedReplayBuffer UniformReplayFrameBuffer "
+                      "PrioritizedReplayFrameBuffer UniformSequenceReplayBuffer "
+                      "PrioritizedSequenceReplayBuffer UniformSequenceReplayFrameBuffer "
+                      "PrioritizedSequenceReplayFrameBuffer",
+}
+
+
+@pytest.mark.parametrize("module,name", [(m, n) for group in (CORE, ATARI, DQN)
+                                         for m, names in group.items() for n in names.split()])
 def test_core_name_imports(module, name):
     assert getattr(importlib.import_module(module), name) is not None
 

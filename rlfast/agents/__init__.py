@@ -1,6 +1,8 @@
 """Agents: the sampler <-> model <-> algorithm interface."""
 from rlfast.agents.base import (AgentInputs, AgentStep, AlternatingRecurrentAgentMixin, BaseAgent,
                                 RandomAgent, RecurrentAgentMixin)
+from rlfast.agents.dqn import (AtariCatDqnAgent, AtariDqnAgent, AtariR2d1Agent, CatDqnAgent,
+                               DqnAgent, EpsilonGreedyAgentMixin, R2d1Agent)
 from rlfast.agents.pg.atari import AlternatingAtariLstmAgent, AtariFfAgent, AtariLstmAgent
 from rlfast.agents.pg.base import AgentInfo, AgentInfoRnn
 from rlfast.agents.pg.categorical import (AlternatingRecurrentCategoricalPgAgent,
@@ -14,4 +16,6 @@ __all__ = [
     "RecurrentCategoricalPgAgent", "AlternatingRecurrentCategoricalPgAgent", "GaussianPgAgent",
     "RecurrentGaussianPgAgent", "AlternatingRecurrentGaussianPgAgent", "MujocoFfAgent",
     "MujocoLstmAgent", "AtariFfAgent", "AtariLstmAgent", "AlternatingAtariLstmAgent",
+    "EpsilonGreedyAgentMixin", "DqnAgent", "CatDqnAgent", "R2d1Agent", "AtariDqnAgent",
+    "AtariCatDqnAgent", "AtariR2d1Agent",
 ]

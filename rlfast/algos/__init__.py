@@ -3,5 +3,6 @@ from rlfast.algos.base import RLAlgorithm
 from rlfast.algos.pg.a2c import A2C
 from rlfast.algos.pg.base import PolicyGradientAlgo
 from rlfast.algos.pg.ppo import PPO
+from rlfast.algos.dqn import DQN, CategoricalDQN
 
-__all__ = ["RLAlgorithm", "PolicyGradientAlgo", "A2C", "PPO"]
+__all__ = ["RLAlgorithm", "PolicyGradientAlgo", "A2C", "PPO", "DQN", "CategoricalDQN"]

@@ -31,7 +31,3 @@ class RLAlgorithm:
 
     def load_optim_state_dict(self, state_dict: dict) -> None:
         self.optimizer.load_state_dict(state_dict)
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size

@@ -15,6 +15,7 @@ import torch
 from rlfast.agents import (AlternatingRecurrentCategoricalPgAgent, CategoricalPgAgent,
                            MujocoFfAgent, MujocoLstmAgent, RecurrentCategoricalPgAgent)
 from rlfast.algos import A2C, PPO
+from rlfast.algos.dqn import DQN, CategoricalDQN
 from rlfast.envs import make as make_gym_env
 from rlfast.runners import MinibatchRlEval
 from rlfast.samplers import (AlternatingSampler, CpuEvalCollector, CpuResetCollector, CpuSampler,
@@ -94,7 +95,67 @@ PRESETS["a2c"]["atari"] = dict(
     runner=dict(n_steps=10_000_000, log_interval_steps=100_000),
 )
 
-ALGOS = {"ppo": PPO, "a2c": A2C}
+# ---- value-based presets (discrete actions only) -----------------------------------------
+_DQN_SAMPLER = dict(batch_T=4, batch_B=8, max_decorrelation_steps=0, eval_n_envs=8,
+                    eval_max_steps=8 * 500, eval_max_trajectories=8)
+_DQN_ALGO = dict(discount=0.99, batch_size=64, min_steps_learn=1000, delta_clip=1.0,
+                 replay_size=50_000, replay_ratio=8, target_update_tau=1.0,
+                 target_update_interval=250, n_step_return=3, learning_rate=1e-3,
+                 clip_grad_norm=10.0, eps_steps=20_000, double_dqn=True,
+                 prioritized_replay=False)
+_DQN_AGENT = dict(model_kwargs=dict(hidden_sizes=[64, 64], dueling=False), eps_init=1.0,
+                  eps_final=0.02, eps_eval=0.0, recurrent=False)
+_ATARI_DQN_SAMPLER = dict(batch_T=2, batch_B=16, max_decorrelation_steps=1000, eval_n_envs=4,
+                          eval_max_steps=40_000, eval_max_trajectories=4)
+_ATARI_DQN_ALGO = dict(discount=0.99, batch_size=32, min_steps_learn=50_000, delta_clip=1.0,
+                       replay_size=1_000_000, replay_ratio=8, target_update_tau=1.0,
+                       target_update_interval=312, n_step_return=1, learning_rate=2.5e-4,
+                       clip_grad_norm=10.0, eps_steps=1_000_000, double_dqn=False,
+                       prioritized_replay=False, frame_buffer=True)
+_ATARI_DQN_AGENT = dict(model_kwargs=dict(dueling=False), eps_init=1.0, eps_final=0.01,
+                        eps_eval=0.001, recurrent=False)
+_RUN_CLASSIC = dict(n_steps=100_000, log_interval_steps=10_000)
+_RUN_ATARI = dict(n_steps=10_000_000, log_interval_steps=100_000)
+
+
+def _with(base: dict, **changes) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _with(out[key], **value)
+        else:
+            out[key] = value
+    return out
+
+
+_RAINBOW = dict(n_step_return=3, double_dqn=True, prioritized_replay=True)
+PRESETS["dqn"] = dict(
+    discrete=dict(agent=_DQN_AGENT, algo=_DQN_ALGO, sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
+    atari=dict(agent=_ATARI_DQN_AGENT, env=dict(PRESETS["ppo"]["atari"]["env"]),
+               algo=_ATARI_DQN_ALGO, sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
+)
+PRESETS["cat_dqn"] = dict(
+    discrete=dict(agent=_with(_DQN_AGENT, n_atoms=51), algo=_with(_DQN_ALGO, V_min=0.0, V_max=100.0),
+                  sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
+    atari=dict(agent=_with(_ATARI_DQN_AGENT, n_atoms=51), env=dict(PRESETS["ppo"]["atari"]["env"]),
+               algo=_with(_ATARI_DQN_ALGO, V_min=-10.0, V_max=10.0), sampler=_ATARI_DQN_SAMPLER,
+               runner=_RUN_ATARI),
+)
+PRESETS["rainbow"] = dict(
+    discrete=dict(agent=_with(_DQN_AGENT, n_atoms=51, eps_init=0.0, eps_final=0.0,
+                              model_kwargs=dict(dueling=True, noisy=True)),
+                  algo=_with(_DQN_ALGO, V_min=0.0, V_max=100.0, **_RAINBOW),
+                  sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
+    atari=dict(agent=_with(_ATARI_DQN_AGENT, n_atoms=51, eps_init=0.0, eps_final=0.0,
+                           model_kwargs=dict(dueling=True, noisy=True)),
+               env=dict(PRESETS["ppo"]["atari"]["env"]),
+               algo=_with(_ATARI_DQN_ALGO, V_min=-10.0, V_max=10.0, learning_rate=6.25e-5,
+                          replay_ratio=4, target_update_interval=2000, **_RAINBOW),
+               sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
+)
+
+ALGOS = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "cat_dqn": CategoricalDQN, "rainbow": CategoricalDQN}
+VALUE_BASED = ("dqn", "cat_dqn", "rainbow")
 SAMPLERS = ("serial", "cpu", "gpu", "alternating")
 ATARI_PREFIX = "atari:"
 
@@ -115,7 +176,11 @@ def get_preset(algo: str, env_id: str) -> dict:
     """The preset for ``algo`` matched to ``env_id`` (a deep copy)."""
     if algo not in PRESETS:
         raise ValueError(f"unknown algorithm {algo!r}; choose from {sorted(PRESETS)}")
-    return copy.deepcopy(PRESETS[algo][env_kind(env_id)])
+    kind = env_kind(env_id)
+    if kind not in PRESETS[algo]:
+        raise ValueError(f"{algo!r} has no preset for {kind} action spaces ({env_id}); "
+                         f"it supports: {sorted(PRESETS[algo])}")
+    return copy.deepcopy(PRESETS[algo][kind])
 
 
 def default_affinity(n_envs: int, sampler: str) -> dict:
@@ -139,6 +204,14 @@ def _env_factory(env_id: str, env_cfg: dict):
         from rlfast.envs import AtariEnv, AtariTrajInfo
         return AtariEnv, dict(game=env_id[len(ATARI_PREFIX):], **env_cfg), AtariTrajInfo
     return make_gym_env, dict(id=env_id, **env_cfg), TrajInfo
+
+
+def _value_agent_class(algo_name: str, kind: str):
+    from rlfast.agents import AtariCatDqnAgent, AtariDqnAgent, CatDqnAgent, DqnAgent
+    categorical = algo_name in ("cat_dqn", "rainbow")
+    if kind == "atari":
+        return AtariCatDqnAgent if categorical else AtariDqnAgent
+    return CatDqnAgent if categorical else DqnAgent
 
 
 def _agent_class(kind: str, recurrent: bool, sampler: str):
@@ -175,7 +248,10 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     kind = env_kind(env_id)
     agent_cfg = dict(config["agent"])
     recurrent = agent_cfg.pop("recurrent", False)
-    agent = _agent_class(kind, recurrent, sampler)(**agent_cfg)
+    if algo_name in VALUE_BASED:
+        agent = _value_agent_class(algo_name, kind)(**agent_cfg)
+    else:
+        agent = _agent_class(kind, recurrent, sampler)(**agent_cfg)
     EnvCls, env_kwargs, TrajInfoCls = _env_factory(env_id, config.get("env", {}))
     sampler_cfg = dict(config["sampler"])
     # Recurrent agents replay whole sequences, so environments wait for the batch end to reset.

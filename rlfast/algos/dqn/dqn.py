@@ -1,0 +1,197 @@
+"""Deep Q-learning: replay, target network, Huber / MSE TD loss, double-Q, n-step returns and
+prioritized replay, in one algorithm whose options select the variant."""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import torch
+
+from rlfast.algos.base import RLAlgorithm
+from rlfast.utils.collections import namedarraytuple
+from rlfast.utils.tensor import select_at_indexes
+
+OptInfo = namedtuple("OptInfo", ["loss", "gradNorm", "tdAbsErr"])
+SamplesToBuffer = namedarraytuple("SamplesToBuffer", ["observation", "action", "reward", "done"])
+
+
+def huber(delta: torch.Tensor, delta_clip: float | None) -> torch.Tensor:
+    """0.5 d^2 for |d| <= c, else c (|d| - c/2); plain 0.5 d^2 when ``delta_clip`` is None."""
+    squared = 0.5 * delta ** 2
+    if delta_clip is None:
+        return squared
+    abs_delta = delta.abs()
+    return torch.where(abs_delta <= delta_clip, squared, delta_clip * (abs_delta - 0.5 * delta_clip))
+
+
+def linear_schedule(itr: int, itr_start: int, itr_end: int, start: float, end: float) -> float:
+    """``start`` until ``itr_start``, then linear to ``end`` at ``itr_end`` and constant after."""
+    if itr <= itr_start or itr_end <= itr_start:
+        return start if itr <= itr_start else end
+    frac = min(1.0, (itr - itr_start) / (itr_end - itr_start))
+    return start + frac * (end - start)
+
+
+class DQN(RLAlgorithm):
+    """DQN with the common extensions as options.
+
+    Each iteration the sampler's batch is appended to the replay buffer; once
+    ``min_steps_learn`` steps are stored, ``replay_ratio * batch_size_sampled / batch_size``
+    gradient updates run on replayed minibatches (``replay_ratio`` = how many times each sampled
+    step is replayed on average). The target network is updated every ``target_update_interval``
+    updates, hard (``target_update_tau=1``) or soft (Polyak with ``tau``).
+    """
+
+    opt_info_fields = tuple(OptInfo._fields)
+
+    def __init__(self, discount: float = 0.99, batch_size: int = 32, min_steps_learn: int = 50_000,
+                 delta_clip: float | None = 1.0, replay_size: int = 1_000_000,
+                 replay_ratio: float = 8, target_update_tau: float = 1.0,
+                 target_update_interval: int = 312, n_step_return: int = 1,
+                 learning_rate: float = 2.5e-4, OptimCls=torch.optim.Adam,
+                 optim_kwargs: dict | None = None, initial_optim_state_dict: dict | None = None,
+                 clip_grad_norm: float = 10.0, eps_steps: int = 1_000_000,
+                 double_dqn: bool = False, prioritized_replay: bool = False,
+                 pri_alpha: float = 0.6, pri_beta_init: float = 0.4, pri_beta_final: float = 1.0,
+                 pri_beta_steps: int = 50_000_000, default_priority: float | None = None,
+                 ReplayBufferCls=None, frame_buffer: bool = False):
+        if not 0 < target_update_tau <= 1:
+            raise ValueError(f"target_update_tau must be in (0, 1]; got {target_update_tau}")
+        if int(n_step_return) < 1 or int(batch_size) < 1:
+            raise ValueError(f"n_step_return and batch_size must be >= 1; got {n_step_return}, "
+                             f"{batch_size}")
+        self.discount = discount
+        self.batch_size = int(batch_size)
+        self.min_steps_learn = int(min_steps_learn)
+        self.delta_clip = delta_clip
+        self.replay_size = int(replay_size)
+        self.replay_ratio = replay_ratio
+        self.target_update_tau = target_update_tau
+        self.target_update_interval = int(target_update_interval)
+        self.n_step_return = int(n_step_return)
+        self.learning_rate = learning_rate
+        self.OptimCls = OptimCls
+        self.optim_kwargs = dict(optim_kwargs or {})
+        self.initial_optim_state_dict = initial_optim_state_dict
+        self.clip_grad_norm = clip_grad_norm
+        self.eps_steps = int(eps_steps)
+        self.double_dqn = double_dqn
+        self.prioritized_replay = prioritized_replay
+        self.pri_alpha, self.pri_beta_init = pri_alpha, pri_beta_init
+        self.pri_beta_final, self.pri_beta_steps = pri_beta_final, int(pri_beta_steps)
+        self.default_priority = default_priority
+        self.ReplayBufferCls = ReplayBufferCls
+        self.frame_buffer = frame_buffer
+        self.update_counter = 0
+
+    # ---- setup ---------------------------------------------------------------------------
+    def initialize(self, agent, n_itr, batch_spec, mid_batch_reset, examples, world_size=1, rank=0):
+        if not mid_batch_reset:
+            raise ValueError(f"{type(self).__name__} replays single transitions: use a collector "
+                             "that resets mid-batch (CpuResetCollector / GpuResetCollector)")
+        self.agent = agent
+        self.n_itr = n_itr
+        self.mid_batch_reset = mid_batch_reset
+        self.sampler_bs = batch_spec.size
+        self.updates_per_optimize = max(1, round(self.replay_ratio * self.sampler_bs / self.batch_size))
+        self.min_itr_learn = int(self.min_steps_learn // self.sampler_bs)
+        eps_itr_max = max(1, self.eps_steps // self.sampler_bs)
+        if hasattr(agent, "set_epsilon_itr_min_max"):
+            agent.set_epsilon_itr_min_max(self.min_itr_learn, self.min_itr_learn + eps_itr_max)
+        self.pri_beta_itr = max(1, self.pri_beta_steps // self.sampler_bs)
+        self.initialize_replay_buffer(examples, batch_spec)
+        self.optim_initialize(rank)
+
+    def optim_initialize(self, rank: int = 0) -> None:
+        self.rank = rank
+        self.optimizer = self.OptimCls(self.agent.parameters(), lr=self.learning_rate,
+                                       **self.optim_kwargs)
+        if self.initial_optim_state_dict is not None:
+            self.optimizer.load_state_dict(self.initial_optim_state_dict)
+
+    def replay_example(self, examples):
+        return SamplesToBuffer(observation=examples["observation"], action=examples["action"],
+                               reward=examples["reward"], done=examples["done"])
+
+    def replay_buffer_class(self):
+        from rlfast import replays
+        if self.ReplayBufferCls is not None:
+            return self.ReplayBufferCls
+        name = ("Prioritized" if self.prioritized_replay else "Uniform") + \
+            ("ReplayFrameBuffer" if self.frame_buffer else "ReplayBuffer")
+        return getattr(replays, name)
+
+    def replay_kwargs(self) -> dict:
+        kwargs = dict(discount=self.discount, n_step_return=self.n_step_return)
+        if self.prioritized_replay:
+            kwargs.update(alpha=self.pri_alpha, beta=self.pri_beta_init)
+            if self.default_priority is not None:
+                kwargs["default_priority"] = self.default_priority
+        return kwargs
+
+    def initialize_replay_buffer(self, examples, batch_spec) -> None:
+        self.replay_buffer = self.replay_buffer_class()(
+            example=self.replay_example(examples), size=self.replay_size, B=batch_spec.B,
+            **self.replay_kwargs())
+
+    def samples_to_buffer(self, samples):
+        return SamplesToBuffer(observation=samples.env.observation, action=samples.agent.action,
+                               reward=samples.env.reward, done=samples.env.done)
+
+    # ---- training ------------------------------------------------------------------------
+    def optimize_agent(self, itr: int, samples=None, sampler_itr=None) -> OptInfo:
+        opt_info = OptInfo(loss=[], gradNorm=[], tdAbsErr=[])
+        if samples is not None:
+            self.replay_buffer.append_samples(self.samples_to_buffer(samples))
+        if itr < self.min_itr_learn:
+            return opt_info
+        for _ in range(self.updates_per_optimize):
+            batch = self.replay_buffer.sample_batch(self.batch_size)
+            loss, td_abs_errors = self.loss(batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.agent.parameters(), self.clip_grad_norm)
+            self.optimizer.step()
+            if self.prioritized_replay:
+                self.replay_buffer.update_batch_priorities(td_abs_errors.cpu().numpy())
+            opt_info.loss.append(loss.item())
+            opt_info.gradNorm.append(float(grad_norm))
+            opt_info.tdAbsErr.extend(td_abs_errors[::8].cpu().numpy().tolist())
+            self.update_counter += 1
+            if self.update_counter % self.target_update_interval == 0:
+                self.agent.update_target(tau=self.target_update_tau)
+        self.update_itr_hyperparams(itr)
+        return opt_info
+
+    def update_itr_hyperparams(self, itr: int) -> None:
+        if self.prioritized_replay:
+            beta = linear_schedule(itr, self.min_itr_learn, self.min_itr_learn + self.pri_beta_itr,
+                                   self.pri_beta_init, self.pri_beta_final)
+            self.replay_buffer.set_beta(beta)
+
+    def _to_device(self, batch):
+        from rlfast.utils.buffer import buffer_to
+        return buffer_to(batch, self.agent.device)
+
+    def target_q(self, target_inputs) -> torch.Tensor:
+        """max_a' Q_target(s', a'), or Q_target(s', argmax_a' Q(s', a')) with double DQN."""
+        with torch.no_grad():
+            target_qs = self.agent.target(*target_inputs)
+            if self.double_dqn:
+                next_action = self.agent(*target_inputs).argmax(dim=-1)
+                return select_at_indexes(next_action, target_qs)
+            return target_qs.max(dim=-1).values
+
+    def loss(self, batch):
+        """TD loss. y = R^(n) + gamma^n (1 - done_n) Q_target(s_{t+n}); loss = Huber(y - Q(s, a))."""
+        batch = self._to_device(batch)
+        q = select_at_indexes(batch.action, self.agent(*batch.agent_inputs))
+        not_done = 1.0 - batch.done_n.float()
+        y = batch.return_ + (self.discount ** self.n_step_return) * not_done * self.target_q(batch.target_inputs)
+        delta = y - q
+        losses = huber(delta, self.delta_clip)
+        if self.prioritized_replay:
+            losses = losses * batch.is_weights
+        td_abs_errors = delta.detach().abs()
+        if self.delta_clip is not None:
+            td_abs_errors = td_abs_errors.clamp(max=self.delta_clip)
+        return losses.mean(), td_abs_errors

@@ -1,0 +1,27 @@
+"""Replay buffers for off-policy algorithms (DQN family): uniform or prioritized, single
+transitions or sequences, with plain or frame-wise observation storage.
+
+Every buffer pre-allocates ``[T, B]`` arrays (``T = ceil(size / B)``), appends ``[T_in, B]``
+samples at a wrapping cursor, computes n-step returns as data arrives, and never replays a step
+whose inputs or targets are not (or no longer) in the buffer. Layer: imports rlfast.utils only.
+"""
+from rlfast.replays.collections import (AgentInputs, PrioritiesSamplesToBuffer,
+                                        SamplesFromReplay, SamplesFromReplayPri,
+                                        SequenceSamplesFromReplay, SequenceSamplesFromReplayPri)
+from rlfast.replays.non_sequence import (PrioritizedReplayBuffer, PrioritizedReplayFrameBuffer,
+                                         UniformReplayBuffer, UniformReplayFrameBuffer)
+from rlfast.replays.sampling import beta_schedule
+from rlfast.replays.sequence import (PrioritizedSequenceReplayBuffer,
+                                     PrioritizedSequenceReplayFrameBuffer,
+                                     UniformSequenceReplayBuffer,
+                                     UniformSequenceReplayFrameBuffer)
+from rlfast.replays.sum_tree import SumTree
+
+__all__ = [
+    "SumTree", "UniformReplayBuffer", "PrioritizedReplayBuffer", "UniformReplayFrameBuffer",
+    "PrioritizedReplayFrameBuffer", "UniformSequenceReplayBuffer",
+    "PrioritizedSequenceReplayBuffer", "UniformSequenceReplayFrameBuffer",
+    "PrioritizedSequenceReplayFrameBuffer", "beta_schedule", "AgentInputs", "SamplesFromReplay",
+    "SamplesFromReplayPri", "SequenceSamplesFromReplay", "SequenceSamplesFromReplayPri",
+    "PrioritiesSamplesToBuffer",
+]

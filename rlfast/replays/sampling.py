@@ -1,0 +1,167 @@
+"""How replay buffers choose what to replay: uniformly, or in proportion to priority.
+
+A sampling scheme picks *start steps* in a :class:`~rlfast.replays.storage.ReplayStorage`.
+Starts are restricted to multiples of ``stride`` (1 for single transitions; the RNN-state
+interval for sequences, which may only start where a state was stored), and to steps whose
+``off_backward`` following steps are written and whose ``off_forward`` preceding steps are
+not overwritten (see :mod:`rlfast.replays.ring`). :class:`PrioritizedSampling` keeps one
+sum-tree leaf per allowed start (``[T // stride, B]``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from rlfast.replays.ring import rows_from_ages, valid_age_range, valid_rows
+from rlfast.replays.storage import ReplayStorage, check_int
+from rlfast.replays.sum_tree import SumTree, check_priorities
+
+__all__ = ["UniformSampling", "PrioritizedSampling", "beta_schedule"]
+
+
+def _check_fraction(value: Any, name: str) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number in [0, 1]; got {value!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1]; got {value}")
+    return value
+
+
+def beta_schedule(itr: int, beta_init: float, beta_final: float, anneal_itr: int) -> float:
+    """Importance-sampling exponent for iteration ``itr``: linear from ``beta_init`` at 0 to
+    ``beta_final`` at ``anneal_itr``, constant after (the algorithm calls ``set_beta``)."""
+    if anneal_itr <= 0 or itr >= anneal_itr:
+        return float(beta_final)
+    frac = max(0.0, itr / anneal_itr)
+    return float(beta_init + frac * (beta_final - beta_init))
+
+
+class UniformSampling:
+    """Start steps drawn uniformly among the allowed ones, environment index uniform."""
+
+    def __init__(self, storage: ReplayStorage, off_backward: int, stride: int = 1):
+        self.storage = storage
+        self.off_backward = check_int(off_backward, "off_backward", 0)
+        self.stride = check_int(stride, "stride", 1)
+        if storage.T % self.stride:
+            raise ValueError(f"stride {self.stride} must divide T={storage.T}")
+        if self.off_backward + storage.off_forward >= storage.T:
+            raise ValueError(_too_small(storage, self.off_backward))
+
+    def advance(self, T_in: int, priorities: Any = None) -> None:
+        """Called after each append (nothing to track for uniform sampling)."""
+        if priorities is not None:
+            raise ValueError("input priorities were given to a uniform replay buffer; use a "
+                             "Prioritized* buffer with input_priorities=True")
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, None]:
+        """``(T_idxs, B_idxs, None)`` of ``n`` starts (with replacement)."""
+        s = self.storage
+        lo, hi = valid_age_range(s.t, s.full, s.T, self.off_backward, s.off_forward)
+        if self.stride == 1:
+            if hi < lo:
+                raise RuntimeError(_not_enough(s, self.off_backward))
+            T_idxs = rows_from_ages(np.random.randint(lo, hi + 1, size=n), s.t, s.T)
+        else:
+            starts = np.arange(0, s.T, self.stride)
+            starts = starts[valid_rows(starts, s.t, s.full, s.T, self.off_backward,
+                                       s.off_forward)]
+            if starts.size == 0:
+                raise RuntimeError(_not_enough(s, self.off_backward))
+            T_idxs = starts[np.random.randint(0, starts.size, size=n)]
+        return T_idxs, np.random.randint(0, s.B, size=n), None
+
+
+class PrioritizedSampling:
+    """Proportional prioritized sampling over allowed starts, with importance weights.
+
+    Priorities given to the scheme (input priorities with new samples, or new priorities of
+    the last batch) are raw values ``p``; the tree stores ``p ** alpha``. Importance weights
+    are ``w = (N * P(i)) ** -beta`` with ``P(i)`` the sampling probability and ``N`` the
+    number of allowed starts, divided by the batch's largest weight.
+    """
+
+    def __init__(self, storage: ReplayStorage, off_backward: int, stride: int = 1,
+                 alpha: float = 0.6, beta: float = 0.4, default_priority: float = 1,
+                 unique: bool = False, input_priorities: bool = False,
+                 input_priority_shift: int = 0):
+        self.storage = storage
+        off_backward = check_int(off_backward, "off_backward", 0)
+        self.stride = check_int(stride, "stride", 1)
+        if storage.T % self.stride:
+            raise ValueError(f"stride {self.stride} must divide T={storage.T}")
+        if off_backward + storage.off_forward >= storage.T:
+            raise ValueError(_too_small(storage, off_backward))
+        try:
+            self.alpha = float(alpha)
+        except (TypeError, ValueError):
+            raise TypeError(f"alpha must be a number >= 0; got {alpha!r}") from None
+        if not self.alpha >= 0:
+            raise ValueError(f"alpha must be >= 0; got {alpha}")
+        self.beta = _check_fraction(beta, "beta")
+        default = float(check_priorities(default_priority, "default_priority"))
+        self.unique = bool(unique)
+        self.input_priorities = bool(input_priorities)
+        # Tree rows are allowed starts; windows in rows cover the step windows (conservative
+        # by less than one stride when appends are not aligned to it).
+        tree_T = storage.T // self.stride
+        tree_back = math.ceil(off_backward / self.stride)
+        tree_forward = math.ceil(storage.off_forward / self.stride)
+        if tree_back + tree_forward >= tree_T:
+            raise ValueError(
+                f"replay too short for a priority tree: T={storage.T} steps (size="
+                f"{storage.size}, B={storage.B}) give {tree_T} starts of stride {self.stride}, "
+                f"of which {tree_back} newest and {tree_forward} oldest are never valid; "
+                f"increase size")
+        self.tree = SumTree(
+            T=tree_T, B=storage.B, off_backward=tree_back, off_forward=tree_forward,
+            default_value=default ** self.alpha,
+            enable_input_priorities=self.input_priorities,
+            input_priority_shift=input_priority_shift)
+        self._rows_started = 0  # tree rows whose start step has been written (unwrapped)
+
+    def set_beta(self, beta: float) -> None:
+        """Set the importance-sampling exponent (annealed by the algorithm)."""
+        self.beta = _check_fraction(beta, "beta")
+
+    def advance(self, T_in: int, priorities: Any = None) -> None:
+        """Move the tree over the starts the last append wrote (``priorities`` raw)."""
+        started = -(-self.storage.n_appended // self.stride)  # ceil
+        n_rows = started - self._rows_started
+        self._rows_started = started
+        if priorities is not None:
+            if not self.input_priorities:
+                raise ValueError("samples carry priorities but the buffer was built with "
+                                 "input_priorities=False")
+            priorities = check_priorities(priorities) ** self.alpha
+        if n_rows > 0:  # samples without priorities get default_priority
+            self.tree.advance(n_rows, priorities=priorities)
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(T_idxs, B_idxs, is_weights)`` of ``n`` starts drawn by priority."""
+        rows, B_idxs, p = self.tree.sample(n, unique=self.unique)
+        prob = p / self.tree.total
+        n_valid = self.tree.n_valid_rows() * self.tree.B
+        weights = (n_valid * prob) ** -self.beta
+        weights /= weights.max()
+        return rows * self.stride, B_idxs, weights.astype(np.float32)
+
+    def update_batch_priorities(self, priorities: Any) -> None:
+        """New raw priorities for the last sampled batch (stored as ``p ** alpha``)."""
+        p = priorities.detach().cpu().numpy() if hasattr(priorities, "detach") else priorities
+        self.tree.update_batch_priorities(check_priorities(p) ** self.alpha)
+
+
+def _too_small(storage: ReplayStorage, off_backward: int) -> str:
+    return (f"replay of T={storage.T} rows (size={storage.size}, B={storage.B}) is too short: "
+            f"{off_backward} newest and {storage.off_forward} oldest rows are never valid; "
+            f"increase size")
+
+
+def _not_enough(storage: ReplayStorage, off_backward: int) -> str:
+    return (f"not enough data to sample: {storage.n_appended} steps appended, replay needs more "
+            f"than {off_backward} (n-step / sequence length); append more before sampling")

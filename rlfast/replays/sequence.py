@@ -1,0 +1,126 @@
+"""Replay of fixed-length sequences with stored recurrent state (R2D1).
+
+A batch is a ``SequenceSamplesFromReplay`` whose time fields have leading dims
+``[batch_T + n_step_return, batch_B]``: ``batch_T`` steps to train on (including any warmup
+the algorithm wants) plus ``n_step_return`` more, so the algorithm can slice the bootstrap
+targets ``agent_inputs[n:]`` from the same tensors. Every row, the last ones included, holds
+complete n-step returns. ``init_rnn_state`` (leading dim ``[batch_B]``, as stored) is the
+agent's recurrent state before the first step. With ``rnn_state_interval > 0`` the state is
+stored only every that many steps and sequences start only there; with 0 no state is stored,
+sequences start anywhere and ``init_rnn_state`` is None.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlfast.replays.base import ReplayBufferBase
+from rlfast.replays.collections import AgentInputs, SequenceSamplesFromReplay
+from rlfast.replays.sampling import PrioritizedSampling, UniformSampling
+from rlfast.replays.storage import ReplayStorage, check_int
+from rlfast.utils.buffer import buffer_func
+from rlfast.utils.misc import extract_sequences
+
+__all__ = ["UniformSequenceReplayBuffer", "UniformSequenceReplayFrameBuffer",
+           "PrioritizedSequenceReplayBuffer", "PrioritizedSequenceReplayFrameBuffer",
+           "extract_sequence_batch"]
+
+
+def extract_sequence_batch(storage: ReplayStorage, T_idxs: np.ndarray, B_idxs: np.ndarray,
+                           length: int) -> SequenceSamplesFromReplay:
+    """Numpy ``SequenceSamplesFromReplay`` of ``length`` steps from each start."""
+    T_idxs = np.asarray(T_idxs)
+    B_idxs = np.asarray(B_idxs)
+    n = len(T_idxs)
+    steps = ((T_idxs[None, :] + np.arange(length)[:, None]) % storage.T).ravel()
+    envs = np.broadcast_to(B_idxs[None, :], (length, n)).ravel()
+
+    def unflatten(x: np.ndarray) -> np.ndarray:
+        return x.reshape((length, n) + x.shape[1:])
+
+    observation = buffer_func(storage.observation(steps, envs), unflatten)
+    prev_action, prev_reward = buffer_func(storage.prev_inputs(steps, envs), unflatten)
+    s = storage.samples
+    return SequenceSamplesFromReplay(
+        agent_inputs=AgentInputs(observation, prev_action, prev_reward),
+        action=extract_sequences(s.action, T_idxs, B_idxs, length),
+        return_=extract_sequences(storage.samples_return_, T_idxs, B_idxs, length),
+        done=extract_sequences(s.done, T_idxs, B_idxs, length),
+        done_n=extract_sequences(storage.samples_done_n, T_idxs, B_idxs, length),
+        init_rnn_state=storage.rnn_state(T_idxs, B_idxs),
+    )
+
+
+def _sequence_setup(cls_name: str, example: Any, size: int, B: int, rnn_state_interval: int,
+                    batch_T: int, discount: float, n_step_return: int,
+                    frame_based: bool) -> tuple[ReplayStorage, int, int]:
+    """Storage, plus the backward window (steps) and stride shared by both schemes."""
+    batch_T = check_int(batch_T, f"{cls_name} batch_T", 1)
+    n_step_return = check_int(n_step_return, "n_step_return", 1)
+    storage = ReplayStorage(example, size, B, discount, n_step_return, frame_based=frame_based,
+                            rnn_state_interval=rnn_state_interval)
+    # The last of the batch_T + n rows must have its own n-step window written.
+    off_backward = batch_T + 2 * n_step_return - 2
+    return storage, off_backward, max(1, storage.rnn_state_interval)
+
+
+class UniformSequenceReplayBuffer(ReplayBufferBase):
+    """Sequences of ``batch_T + n_step_return`` steps, starts drawn uniformly among valid
+    stored-state steps. ``example`` needs ``observation, action, reward, done`` and, when
+    ``rnn_state_interval > 0``, ``prev_rnn_state`` (the agent's state before that step)."""
+
+    def __init__(self, example: Any, size: int, B: int, rnn_state_interval: int, batch_T: int,
+                 discount: float = 1, n_step_return: int = 1):
+        storage, off_backward, stride = _sequence_setup(
+            type(self).__name__, example, size, B, rnn_state_interval, batch_T, discount,
+            n_step_return, self.frame_based)
+        self.batch_T = int(batch_T)
+        self.rnn_state_interval = storage.rnn_state_interval
+        super().__init__(storage, UniformSampling(storage, off_backward, stride))
+
+    def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SequenceSamplesFromReplay:
+        return extract_sequence_batch(self.storage, T_idxs, B_idxs,
+                                      self.batch_T + self.n_step_return)
+
+
+class UniformSequenceReplayFrameBuffer(UniformSequenceReplayBuffer):
+    """:class:`UniformSequenceReplayBuffer` with frame-wise observation storage."""
+
+    frame_based = True
+
+
+class PrioritizedSequenceReplayBuffer(ReplayBufferBase):
+    """Sequences drawn in proportion to priority; one sum-tree leaf per possible start
+    (``[T // rnn_state_interval, B]``), so a longer interval makes a smaller, faster tree.
+
+    Input priorities (one per new start: scalar, ``[B]`` or ``[n_new_starts, B]``) are
+    assigned ``input_priority_shift`` starts back, e.g. R2D1 with 40-step sampler batches,
+    ``rnn_state_interval=40`` and 120-step sequences uses a shift of 2 so the priority
+    computed from the newest batch lands on the sequence starting two batches earlier.
+    """
+
+    def __init__(self, example: Any, size: int, B: int, rnn_state_interval: int, batch_T: int,
+                 discount: float = 1, n_step_return: int = 1, alpha: float = 0.6,
+                 beta: float = 0.4, default_priority: float = 1, unique: bool = False,
+                 input_priorities: bool = False, input_priority_shift: int = 0):
+        storage, off_backward, stride = _sequence_setup(
+            type(self).__name__, example, size, B, rnn_state_interval, batch_T, discount,
+            n_step_return, self.frame_based)
+        self.batch_T = int(batch_T)
+        self.rnn_state_interval = storage.rnn_state_interval
+        scheme = PrioritizedSampling(
+            storage, off_backward=off_backward, stride=stride, alpha=alpha, beta=beta,
+            default_priority=default_priority, unique=unique,
+            input_priorities=input_priorities, input_priority_shift=input_priority_shift)
+        super().__init__(storage, scheme)
+
+    def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SequenceSamplesFromReplay:
+        return extract_sequence_batch(self.storage, T_idxs, B_idxs,
+                                      self.batch_T + self.n_step_return)
+
+
+class PrioritizedSequenceReplayFrameBuffer(PrioritizedSequenceReplayBuffer):
+    """:class:`PrioritizedSequenceReplayBuffer` with frame-wise observation storage."""
+
+    frame_based = True

@@ -1,0 +1,220 @@
+"""Pre-allocated ``[T, B]`` ring of samples with n-step returns computed on arrival.
+
+:class:`ReplayStorage` is the part every replay buffer *has*: the sample arrays, the time
+cursor, the n-step returns ``samples_return_`` / ``samples_done_n``, optionally a
+:class:`~rlfast.replays.frames.FrameStore` for the observations and a periodic store of the
+agent's recurrent state. It knows nothing of how indexes are chosen (that is the sampling
+scheme) nor of what a batch looks like (that is the buffer class).
+"""
+from __future__ import annotations
+
+import math
+import operator
+from collections import namedtuple
+from typing import Any
+
+import numpy as np
+
+from rlfast.replays.frames import FrameStore
+from rlfast.replays.ring import ring_rows, ring_slices
+from rlfast.utils.buffer import buffer_from_example, numpify_buffer
+
+__all__ = ["ReplayStorage", "REQUIRED_FIELDS", "check_int"]
+
+REQUIRED_FIELDS = ("observation", "action", "reward", "done")
+_NOT_STORED = ("priorities", "prev_rnn_state")  # handled separately
+
+
+def check_int(value: Any, name: str, minimum: int) -> int:
+    """``value`` as an int, or an error naming it and the allowed range."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer >= {minimum}; got {value!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value}")
+    return value
+
+
+def _assign(dest: Any, dest_idx: Any, src: Any, src_idx: Any, name: str) -> None:
+    """``dest[dest_idx] = src[src_idx]`` leaf by leaf (fields matched by name)."""
+    if hasattr(dest, "_fields"):
+        for field in dest._fields:
+            if not hasattr(src, field):
+                raise ValueError(f"samples field {name!r} lacks sub-field {field!r}")
+            _assign(getattr(dest, field), dest_idx, getattr(src, field), src_idx,
+                    f"{name}.{field}")
+    elif dest is not None:
+        dest[dest_idx] = np.asarray(src)[src_idx]
+
+
+def _nbytes(buf: Any) -> int:
+    if buf is None:
+        return 0
+    if hasattr(buf, "_fields"):
+        return sum(_nbytes(v) for v in buf)
+    return int(buf.nbytes)
+
+
+class ReplayStorage:
+    """The ``[T, B]`` arrays of a replay buffer, with ``T = ceil(size / B)`` (rounded up to a
+    multiple of ``rnn_state_interval`` when states are stored).
+
+    Every example field is stored except ``priorities`` and ``prev_rnn_state`` (the latter is
+    kept only at steps that are multiples of ``rnn_state_interval``, when that is > 0); with
+    ``frame_based`` the observation goes to a frame store. After each append, the n-step
+    return ``return_[t] = sum_k discount**k * reward[t+k]`` (summing up to and including the
+    first done) and ``done_n[t]`` (a done within ``t .. t+n-1``) are written for the steps
+    whose n-step window just completed. With ``n_step_return == 1`` they alias reward / done.
+    """
+
+    def __init__(self, example: Any, size: int, B: int, discount: float = 1.0,
+                 n_step_return: int = 1, frame_based: bool = False, rnn_state_interval: int = 0):
+        if not hasattr(example, "_fields"):
+            raise TypeError(f"example must be a namedtuple/namedarraytuple of one sample with "
+                            f"fields {REQUIRED_FIELDS}; got {type(example).__name__}")
+        missing = [f for f in REQUIRED_FIELDS if f not in example._fields]
+        if missing:
+            raise ValueError(f"example lacks fields {missing}; it needs {REQUIRED_FIELDS} "
+                             f"(has {tuple(example._fields)})")
+        size = check_int(size, "size", 1)
+        self.B = check_int(B, "B", 1)
+        self.n_step_return = check_int(n_step_return, "n_step_return", 1)
+        try:
+            self.discount = float(discount)
+        except (TypeError, ValueError):
+            raise TypeError(f"discount must be a number in [0, 1]; got {discount!r}") from None
+        if not 0.0 <= self.discount <= 1.0:
+            raise ValueError(f"discount must be in [0, 1]; got {self.discount}")
+        self.rnn_state_interval = check_int(rnn_state_interval, "rnn_state_interval", 0)
+        T = math.ceil(size / self.B)
+        if self.rnn_state_interval > 0:
+            T = math.ceil(T / self.rnn_state_interval) * self.rnn_state_interval
+        self.T = T
+        self.size = T * self.B
+
+        stored = [f for f in example._fields if f not in _NOT_STORED
+                  and not (frame_based and f == "observation")]
+        stored_example = namedtuple("ReplaySamples", stored)(*(getattr(example, f) for f in stored))
+        self.samples = buffer_from_example(stored_example, (T, self.B))
+        self.frames = FrameStore(example.observation, T, self.B) if frame_based else None
+        if self.n_step_return > 1:
+            reward = self.samples.reward
+            dtype = reward.dtype if np.issubdtype(reward.dtype, np.floating) else np.float32
+            self.samples_return_ = np.zeros(reward.shape, dtype=dtype)
+            self.samples_done_n = np.zeros(self.samples.done.shape, dtype=self.samples.done.dtype)
+        else:
+            self.samples_return_ = self.samples.reward
+            self.samples_done_n = self.samples.done
+        self.rnn_states = None
+        if self.rnn_state_interval > 0:
+            if "prev_rnn_state" not in example._fields or example.prev_rnn_state is None:
+                raise ValueError(f"rnn_state_interval={self.rnn_state_interval} > 0 needs a "
+                                 f"'prev_rnn_state' field in the example; fields: "
+                                 f"{tuple(example._fields)} (use rnn_state_interval=0 to store "
+                                 f"no state)")
+            self.rnn_states = buffer_from_example(
+                example.prev_rnn_state, (T // self.rnn_state_interval, self.B))
+        # Rows whose previous step (and frame history) is overwritten next.
+        self.off_forward = max(1, self.frames.n_frames - 1) if frame_based else 1
+        self.t = 0  # next row to write
+        self.full = False
+        self.n_appended = 0  # total time steps ever appended
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every array held (returns aliased to rewards are not counted twice)."""
+        total = _nbytes(self.samples) + _nbytes(self.rnn_states)
+        if self.frames is not None:
+            total += self.frames.nbytes
+        if self.n_step_return > 1:
+            total += self.samples_return_.nbytes + self.samples_done_n.nbytes
+        return total
+
+    # ---------------------------------------------------------------- writing
+    def append(self, samples: Any) -> tuple[int, np.ndarray]:
+        """Write ``[T_in, B]`` samples at the cursor (wrapping), compute the n-step returns that
+        became complete, advance the cursor; returns ``(T_in, rows written)``."""
+        samples = numpify_buffer(samples)
+        for f in REQUIRED_FIELDS:
+            if not hasattr(samples, f):
+                raise ValueError(f"samples lack field {f!r}; they need {REQUIRED_FIELDS}")
+        reward = np.asarray(samples.reward)
+        if reward.ndim < 2 or reward.shape[1] != self.B:
+            raise ValueError(f"samples must have leading dims [T_in, B] with B={self.B}; got "
+                             f"reward of shape {reward.shape}")
+        T_in = int(reward.shape[0])
+        if T_in > self.T:
+            raise ValueError(f"can append at most T={self.T} time steps at once; got "
+                             f"T_in={T_in}")
+        if T_in == 0:
+            return 0, np.zeros(0, dtype=np.int64)
+        start = self.t
+        for rows, src in ring_slices(start, T_in, self.T):
+            for f in self.samples._fields:
+                _assign(getattr(self.samples, f), rows, getattr(samples, f), src, f)
+        if self.frames is not None:
+            self.frames.write(start, np.asarray(samples.observation))
+        rows = ring_rows(start, T_in, self.T)
+        if self.rnn_states is not None:
+            if not hasattr(samples, "prev_rnn_state"):
+                raise ValueError("samples lack the 'prev_rnn_state' field this buffer stores")
+            keep = np.flatnonzero(rows % self.rnn_state_interval == 0)
+            if keep.size:
+                _assign(self.rnn_states, rows[keep] // self.rnn_state_interval,
+                        samples.prev_rnn_state, keep, "prev_rnn_state")
+        self.n_appended += T_in
+        self.full = self.full or start + T_in >= self.T
+        self.t = (start + T_in) % self.T
+        self._compute_returns(start, T_in)
+        return T_in, rows
+
+    def _compute_returns(self, start: int, T_in: int) -> None:
+        """n-step returns for the ``T_in`` steps whose window ends in the rows just written.
+
+        Steps whose window reaches rows not yet written (only before the first wrap) get
+        values that are rewritten when their window completes, and are never replayed before.
+        """
+        n = self.n_step_return
+        if n == 1:
+            return
+        reward, done = self.samples.reward, self.samples.done
+        rows = ring_rows(start - n + 1, T_in, self.T)
+        ret = np.zeros((T_in,) + reward.shape[1:], dtype=self.samples_return_.dtype)
+        alive = np.ones(ret.shape, dtype=bool)
+        for k in range(n):
+            rk = (rows + k) % self.T
+            ret += (self.discount ** k) * reward[rk] * alive
+            alive &= done[rk] == 0
+        self.samples_return_[rows] = ret
+        self.samples_done_n[rows] = ~alive
+
+    # ---------------------------------------------------------------- reading
+    def observation(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> Any:
+        """Observations at ``(T_idxs[i], B_idxs[i])``: ``[n, ...]``."""
+        if self.frames is not None:
+            return self.frames.stacks(T_idxs, B_idxs, self.samples.done)
+        return self.samples.observation[T_idxs, B_idxs]
+
+    def prev_inputs(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> tuple[Any, np.ndarray]:
+        """``(prev_action, prev_reward)`` seen by the agent at these steps: the previous step's
+        action and reward, or zeros (the null action) right after an episode ended."""
+        prev = (np.asarray(T_idxs) - 1) % self.T
+        reset = self.samples.done[prev, B_idxs] != 0
+        action = self.samples.action[prev, B_idxs]
+        reward = self.samples.reward[prev, B_idxs]
+        if reset.any():
+            action[reset] = 0
+            reward[reset] = 0
+        return action, reward
+
+    def rnn_state(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> Any:
+        """Stored recurrent state at steps ``T_idxs`` (multiples of the interval): ``[n, ...]``."""
+        if self.rnn_states is None:
+            return None
+        T_idxs = np.asarray(T_idxs)
+        if np.any(T_idxs % self.rnn_state_interval):
+            raise ValueError(f"RNN state is stored only at steps that are multiples of "
+                             f"rnn_state_interval={self.rnn_state_interval}; got T_idxs "
+                             f"{T_idxs[T_idxs % self.rnn_state_interval != 0][:5].tolist()}")
+        return self.rnn_states[T_idxs // self.rnn_state_interval, B_idxs]

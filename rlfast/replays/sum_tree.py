@@ -1,0 +1,230 @@
+"""Sum tree over a ``[T, B]`` ring of priorities, for proportional prioritized replay.
+
+Leaves are the ``T * B`` priorities (row-major: leaf ``t * B + b``), padded with zeros up to a
+power of two; every internal node holds the sum of its two children, so drawing a leaf with
+probability proportional to its priority is one descent from the root. All operations are
+vectorized over the leaves or samples involved (one numpy step per tree level), and internal
+nodes are always recomputed from their children rather than adjusted by differences, so
+rounding error never accumulates. The tree is float64: in float32 a descent can end on a
+zero leaf when the remaining mass is rounded past the last positive one.
+
+Rows near the cursor are temporarily invalid (see :mod:`rlfast.replays.ring`); their leaves are
+held at zero while the priority they will get is kept aside, and switched on once valid.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from rlfast.replays.ring import ring_rows, valid_age_range, valid_rows
+
+__all__ = ["SumTree"]
+
+
+def _check_int(value: Any, name: str, minimum: int) -> int:
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer >= {minimum}; got {value!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value}")
+    return value
+
+
+def check_priorities(priorities: Any, name: str = "priorities") -> np.ndarray:
+    """``priorities`` as float64, rejecting negative and non-finite values."""
+    p = np.asarray(priorities, dtype=np.float64)
+    if p.size and (not np.all(np.isfinite(p)) or p.min() < 0):
+        bad = p[~np.isfinite(p) | (p < 0)].ravel()[:5]
+        raise ValueError(f"{name} must be finite and >= 0; got values such as {bad.tolist()}")
+    return p
+
+
+class SumTree:
+    """Binary sum tree over ``[T, B]`` priorities with a wrapping time cursor.
+
+    ``advance(T)`` moves the cursor over ``T`` new rows: they get ``default_value`` (or input
+    priorities), the ``off_backward`` rows before the new cursor and the ``off_forward`` rows
+    from it on get zero, and rows that left those windows get their kept priority back.
+    ``sample(n)`` draws leaves proportionally to priority; ``update_batch_priorities`` sets new
+    priorities at the leaves of the last sample. ``input_priority_shift`` assigns input
+    priorities to rows that many rows behind the new ones (e.g. a sequence's priority known
+    only after later data arrived).
+    """
+
+    def __init__(self, T: int, B: int, off_backward: int, off_forward: int,
+                 default_value: float = 1, enable_input_priorities: bool = False,
+                 input_priority_shift: int = 0):
+        self.T = _check_int(T, "T", 1)
+        self.B = _check_int(B, "B", 1)
+        self.off_backward = _check_int(off_backward, "off_backward", 0)
+        self.off_forward = _check_int(off_forward, "off_forward", 0)
+        if self.off_backward + self.off_forward >= self.T:
+            raise ValueError(f"off_backward + off_forward ({self.off_backward} + "
+                             f"{self.off_forward}) must be < T ({self.T}), else no row is valid")
+        self.default_value = float(check_priorities(default_value, "default_value"))
+        self.enable_input_priorities = bool(enable_input_priorities)
+        self.input_priority_shift = _check_int(input_priority_shift, "input_priority_shift", 0)
+        if self.input_priority_shift >= self.T:
+            raise ValueError(f"input_priority_shift must be < T ({self.T}); "
+                             f"got {self.input_priority_shift}")
+        n_leaves = self.T * self.B
+        self.n_levels = (n_leaves - 1).bit_length()  # depth of the leaves below the root
+        self._L = 1 << self.n_levels  # index of the first leaf; the root is node 1
+        self.tree = np.zeros(2 * self._L, dtype=np.float64)
+        self._kept = np.zeros((self.T, self.B), dtype=np.float64)  # priority each row will get
+        self.t = 0
+        self._full = False
+        self._last_leaves: np.ndarray | None = None
+
+    # ---------------------------------------------------------------- read-only views
+    @property
+    def total(self) -> float:
+        """Sum of all leaves (zero when nothing can be sampled)."""
+        return float(self.tree[1])
+
+    @property
+    def leaves(self) -> np.ndarray:
+        """The ``[T, B]`` leaf priorities (a read-only view)."""
+        view = self.tree[self._L:self._L + self.T * self.B].reshape(self.T, self.B)
+        view.flags.writeable = False
+        return view
+
+    @property
+    def full(self) -> bool:
+        return self._full
+
+    def n_valid_rows(self) -> int:
+        """How many rows may be sampled now (their leaves are the only non-zero ones)."""
+        lo, hi = valid_age_range(self.t, self._full, self.T, self.off_backward, self.off_forward)
+        return max(0, hi - lo + 1)
+
+    # ---------------------------------------------------------------- writing
+    def advance(self, T: int, priorities: Any = None) -> None:
+        """Move the cursor over ``T`` new rows; ``priorities`` (scalar, ``[B]`` or ``[T, B]``,
+        only with ``enable_input_priorities``) go to the rows ``input_priority_shift`` back."""
+        T = _check_int(T, "T", 0)
+        if T > self.T:
+            raise ValueError(f"cannot advance by T={T}: more rows than the tree has ({self.T})")
+        old = self.t
+        new_rows = ring_rows(old, T, self.T)
+        self._kept[new_rows] = self.default_value
+        self.t = (old + T) % self.T
+        self._full = self._full or old + T >= self.T
+        if priorities is not None:
+            if not self.enable_input_priorities:
+                raise ValueError("priorities were given to advance() but this SumTree was "
+                                 "built with enable_input_priorities=False")
+            p = check_priorities(priorities)
+            try:
+                p = np.broadcast_to(p, (T, self.B))
+            except ValueError:
+                raise ValueError(f"priorities must be a scalar or broadcast to [B]=[{self.B}] "
+                                 f"or [T, B]=[{T}, {self.B}]; got shape {p.shape}") from None
+            shifted = (new_rows - self.input_priority_shift) % self.T
+            self._kept[shifted] = p
+            self._refresh_rows(shifted)
+        # Rows leaving the backward window, the new rows, and the new forward window.
+        n_refresh = min(self.T, T + self.off_backward + self.off_forward)
+        self._refresh_rows(ring_rows(old - self.off_backward, n_refresh, self.T))
+
+    def _refresh_rows(self, rows: np.ndarray) -> None:
+        """Set these rows' leaves to their kept priority where valid, else to zero."""
+        if rows.size == 0:
+            return
+        ok = valid_rows(rows, self.t, self._full, self.T, self.off_backward, self.off_forward)
+        values = self._kept[rows] * ok[:, None]
+        leaves = (rows[:, None] * self.B + np.arange(self.B)).ravel()
+        self._set_leaves(leaves, values.ravel())
+
+    def _set_leaves(self, leaves: np.ndarray, values: np.ndarray) -> None:
+        """Write leaf values and recompute every ancestor from its children."""
+        tree = self.tree
+        nodes = leaves + self._L
+        tree[nodes] = values
+        for _ in range(self.n_levels):
+            nodes = np.unique(nodes >> 1)
+            left = nodes << 1
+            tree[nodes] = tree[left] + tree[left + 1]
+
+    # ---------------------------------------------------------------- sampling
+    def _descend(self, n: int) -> np.ndarray:
+        """Leaf indexes of ``n`` proportional draws (iid)."""
+        tree = self.tree
+        values = np.random.rand(n) * tree[1]
+        nodes = np.ones(n, dtype=np.int64)
+        for _ in range(self.n_levels):
+            left = nodes << 1
+            left_sum = tree[left]
+            # Go right when the value is past the left mass, unless the right side is empty
+            # (rounding): every node visited then has a positive sum, so leaves are never zero.
+            right = (values >= left_sum) & (tree[left + 1] > 0)
+            values = np.where(right, values - left_sum, values)
+            nodes = left + right
+        return nodes - self._L
+
+    def sample(self, n: int, unique: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Draw ``n`` leaves with probability proportional to priority, with replacement
+        unless ``unique``; returns ``(T_idxs, B_idxs, priorities)`` and remembers the leaves
+        for :meth:`update_batch_priorities`."""
+        n = _check_int(n, "n", 1)
+        if not self.tree[1] > 0:
+            raise RuntimeError("SumTree.sample: no valid leaves yet (all priorities are zero); "
+                               "append more data before sampling")
+        if unique:
+            leaves = self._sample_unique(n)
+        else:
+            leaves = self._descend(n)
+        self._last_leaves = leaves
+        priorities = self.tree[leaves + self._L]
+        T_idxs, B_idxs = np.divmod(leaves, self.B)
+        return T_idxs, B_idxs, priorities
+
+    def _sample_unique(self, n: int) -> np.ndarray:
+        """Draw without replacement: drawn leaves are zeroed between rounds, then restored."""
+        chosen: list[np.ndarray] = []
+        saved: list[np.ndarray] = []
+        remaining = n
+        try:
+            while remaining > 0:
+                if not self.tree[1] > 0:
+                    raise RuntimeError(f"SumTree.sample(unique=True): fewer than n={n} leaves "
+                                       f"have non-zero priority")
+                draws = np.unique(self._descend(remaining))[:remaining]
+                saved.append(self.tree[draws + self._L].copy())
+                chosen.append(draws)
+                self._set_leaves(draws, np.zeros(len(draws)))
+                remaining -= len(draws)
+        finally:
+            if chosen:
+                self._set_leaves(np.concatenate(chosen), np.concatenate(saved))
+        leaves = np.concatenate(chosen)
+        return leaves[np.random.permutation(n)]
+
+    def update_batch_priorities(self, priorities: Any) -> None:
+        """Set the leaves of the last :meth:`sample` to ``priorities`` (one per sample).
+
+        Leaves whose row became invalid since the sample (the cursor moved) are left at zero.
+        """
+        if self._last_leaves is None:
+            raise RuntimeError("update_batch_priorities called before any sample()")
+        p = check_priorities(priorities).reshape(-1)
+        leaves = self._last_leaves
+        if p.shape != leaves.shape:
+            raise ValueError(f"expected {leaves.size} priorities (one per sampled leaf); got "
+                             f"{p.size}")
+        rows = leaves // self.B
+        ok = valid_rows(rows, self.t, self._full, self.T, self.off_backward, self.off_forward)
+        self._kept.reshape(-1)[leaves[ok]] = p[ok]
+        self._set_leaves(leaves[ok], p[ok])
+
+    # ---------------------------------------------------------------- debugging
+    def print_tree(self, level: int | None = None) -> None:
+        """Print the node values of one level (0 = root) or of every level."""
+        levels = range(self.n_levels + 1) if level is None else [level]
+        for lv in levels:
+            if not 0 <= lv <= self.n_levels:
+                raise ValueError(f"level must be in [0, {self.n_levels}]; got {lv}")
+            print(f"level {lv}: {self.tree[1 << lv:2 << lv]}")
