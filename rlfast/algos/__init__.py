@@ -3,6 +3,6 @@ from rlfast.algos.base import RLAlgorithm
 from rlfast.algos.pg.a2c import A2C
 from rlfast.algos.pg.base import PolicyGradientAlgo
 from rlfast.algos.pg.ppo import PPO
-from rlfast.algos.dqn import DQN, CategoricalDQN
+from rlfast.algos.dqn import DQN, R2D1, CategoricalDQN
 
-__all__ = ["RLAlgorithm", "PolicyGradientAlgo", "A2C", "PPO", "DQN", "CategoricalDQN"]
+__all__ = ["RLAlgorithm", "PolicyGradientAlgo", "A2C", "PPO", "DQN", "CategoricalDQN", "R2D1"]

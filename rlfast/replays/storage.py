@@ -154,7 +154,7 @@ class ReplayStorage:
             for f in self.samples._fields:
                 _assign(getattr(self.samples, f), rows, getattr(samples, f), src, f)
         if self.frames is not None:
-            self.frames.write(start, np.asarray(samples.observation))
+            self.frames.write(start, np.asarray(samples.observation), self.samples.done)
         rows = ring_rows(start, T_in, self.T)
         if self.rnn_states is not None:
             if not hasattr(samples, "prev_rnn_state"):

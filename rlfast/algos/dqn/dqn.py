@@ -85,9 +85,7 @@ class DQN(RLAlgorithm):
 
     # ---- setup ---------------------------------------------------------------------------
     def initialize(self, agent, n_itr, batch_spec, mid_batch_reset, examples, world_size=1, rank=0):
-        if not mid_batch_reset:
-            raise ValueError(f"{type(self).__name__} replays single transitions: use a collector "
-                             "that resets mid-batch (CpuResetCollector / GpuResetCollector)")
+        self.check_collector(mid_batch_reset)
         self.agent = agent
         self.n_itr = n_itr
         self.mid_batch_reset = mid_batch_reset
@@ -100,6 +98,16 @@ class DQN(RLAlgorithm):
         self.pri_beta_itr = max(1, self.pri_beta_steps // self.sampler_bs)
         self.initialize_replay_buffer(examples, batch_spec)
         self.optim_initialize(rank)
+
+    def check_collector(self, mid_batch_reset: bool) -> None:
+        if not mid_batch_reset:
+            raise ValueError(f"{type(self).__name__} replays single transitions: use a collector "
+                             "that resets mid-batch (CpuResetCollector / GpuResetCollector)")
+
+    @property
+    def replay_batch_size(self) -> int:
+        """What ``sample_batch`` is asked for (transitions here; sequences in R2D1)."""
+        return self.batch_size
 
     def optim_initialize(self, rank: int = 0) -> None:
         self.rank = rank
@@ -145,7 +153,7 @@ class DQN(RLAlgorithm):
         if itr < self.min_itr_learn:
             return opt_info
         for _ in range(self.updates_per_optimize):
-            batch = self.replay_buffer.sample_batch(self.batch_size)
+            batch = self.replay_buffer.sample_batch(self.replay_batch_size)
             loss, td_abs_errors = self.loss(batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -155,7 +163,7 @@ class DQN(RLAlgorithm):
                 self.replay_buffer.update_batch_priorities(td_abs_errors.cpu().numpy())
             opt_info.loss.append(loss.item())
             opt_info.gradNorm.append(float(grad_norm))
-            opt_info.tdAbsErr.extend(td_abs_errors[::8].cpu().numpy().tolist())
+            opt_info.tdAbsErr.extend(td_abs_errors.flatten()[::8].cpu().numpy().tolist())
             self.update_counter += 1
             if self.update_counter % self.target_update_interval == 0:
                 self.agent.update_target(tau=self.target_update_tau)

@@ -5,7 +5,7 @@ import torch
 
 from rlfast.agents.base import AgentInputs
 from rlfast.algos.pg.base import OptInfo, PolicyGradientAlgo
-from rlfast.utils.buffer import buffer_to
+from rlfast.utils.buffer import buffer_func, buffer_to
 from rlfast.utils.tensor import valid_mean
 
 
@@ -45,7 +45,7 @@ class A2C(PolicyGradientAlgo):
         agent_inputs = buffer_to(agent_inputs, device=self.agent.device)
         if self.agent.recurrent:
             init_rnn_state = samples.agent.agent_info.prev_rnn_state[0]  # [B, N, H]
-            init_rnn_state = type(init_rnn_state)(*(s.transpose(0, 1).contiguous() for s in init_rnn_state))
+            init_rnn_state = buffer_func(init_rnn_state, lambda s: s.transpose(0, 1).contiguous())
             dist_info, value, _ = self.agent(*agent_inputs, init_rnn_state)
         else:
             dist_info, value = self.agent(*agent_inputs)

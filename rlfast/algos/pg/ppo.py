@@ -84,7 +84,7 @@ class PPO(PolicyGradientAlgo):
                 idxs = torch.as_tensor(idxs, device=device)
                 if self.agent.recurrent:
                     mb = loss_inputs[:, idxs]
-                    init_rnn_state = type(rnn)(*(s[idxs].transpose(0, 1).contiguous() for s in rnn))
+                    init_rnn_state = buffer_func(rnn, lambda s: s[idxs].transpose(0, 1).contiguous())
                     loss, entropy, perplexity = self.loss(*mb, init_rnn_state=init_rnn_state)
                 else:
                     loss, entropy, perplexity = self.loss(*loss_inputs[idxs])

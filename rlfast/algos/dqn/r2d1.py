@@ -1,0 +1,136 @@
+"""R2D1: recurrent DQN trained on replayed sequences (Kapturowski et al., 2019).
+
+Sequences start from the recurrent state stored when they were sampled; the first
+``warmup_T`` steps only burn in the LSTM state (no gradient), the next ``batch_T`` are trained
+with n-step double-Q targets under the invertible value rescaling h. Sequence priorities mix
+the max and mean absolute TD error: ``eta * max + (1 - eta) * mean``.
+"""
+from __future__ import annotations
+
+import torch
+
+from rlfast.algos.dqn.dqn import DQN, huber
+from rlfast.algos.utils import valid_from_done
+from rlfast.utils.buffer import buffer_func
+from rlfast.utils.collections import namedarraytuple
+from rlfast.utils.tensor import select_at_indexes, valid_mean
+
+SamplesToBufferRnn = namedarraytuple("SamplesToBufferRnn",
+                                     ["observation", "action", "reward", "done", "prev_rnn_state"])
+
+
+def value_rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+    """h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x."""
+    return x.sign() * ((x.abs() + 1).sqrt() - 1) + eps * x
+
+
+def inv_value_rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+    """h^-1(x) = sign(x) (((sqrt(1 + 4 eps (|x| + 1 + eps)) - 1) / (2 eps))^2 - 1)."""
+    root = ((1 + 4 * eps * (x.abs() + 1 + eps)).sqrt() - 1) / (2 * eps)
+    return x.sign() * (root ** 2 - 1)
+
+
+class R2D1(DQN):
+    """Recurrent replay DQN. ``batch_B`` sequences of ``warmup_T + batch_T`` steps per update;
+    ``replay_ratio`` still counts replayed steps per sampled step (trained steps only)."""
+
+    def __init__(self, discount: float = 0.997, batch_T: int = 80, batch_B: int = 64,
+                 warmup_T: int = 40, store_rnn_state_interval: int = 40,
+                 min_steps_learn: int = 100_000, delta_clip: float | None = None,
+                 replay_size: int = 1_000_000, replay_ratio: float = 1,
+                 target_update_interval: int = 2500, n_step_return: int = 5,
+                 learning_rate: float = 1e-4, clip_grad_norm: float = 80.0,
+                 double_dqn: bool = True, prioritized_replay: bool = True,
+                 pri_alpha: float = 0.6, pri_beta_init: float = 0.9, pri_beta_final: float = 0.9,
+                 pri_eta: float = 0.9, value_scale_eps: float = 1e-3, **kwargs):
+        super().__init__(discount=discount, batch_size=batch_B * batch_T,
+                         min_steps_learn=min_steps_learn, delta_clip=delta_clip,
+                         replay_size=replay_size, replay_ratio=replay_ratio,
+                         target_update_interval=target_update_interval,
+                         n_step_return=n_step_return, learning_rate=learning_rate,
+                         clip_grad_norm=clip_grad_norm, double_dqn=double_dqn,
+                         prioritized_replay=prioritized_replay, pri_alpha=pri_alpha,
+                         pri_beta_init=pri_beta_init, pri_beta_final=pri_beta_final, **kwargs)
+        if int(warmup_T) < 0 or int(batch_T) < 1 or int(batch_B) < 1:
+            raise ValueError(f"need warmup_T >= 0, batch_T >= 1, batch_B >= 1; got {warmup_T}, "
+                             f"{batch_T}, {batch_B}")
+        if not 0 <= pri_eta <= 1:
+            raise ValueError(f"pri_eta must be in [0, 1]; got {pri_eta}")
+        self.batch_T, self.batch_B, self.warmup_T = int(batch_T), int(batch_B), int(warmup_T)
+        self.store_rnn_state_interval = int(store_rnn_state_interval)
+        self.pri_eta = pri_eta
+        self.value_scale_eps = value_scale_eps
+
+    def check_collector(self, mid_batch_reset: bool) -> None:
+        if mid_batch_reset:
+            raise ValueError("R2D1 trains on sequences with a recurrent state: use a wait-reset "
+                             "collector (CpuWaitResetCollector / GpuWaitResetCollector)")
+
+    @property
+    def replay_batch_size(self) -> int:
+        return self.batch_B
+
+    def replay_example(self, examples):
+        return SamplesToBufferRnn(observation=examples["observation"], action=examples["action"],
+                                  reward=examples["reward"], done=examples["done"],
+                                  prev_rnn_state=examples["agent_info"].prev_rnn_state)
+
+    def replay_buffer_class(self):
+        from rlfast import replays
+        if self.ReplayBufferCls is not None:
+            return self.ReplayBufferCls
+        name = ("Prioritized" if self.prioritized_replay else "Uniform") + \
+            ("SequenceReplayFrameBuffer" if self.frame_buffer else "SequenceReplayBuffer")
+        return getattr(replays, name)
+
+    def replay_kwargs(self) -> dict:
+        return dict(super().replay_kwargs(), rnn_state_interval=self.store_rnn_state_interval,
+                    batch_T=self.warmup_T + self.batch_T)
+
+    def samples_to_buffer(self, samples):
+        return SamplesToBufferRnn(observation=samples.env.observation, action=samples.agent.action,
+                                  reward=samples.env.reward, done=samples.env.done,
+                                  prev_rnn_state=samples.agent.agent_info.prev_rnn_state)
+
+    def loss(self, batch):
+        batch = self._to_device(batch)
+        wT, bT, n = self.warmup_T, self.batch_T, self.n_step_return
+        observation, prev_action, prev_reward = batch.agent_inputs
+        state = batch.init_rnn_state
+        # Stored per env as [B, N, H]; the model takes [N, B, H].
+        state = buffer_func(state, lambda s: s.transpose(0, 1).contiguous())
+        agent_state = target_state = state
+        if wT > 0:  # burn-in: advance both networks' states without gradient
+            with torch.no_grad():
+                warm = (observation[:wT], prev_action[:wT], prev_reward[:wT])
+                _, agent_state = self.agent(*warm, state)
+                _, target_state = self.agent.target(*warm, state)
+        train = slice(wT, wT + bT)
+        qs, _ = self.agent(observation[train], prev_action[train], prev_reward[train], agent_state)
+        q = select_at_indexes(batch.action[train], qs)                       # [bT, B]
+        with torch.no_grad():
+            ahead = slice(wT, wT + bT + n)                                   # targets at t + n
+            inputs = (observation[ahead], prev_action[ahead], prev_reward[ahead])
+            target_qs, _ = self.agent.target(*inputs, target_state)
+            if self.double_dqn:
+                online_qs, _ = self.agent(*inputs, agent_state)
+                target_q = select_at_indexes(online_qs.argmax(dim=-1), target_qs)
+            else:
+                target_q = target_qs.max(dim=-1).values
+            target_q = inv_value_rescale(target_q[n:], self.value_scale_eps)
+            not_done = 1.0 - batch.done_n[train].float()
+            # y = h(R^(n) + gamma^n (1 - done_n) h^-1(Q_target(s_{t+n}, a*)))
+            y = value_rescale(batch.return_[train] + (self.discount ** n) * not_done * target_q,
+                              self.value_scale_eps)
+        delta = y - q
+        losses = huber(delta, self.delta_clip)
+        if self.prioritized_replay:
+            losses = losses * batch.is_weights.unsqueeze(0)
+        valid = valid_from_done(batch.done[train].float())  # nothing after an episode ends
+        loss = valid_mean(losses, valid)
+        td = delta.detach().abs() * valid
+        if self.delta_clip is not None:
+            td = td.clamp(max=self.delta_clip)
+        mean_td = td.sum(0) / valid.sum(0).clamp(min=1)
+        priorities = self.pri_eta * td.max(dim=0).values + (1 - self.pri_eta) * mean_td
+        return loss, priorities

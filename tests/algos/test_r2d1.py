@@ -1,0 +1,89 @@
+"""R2D1: value rescaling, burn-in / target slicing and sequence priorities."""
+import pytest
+import torch
+
+from rlfast.algos.dqn.r2d1 import R2D1, inv_value_rescale, value_rescale
+from rlfast.replays import AgentInputs, SequenceSamplesFromReplay
+
+
+@pytest.mark.parametrize("eps", [1e-3, 1e-2])
+def test_value_rescale_inverse(eps):
+    x = torch.linspace(-1000, 1000, 2001, dtype=torch.float64)
+    assert torch.allclose(inv_value_rescale(value_rescale(x, eps), eps), x, rtol=1e-8, atol=1e-6)
+    # h is the documented formula
+    assert torch.allclose(value_rescale(x, eps), x.sign() * ((x.abs() + 1).sqrt() - 1) + eps * x)
+
+
+class LinearRnnAgent:
+    """q_t = W x_t + h_t with h_t = h_{t-1} + x_t (a scripted 'recurrent' net on 1-d inputs)."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, W, W_target):
+        self.W, self.W_target = W, W_target
+        self.calls = []
+
+    def _run(self, W, observation, state, name):
+        self.calls.append((name, observation.shape[0]))
+        h = state[0][0] if state is not None else torch.zeros(observation.shape[1], 1)
+        qs = []
+        for x in observation:
+            h = h + x
+            qs.append(x @ W + h)
+        return torch.stack(qs), (h.unsqueeze(0),)
+
+    def __call__(self, observation, prev_action, prev_reward, init_rnn_state=None):
+        return self._run(self.W, observation, init_rnn_state, "online")
+
+    def target(self, observation, prev_action, prev_reward, init_rnn_state=None):
+        return self._run(self.W_target, observation, init_rnn_state, "target")
+
+
+def test_loss_burns_in_and_targets_n_steps_ahead():
+    torch.manual_seed(0)
+    wT, bT, n, B, A = 2, 3, 2, 4, 3
+    L = wT + bT + n
+    W = torch.randn(1, A, requires_grad=True)
+    W_target = torch.randn(1, A)
+    obs = torch.randn(L, B, 1)
+    action = torch.randint(0, A, (L, B))
+    ret = torch.randn(L, B)
+    done = torch.zeros(L, B, dtype=torch.bool)
+    done[wT + 1, 0] = True  # env 0's episode ends on the 2nd trained step
+    done_n = done.clone()
+    init = (torch.randn(B, 1, 1),)  # stored as [B, N, H]
+    batch = SequenceSamplesFromReplay(
+        agent_inputs=AgentInputs(obs, torch.zeros(L, B), torch.zeros(L, B)), action=action,
+        return_=ret, done=done, done_n=done_n, init_rnn_state=init)
+    algo = R2D1(discount=0.9, batch_T=bT, batch_B=B, warmup_T=wT, n_step_return=n,
+                double_dqn=False, prioritized_replay=False, pri_eta=0.5, delta_clip=None)
+    agent = LinearRnnAgent(W, W_target)
+    algo.agent = agent
+    loss, priorities = algo.loss(batch)
+    # Reference, written out step by step.
+    h0 = init[0].transpose(0, 1)[0]                          # [B, 1]
+    h_warm = h0 + obs[:wT].sum(0)
+    q_all, h = [], h_warm
+    for t in range(wT, L):
+        h = h + obs[t]
+        q_all.append((obs[t] @ W + h, obs[t] @ W_target + h))
+    q = torch.stack([qa for qa, _ in q_all[:bT]]).gather(-1, action[wT:wT + bT, :, None])[..., 0]
+    tq = torch.stack([qt for _, qt in q_all]).max(-1).values[n:]
+    y = value_rescale(ret[wT:wT + bT] + 0.81 * (~done_n[wT:wT + bT]).float() * inv_value_rescale(tq))
+    valid = torch.ones(bT, B)
+    valid[2:, 0] = 0  # after env 0's done
+    losses = 0.5 * (y - q) ** 2
+    assert torch.allclose(loss, (losses * valid).sum() / valid.sum(), atol=1e-5)
+    td = (y - q).abs().detach() * valid
+    expected_pri = 0.5 * td.max(0).values + 0.5 * td.sum(0) / valid.sum(0)
+    assert torch.allclose(priorities, expected_pri, atol=1e-5)
+    # burn-in ran on wT steps for both nets, then the trained and target windows
+    assert ("online", wT) in agent.calls and ("target", wT) in agent.calls
+    assert ("online", bT) in agent.calls and ("target", bT + n) in agent.calls
+    loss.backward()
+    assert W.grad is not None
+
+
+def test_r2d1_needs_wait_reset_collectors():
+    with pytest.raises(ValueError, match="wait-reset"):
+        R2D1().check_collector(mid_batch_reset=True)
