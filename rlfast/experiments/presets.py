@@ -15,7 +15,7 @@ import torch
 from rlfast.agents import (AlternatingRecurrentCategoricalPgAgent, CategoricalPgAgent,
                            MujocoFfAgent, MujocoLstmAgent, RecurrentCategoricalPgAgent)
 from rlfast.algos import A2C, PPO
-from rlfast.algos.dqn import DQN, CategoricalDQN
+from rlfast.algos.dqn import DQN, R2D1, CategoricalDQN
 from rlfast.envs import make as make_gym_env
 from rlfast.runners import MinibatchRlEval
 from rlfast.samplers import (AlternatingSampler, CpuEvalCollector, CpuResetCollector, CpuSampler,
@@ -154,8 +154,35 @@ PRESETS["rainbow"] = dict(
                sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
 )
 
-ALGOS = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "cat_dqn": CategoricalDQN, "rainbow": CategoricalDQN}
-VALUE_BASED = ("dqn", "cat_dqn", "rainbow")
+PRESETS["r2d1"] = dict(
+    discrete=dict(
+        agent=dict(model_kwargs=dict(hidden_sizes=[64], lstm_size=64, head_size=64), eps_init=1.0,
+                   eps_final=0.02, eps_eval=0.0, recurrent=True),
+        algo=dict(discount=0.99, batch_T=20, batch_B=16, warmup_T=10, store_rnn_state_interval=10,
+                  min_steps_learn=2000, delta_clip=None, replay_size=50_000, replay_ratio=4,
+                  target_update_interval=100, n_step_return=3, learning_rate=1e-3,
+                  clip_grad_norm=10.0, eps_steps=20_000, double_dqn=True,
+                  prioritized_replay=True, pri_eta=0.9),
+        sampler=dict(batch_T=20, batch_B=8, max_decorrelation_steps=0, eval_n_envs=8,
+                     eval_max_steps=8 * 500, eval_max_trajectories=8),
+        runner=_RUN_CLASSIC),
+    atari=dict(
+        agent=dict(model_kwargs=dict(dueling=True), eps_init=1.0, eps_final=0.01, eps_eval=0.001,
+                   recurrent=True),
+        env=dict(PRESETS["ppo"]["atari"]["env"]),
+        algo=dict(discount=0.997, batch_T=80, batch_B=64, warmup_T=40, store_rnn_state_interval=40,
+                  min_steps_learn=100_000, delta_clip=None, replay_size=1_000_000, replay_ratio=1,
+                  target_update_interval=2500, n_step_return=5, learning_rate=1e-4,
+                  clip_grad_norm=80.0, eps_steps=1_000_000, double_dqn=True,
+                  prioritized_replay=True, pri_eta=0.9, frame_buffer=True),
+        sampler=dict(batch_T=40, batch_B=16, max_decorrelation_steps=1000, eval_n_envs=4,
+                     eval_max_steps=40_000, eval_max_trajectories=4),
+        runner=_RUN_ATARI),
+)
+
+ALGOS = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "cat_dqn": CategoricalDQN, "rainbow": CategoricalDQN,
+         "r2d1": R2D1}
+VALUE_BASED = ("dqn", "cat_dqn", "rainbow", "r2d1")
 SAMPLERS = ("serial", "cpu", "gpu", "alternating")
 ATARI_PREFIX = "atari:"
 
@@ -207,7 +234,10 @@ def _env_factory(env_id: str, env_cfg: dict):
 
 
 def _value_agent_class(algo_name: str, kind: str):
-    from rlfast.agents import AtariCatDqnAgent, AtariDqnAgent, CatDqnAgent, DqnAgent
+    from rlfast.agents import (AtariCatDqnAgent, AtariDqnAgent, AtariR2d1Agent, CatDqnAgent,
+                               DqnAgent, R2d1Agent)
+    if algo_name == "r2d1":
+        return AtariR2d1Agent if kind == "atari" else R2d1Agent
     categorical = algo_name in ("cat_dqn", "rainbow")
     if kind == "atari":
         return AtariCatDqnAgent if categorical else AtariDqnAgent

@@ -6,12 +6,15 @@ previous step's, so storing only the newest frame cuts memory by about ``C``. Fr
 ``C - 1`` rows mirror the last steps of the ring (rows ``0 .. C-2`` hold steps
 ``T-C+1 .. T-1``; before those steps are first written they hold the history frames of the
 very first observation). Step ``t``'s stack is then the contiguous rows ``t .. t+C-1`` with no
-wrap-around arithmetic. On replay, frames from before an episode start (a ``done`` between the
-frame's step and ``t``) are zeroed, as the environment does after a reset -- unless the
-observation appended at ``t`` showed that very frame: an environment that reports ``done`` but
-keeps its frame history (Atari with episodic lives, on a lost life) is thus replayed exactly as
-the agent saw it. That check runs at append time and only for steps with a ``done`` among their
-``C - 1`` predecessors, so it costs next to nothing.
+wrap-around arithmetic.
+
+Which history frames belong to the current episode is read from the data, not from ``done``
+flags: at append time each history slot of each observation is compared with the stored frame
+it would be rebuilt from, and one bit per slot records whether they matched; on replay,
+unmatched slots come back as zeros. Environments zero the history on reset (rlfast's
+AtariEnv does), so stacks are rebuilt exactly as the agent saw them: zeros after a reset, and
+the real frames after a ``done`` that keeps the game going (a lost life with episodic lives)
+or after a reset that no ``done`` flags (a wait-reset collector resets only at batch ends).
 """
 from __future__ import annotations
 
@@ -26,30 +29,36 @@ __all__ = ["FrameStore"]
 
 class FrameStore:
     """Newest frame of every step of a ``[T, B]`` ring, plus the ``C - 1`` frames of history
-    the oldest steps need (see the module docstring for the layout)."""
+    the oldest steps need, plus per-step bits of which history frames to replay (see the
+    module docstring)."""
 
     def __init__(self, observation_example: Any, T: int, B: int):
         example = np.asarray(observation_example)
-        if example.ndim < 1 or example.shape[0] < 1:
-            raise ValueError("a frame buffer needs stacked observations [C, ...] with C >= 1 "
-                             f"frames, oldest first; got an example of shape {example.shape}")
+        if example.ndim < 1 or not 1 <= example.shape[0] <= 65:
+            raise ValueError("a frame buffer needs stacked observations [C, ...] with 1 <= C "
+                             f"<= 65 frames, oldest first; got an example of shape "
+                             f"{example.shape}")
         self.n_frames = int(example.shape[0])
         self.frame_shape = tuple(example.shape[1:])
         self.T, self.B = int(T), int(B)
         self.frames = np.zeros((self.T + self.n_frames - 1, self.B) + self.frame_shape,
                                dtype=example.dtype)
-        # [t, b, k]: history slot k of step t was seen unchanged across a done (keep it).
-        self.kept = np.zeros((self.T, self.B, max(self.n_frames - 1, 0)), dtype=bool)
+        n_bits = self.n_frames - 1
+        bits_dtype = next(d for d in (np.uint8, np.uint16, np.uint32, np.uint64)
+                          if np.dtype(d).itemsize * 8 >= n_bits)
+        self._bit_values = (1 << np.arange(n_bits, dtype=np.uint64)).astype(bits_dtype)
+        # Bit k of history_ok[t, b]: history slot k of step t matched the stored frame.
+        self.history_ok = np.zeros((self.T, self.B), dtype=bits_dtype)
         self._written = False
 
     @property
     def nbytes(self) -> int:
-        return int(self.frames.nbytes + self.kept.nbytes)
+        return int(self.frames.nbytes + self.history_ok.nbytes)
 
-    def write(self, start: int, observation: np.ndarray, done: np.ndarray) -> None:
+    def write(self, start: int, observation: np.ndarray) -> None:
         """Store the newest frame of ``observation`` ([T_in, B, C, ...]) at steps
-        ``start, start + 1, ...`` (wrapping); the first write also stores its history.
-        ``done`` is the ring's ``[T, B]`` done array, already holding these steps."""
+        ``start, start + 1, ...`` (wrapping), and which of its history frames match the stored
+        ones; the first write also stores its history."""
         C, T = self.n_frames, self.T
         expected = (self.B, C) + self.frame_shape
         if observation.ndim < 2 or tuple(observation.shape[1:]) != expected:
@@ -69,42 +78,32 @@ class FrameStore:
                 self.frames[lo - mirror_from:rows.stop - mirror_from] = \
                     newest[src_lo:src.stop]
         if C > 1:
-            self._check_history(start, observation, done)
+            steps = ring_rows(start, len(observation), T)
+            stored = self.frames[steps[:, None] + np.arange(C - 1)]  # [T_in, C-1, B, ...]
+            given = np.swapaxes(observation[:, :, :C - 1], 1, 2)     # [T_in, C-1, B, ...]
+            same = _rows_equal(stored, given)                         # [T_in, C-1, B]
+            self.history_ok[steps] = np.tensordot(same, self._bit_values, axes=([1], [0]))
 
-    def _check_history(self, start: int, observation: np.ndarray, done: np.ndarray) -> None:
-        """Mark history frames that the appended observations kept across a ``done``."""
-        C = self.n_frames
-        steps = ring_rows(start, len(observation), self.T)
-        self.kept[steps] = False
-        stale = self._stale(steps, done)  # [T_in, C-1, B], slot order
-        i, b = np.nonzero(stale.any(axis=1))
-        if i.size == 0:
-            return
-        stored = self.frames[steps[i][:, None] + np.arange(C - 1), b[:, None]]
-        given = observation[i, b, :C - 1]
-        same = (stored == given).reshape(i.size, C - 1, -1).all(axis=2)
-        self.kept[steps[i], b] = same & stale[i, :, b]
-
-    def _stale(self, steps: np.ndarray, done: np.ndarray) -> np.ndarray:
-        """``[n, C-1, B]``: history slot ``k`` of each step has a done at or after its frame."""
-        C = self.n_frames
-        back = (steps[:, None] - np.arange(1, C)) % self.T  # column j-1: step t - j
-        stale = np.logical_or.accumulate(done[back] != 0, axis=1)
-        return stale[:, ::-1]
-
-    def stacks(self, T_idxs: np.ndarray, B_idxs: np.ndarray, done: np.ndarray) -> np.ndarray:
-        """Observations ``[n, C, ...]`` of steps ``(T_idxs[i], B_idxs[i])``, oldest frame first,
-        with frames from before the latest ``done`` ahead of each step zeroed (unless the
-        appended observation kept them). ``done`` is the ``[T, B]`` done array of the ring."""
+    def stacks(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> np.ndarray:
+        """Observations ``[n, C, ...]`` of steps ``(T_idxs[i], B_idxs[i])``, oldest frame first;
+        history frames that did not match at append time are zeros."""
         C = self.n_frames
         T_idxs = np.asarray(T_idxs)
         B_idxs = np.asarray(B_idxs)
         obs = self.frames[T_idxs[:, None] + np.arange(C), B_idxs[:, None]]
         if C > 1:
-            # Column j-1 is done[t - j]; once any is true, frames at t-j and older are stale.
-            back = (T_idxs[:, None] - np.arange(1, C)) % self.T
-            stale = np.logical_or.accumulate(done[back, B_idxs[:, None]] != 0, axis=1)
-            if stale.any():
-                zero = stale[:, ::-1] & ~self.kept[T_idxs, B_idxs]
-                obs[:, :C - 1][zero] = 0
+            bits = self.history_ok[T_idxs, B_idxs]
+            missing = (bits[:, None] & self._bit_values) == 0  # [n, C-1]
+            if missing.any():
+                obs[:, :C - 1][missing] = 0
         return obs
+
+
+def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Compare ``a`` and ``b`` over their trailing frame dims: ``[T_in, C-1, B]`` booleans."""
+    lead = a.shape[:3]
+    a = np.ascontiguousarray(a).reshape(lead + (-1,))
+    b = np.ascontiguousarray(b).reshape(lead + (-1,))
+    if a.dtype.itemsize * a.shape[-1] % 8 == 0:  # compare 8 bytes at a time
+        a, b = a.view(np.uint64), b.view(np.uint64)
+    return (a == b).all(axis=-1)

@@ -154,7 +154,7 @@ class ReplayStorage:
             for f in self.samples._fields:
                 _assign(getattr(self.samples, f), rows, getattr(samples, f), src, f)
         if self.frames is not None:
-            self.frames.write(start, np.asarray(samples.observation), self.samples.done)
+            self.frames.write(start, np.asarray(samples.observation))
         rows = ring_rows(start, T_in, self.T)
         if self.rnn_states is not None:
             if not hasattr(samples, "prev_rnn_state"):
@@ -193,7 +193,7 @@ class ReplayStorage:
     def observation(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> Any:
         """Observations at ``(T_idxs[i], B_idxs[i])``: ``[n, ...]``."""
         if self.frames is not None:
-            return self.frames.stacks(T_idxs, B_idxs, self.samples.done)
+            return self.frames.stacks(T_idxs, B_idxs)
         return self.samples.observation[T_idxs, B_idxs]
 
     def prev_inputs(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> tuple[Any, np.ndarray]:

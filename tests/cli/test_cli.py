@@ -91,3 +91,22 @@ def test_unknown_atari_game_lists_close_matches(tmp_path, capsys):
                  "--log-dir", str(tmp_path / "x"), "--no-progress"])
     assert code == 2
     assert "pong" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("algo", ["dqn", "cat_dqn", "rainbow", "r2d1"])
+def test_value_based_presets_run(tmp_path, capsys, algo):
+    log_dir = tmp_path / algo
+    code = main(["train", algo, "CartPole-v1", "--steps", "1200", "--sampler", "serial",
+                 "--log-dir", str(log_dir), "--no-progress",
+                 "--set", "runner.log_interval_steps=600", "--set", "algo.min_steps_learn=300",
+                 "--set", "sampler.eval_max_steps=400", "--set", "sampler.eval_n_envs=2"])
+    assert code == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("Final evaluation return")
+    rows = _rows(log_dir / "progress.csv")
+    assert int(rows[-1]["Diagnostics/CumSteps"]) >= 1200
+    assert float(rows[-1]["Diagnostics/CumUpdates"]) > 0  # it learned after min_steps_learn
+
+
+def test_value_based_preset_rejects_continuous_actions(capsys):
+    assert main(["train", "dqn", "Pendulum-v1", "--steps", "100"]) == 2
+    assert "continuous" in capsys.readouterr().err

@@ -61,6 +61,12 @@ class R2D1(DQN):
         self.pri_eta = pri_eta
         self.value_scale_eps = value_scale_eps
 
+    def initialize(self, agent, n_itr, batch_spec, mid_batch_reset, examples, world_size=1, rank=0):
+        super().initialize(agent, n_itr, batch_spec, mid_batch_reset, examples, world_size, rank)
+        # Learning starts no earlier than one complete sequence (aligned to a stored state).
+        needed_T = self.warmup_T + self.batch_T + self.n_step_return + self.store_rnn_state_interval
+        self.min_itr_learn = max(self.min_itr_learn, -(-needed_T // batch_spec.T))
+
     def check_collector(self, mid_batch_reset: bool) -> None:
         if mid_batch_reset:
             raise ValueError("R2D1 trains on sequences with a recurrent state: use a wait-reset "
