@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rlfast.replays.ring import ring_rows, ring_slices
+from rlfast.replays.ring import ring_slices
 
 __all__ = ["FrameStore"]
 
@@ -78,11 +78,14 @@ class FrameStore:
                 self.frames[lo - mirror_from:rows.stop - mirror_from] = \
                     newest[src_lo:src.stop]
         if C > 1:
-            steps = ring_rows(start, len(observation), T)
-            stored = self.frames[steps[:, None] + np.arange(C - 1)]  # [T_in, C-1, B, ...]
-            given = np.swapaxes(observation[:, :, :C - 1], 1, 2)     # [T_in, C-1, B, ...]
-            same = _rows_equal(stored, given)                         # [T_in, C-1, B]
-            self.history_ok[steps] = np.tensordot(same, self._bit_values, axes=([1], [0]))
+            # Slot k of step t is rebuilt from row t + k: compare it with what was given.
+            for rows, src in ring_slices(start, len(observation), T):
+                ok = np.zeros((rows.stop - rows.start, self.B), dtype=self.history_ok.dtype)
+                for k in range(C - 1):
+                    same = _frames_equal(self.frames[rows.start + k:rows.stop + k],
+                                         observation[src, :, k])
+                    ok |= same * self._bit_values[k]
+                self.history_ok[rows] = ok
 
     def stacks(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> np.ndarray:
         """Observations ``[n, C, ...]`` of steps ``(T_idxs[i], B_idxs[i])``, oldest frame first;
@@ -99,11 +102,12 @@ class FrameStore:
         return obs
 
 
-def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Compare ``a`` and ``b`` over their trailing frame dims: ``[T_in, C-1, B]`` booleans."""
-    lead = a.shape[:3]
-    a = np.ascontiguousarray(a).reshape(lead + (-1,))
-    b = np.ascontiguousarray(b).reshape(lead + (-1,))
-    if a.dtype.itemsize * a.shape[-1] % 8 == 0:  # compare 8 bytes at a time
-        a, b = a.view(np.uint64), b.view(np.uint64)
+def _frames_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``[n, B]`` booleans: whether frames ``a[i, j]`` and ``b[i, j]`` are identical."""
+    lead = a.shape[:2]
+    a = a.reshape(lead + (-1,))
+    b = b.reshape(lead + (-1,))
+    if a.shape[-1] * a.dtype.itemsize % 8 == 0 and a.strides[-1] == a.itemsize \
+            and b.strides[-1] == b.itemsize:
+        a, b = a.view(np.uint64), b.view(np.uint64)  # compare 8 bytes at a time
     return (a == b).all(axis=-1)

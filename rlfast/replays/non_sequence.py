@@ -49,6 +49,9 @@ class UniformReplayBuffer(ReplayBufferBase):
     ``example`` is one sample without leading dims, with at least the fields ``observation``,
     ``action``, ``reward``, ``done``; ``append_samples`` takes the same fields with leading
     ``[T_in, B]``. ``sample_batch(batch_B)`` returns ``SamplesFromReplay`` of torch tensors.
+    The agent inputs' ``prev_action`` / ``prev_reward`` are the previous step's, zeroed after
+    a ``done``, unless the example carries ``prev_action`` / ``prev_reward`` fields (then
+    those are replayed as given, e.g. for collectors that reset without a ``done``).
     """
 
     def __init__(self, example: Any, size: int, B: int, discount: float = 1,

@@ -62,10 +62,12 @@ class ReplayStorage:
 
     Every example field is stored except ``priorities`` and ``prev_rnn_state`` (the latter is
     kept only at steps that are multiples of ``rnn_state_interval``, when that is > 0); with
-    ``frame_based`` the observation goes to a frame store. After each append, the n-step
-    return ``return_[t] = sum_k discount**k * reward[t+k]`` (summing up to and including the
-    first done) and ``done_n[t]`` (a done within ``t .. t+n-1``) are written for the steps
-    whose n-step window just completed. With ``n_step_return == 1`` they alias reward / done.
+    ``frame_based`` the observation goes to a frame store. Optional ``prev_action`` /
+    ``prev_reward`` fields are replayed as given (see :meth:`prev_inputs`). After each
+    append, the n-step return ``return_[t] = sum_k discount**k * reward[t+k]`` (summing up to
+    and including the first done) and ``done_n[t]`` (a done within ``t .. t+n-1``) are
+    written for the steps whose n-step window just completed. With ``n_step_return == 1``
+    they alias reward / done.
     """
 
     def __init__(self, example: Any, size: int, B: int, discount: float = 1.0,
@@ -197,15 +199,27 @@ class ReplayStorage:
         return self.samples.observation[T_idxs, B_idxs]
 
     def prev_inputs(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> tuple[Any, np.ndarray]:
-        """``(prev_action, prev_reward)`` seen by the agent at these steps: the previous step's
-        action and reward, or zeros (the null action) right after an episode ended."""
+        """``(prev_action, prev_reward)`` seen by the agent at these steps.
+
+        Stored ``prev_action`` / ``prev_reward`` fields (when the example has them) are
+        returned as given; otherwise they are the previous step's action and reward, or zeros
+        (the null action) right after a ``done``, which is what the samplers feed the agent
+        when environments reset on ``done``.
+        """
+        s = self.samples
+        stored_action = "prev_action" in s._fields
+        stored_reward = "prev_reward" in s._fields
+        if stored_action and stored_reward:
+            return s.prev_action[T_idxs, B_idxs], s.prev_reward[T_idxs, B_idxs]
         prev = (np.asarray(T_idxs) - 1) % self.T
-        reset = self.samples.done[prev, B_idxs] != 0
-        action = self.samples.action[prev, B_idxs]
-        reward = self.samples.reward[prev, B_idxs]
+        reset = s.done[prev, B_idxs] != 0
+        action = s.prev_action[T_idxs, B_idxs] if stored_action else s.action[prev, B_idxs]
+        reward = s.prev_reward[T_idxs, B_idxs] if stored_reward else s.reward[prev, B_idxs]
         if reset.any():
-            action[reset] = 0
-            reward[reset] = 0
+            if not stored_action:
+                action[reset] = 0
+            if not stored_reward:
+                reward[reset] = 0
         return action, reward
 
     def rnn_state(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> Any:

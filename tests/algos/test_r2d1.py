@@ -87,3 +87,38 @@ def test_loss_burns_in_and_targets_n_steps_ahead():
 def test_r2d1_needs_wait_reset_collectors():
     with pytest.raises(ValueError, match="wait-reset"):
         R2D1().check_collector(mid_batch_reset=True)
+
+
+def test_input_priorities_match_reference_loop():
+    """Per-env eta-mix of |TD| from stored q values, n-step returns cut at episode ends."""
+    from types import SimpleNamespace
+
+    torch.manual_seed(3)
+    T, B, A, n, gamma, eta = 9, 3, 2, 2, 0.9, 0.7
+    q = torch.randn(T, B, A)
+    action = torch.randint(0, A, (T, B))
+    reward = torch.randn(T, B)
+    done = torch.zeros(T, B, dtype=torch.bool)
+    done[4, 1] = True
+    samples = SimpleNamespace(agent=SimpleNamespace(agent_info=SimpleNamespace(q=q), action=action),
+                              env=SimpleNamespace(reward=reward, done=done))
+    algo = R2D1(discount=gamma, n_step_return=n, pri_eta=eta, batch_T=4, warmup_T=2,
+                store_rnn_state_interval=2)
+    got = algo.compute_input_priorities(samples)
+    for b in range(B):
+        tds = []
+        for t in range(T - n):
+            if done[:t, b].any():
+                break  # after the first episode end
+            ret, cut = 0.0, False
+            for k in range(n):
+                ret += gamma ** k * float(reward[t + k, b])
+                if done[t + k, b]:
+                    cut = True
+                    break
+            boot = 0.0 if cut else gamma ** n * float(inv_value_rescale(q[t + n, b].max()))
+            y = float(value_rescale(torch.tensor(ret + boot)))
+            tds.append(abs(y - float(q[t, b, action[t, b]])))
+        expected = eta * max(tds) + (1 - eta) * sum(tds) / len(tds)
+        assert got[b] == pytest.approx(expected, rel=1e-5)
+    assert algo.input_priority_shift == 2  # (2 + 4) // 2 - 1

@@ -7,10 +7,12 @@ the max and mean absolute TD error: ``eta * max + (1 - eta) * mean``.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from rlfast.algos.dqn.dqn import DQN, huber
-from rlfast.algos.utils import valid_from_done
+from rlfast.algos.utils import discount_return_n_step, valid_from_done
+from rlfast.replays import PrioritiesSamplesToBuffer
 from rlfast.utils.buffer import buffer_func
 from rlfast.utils.collections import namedarraytuple
 from rlfast.utils.tensor import select_at_indexes, valid_mean
@@ -42,7 +44,9 @@ class R2D1(DQN):
                  learning_rate: float = 1e-4, clip_grad_norm: float = 80.0,
                  double_dqn: bool = True, prioritized_replay: bool = True,
                  pri_alpha: float = 0.6, pri_beta_init: float = 0.9, pri_beta_final: float = 0.9,
-                 pri_eta: float = 0.9, value_scale_eps: float = 1e-3, **kwargs):
+                 pri_eta: float = 0.9, value_scale_eps: float = 1e-3,
+                 input_priorities: bool = True, input_priority_shift: int | None = None,
+                 **kwargs):
         super().__init__(discount=discount, batch_size=batch_B * batch_T,
                          min_steps_learn=min_steps_learn, delta_clip=delta_clip,
                          replay_size=replay_size, replay_ratio=replay_ratio,
@@ -60,6 +64,14 @@ class R2D1(DQN):
         self.store_rnn_state_interval = int(store_rnn_state_interval)
         self.pri_eta = pri_eta
         self.value_scale_eps = value_scale_eps
+        # Input priorities need stored states (sequence starts) and prioritized replay.
+        self.input_priorities = bool(input_priorities and prioritized_replay
+                                     and self.store_rnn_state_interval > 0)
+        if input_priority_shift is None and self.store_rnn_state_interval > 0:
+            # The newest batch trains the sequence that started this many starts earlier.
+            input_priority_shift = max(0, (self.warmup_T + self.batch_T)
+                                       // self.store_rnn_state_interval - 1)
+        self.input_priority_shift = int(input_priority_shift or 0)
 
     def initialize(self, agent, n_itr, batch_spec, mid_batch_reset, examples, world_size=1, rank=0):
         super().initialize(agent, n_itr, batch_spec, mid_batch_reset, examples, world_size, rank)
@@ -90,13 +102,46 @@ class R2D1(DQN):
         return getattr(replays, name)
 
     def replay_kwargs(self) -> dict:
-        return dict(super().replay_kwargs(), rnn_state_interval=self.store_rnn_state_interval,
-                    batch_T=self.warmup_T + self.batch_T)
+        kwargs = dict(super().replay_kwargs(), rnn_state_interval=self.store_rnn_state_interval,
+                      batch_T=self.warmup_T + self.batch_T)
+        if self.prioritized_replay:
+            kwargs.update(input_priorities=self.input_priorities,
+                          input_priority_shift=self.input_priority_shift)
+        return kwargs
 
     def samples_to_buffer(self, samples):
-        return SamplesToBufferRnn(observation=samples.env.observation, action=samples.agent.action,
-                                  reward=samples.env.reward, done=samples.env.done,
-                                  prev_rnn_state=samples.agent.agent_info.prev_rnn_state)
+        to_buffer = SamplesToBufferRnn(
+            observation=samples.env.observation, action=samples.agent.action,
+            reward=samples.env.reward, done=samples.env.done,
+            prev_rnn_state=samples.agent.agent_info.prev_rnn_state)
+        if self.input_priorities:
+            return PrioritiesSamplesToBuffer(priorities=self.compute_input_priorities(samples),
+                                             samples=to_buffer)
+        return to_buffer
+
+    def compute_input_priorities(self, samples) -> np.ndarray:
+        """Per-env priority of the newest batch, from the q values the sampler recorded:
+        TD errors ``h(R^(n) + gamma^n (1 - done_n) h^-1(max_a q_{t+n})) - q_t(a_t)`` over the
+        batch's steps that have an n-step target inside it (up to the first episode end),
+        mixed as ``eta * max + (1 - eta) * mean``. One value per env, ``[B]``."""
+        n = self.n_step_return
+        q = samples.agent.agent_info.q.float()                      # [T, B, A]
+        T = q.shape[0]
+        if T <= n:  # no step has its target inside the batch
+            return np.full(q.shape[1], self.default_priority or 1.0, dtype=np.float64)
+        reward = samples.env.reward.float()
+        done = samples.env.done.float()
+        return_, done_n = discount_return_n_step(reward, done, n, self.discount)  # [T-n+1, B]
+        return_, done_n = return_[:T - n], done_n[:T - n]
+        q_taken = select_at_indexes(samples.agent.action[:T - n], q[:T - n])
+        bootstrap = inv_value_rescale(q[n:].max(dim=-1).values, self.value_scale_eps)
+        y = value_rescale(return_ + (self.discount ** n) * (1 - done_n) * bootstrap,
+                          self.value_scale_eps)
+        valid = valid_from_done(done[:T - n])
+        td = (y - q_taken).abs() * valid
+        mean_td = td.sum(0) / valid.sum(0).clamp(min=1)
+        priorities = self.pri_eta * td.max(dim=0).values + (1 - self.pri_eta) * mean_td
+        return priorities.numpy().astype(np.float64)
 
     def loss(self, batch):
         batch = self._to_device(batch)
