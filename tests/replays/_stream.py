@@ -20,13 +20,15 @@ class Stream:
     """Steps of ``B`` environments with random rewards and episode ends.
 
     ``frames[g, b]`` is the newest frame of step ``g``; stacked observations are built by hand
-    in :meth:`stack`: oldest to newest, frames from before the latest episode start zeroed, and
+    in :meth:`stack`: oldest to newest, frames from before the latest reset zeroed (a done
+    without reset, like a lost life with episodic lives, keeps the frames), and
     for the first steps the frames before ``g = 0`` come from ``pre_frames`` (the stream starts
     mid-episode).
     """
 
     def __init__(self, total: int, B: int, n_frames: int = 1, frame_shape=(3, 2),
-                 p_done: float = 0.15, seed: int = 0):
+                 p_done: float = 0.15, seed: int = 0, life_loss_fraction: float = 0.0,
+                 p_silent_reset: float = 0.0):
         rng = np.random.RandomState(seed)
         self.total, self.B, self.C = total, B, n_frames
         self.frames = rng.randint(1, 256, size=(total, B) + tuple(frame_shape)).astype(np.uint8)
@@ -34,6 +36,10 @@ class Stream:
                                       + tuple(frame_shape)).astype(np.uint8)
         self.reward = rng.randn(total, B).astype(np.float32)
         self.done = rng.rand(total, B) < p_done
+        # A lost life (Atari episodic lives) is a done after which the env keeps its frames.
+        self.reset = self.done & (rng.rand(total, B) >= life_loss_fraction)
+        # A reset no done flags (a wait-reset collector resets after idle steps).
+        self.reset |= rng.rand(total, B) < p_silent_reset
         self.action = (np.arange(total)[:, None] * B + np.arange(B)[None, :] + 1).astype(np.int64)
         self.observation = np.stack([[self.stack(g, b) for b in range(B)] for g in range(total)])
 
@@ -44,8 +50,8 @@ class Stream:
         out = np.zeros((self.C,) + self.frames.shape[2:], dtype=np.uint8)
         for k in range(self.C):
             src = g - (self.C - 1 - k)
-            # Stale if an episode ended at any step from src up to g - 1.
-            if any(self.done[j, b] for j in range(max(src, 0), g)):
+            # Zero if the env reset after any step from src up to g - 1.
+            if any(self.reset[j, b] for j in range(max(src, 0), g)):
                 continue
             out[k] = self.frame(src, b)
         return out

@@ -124,12 +124,19 @@ def test_property_never_samples_invalid_index(cls):
                 buffer.update_batch_priorities(rng.rand(len(T_idxs)) + 0.01)
 
 
-def test_frame_buffer_rebuilds_stacked_observations_exactly():
+@pytest.mark.parametrize("life_loss_fraction,p_silent_reset", [(0.0, 0.0), (0.5, 0.05)])
+def test_frame_buffer_rebuilds_stacked_observations_exactly(life_loss_fraction, p_silent_reset):
     """Every valid step of a frame buffer, after many wraps with resets, against stacks built
-    by hand from the fake env's frames (older frames zeroed after a reset)."""
+    by hand from the fake env's frames: older frames zeroed after a reset, kept after a done
+    without reset (a lost life with episodic lives), zeroed after a reset without done (a
+    wait-reset collector)."""
     C = 4
-    stream = Stream(total=180, B=3, n_frames=C, frame_shape=(5, 4), p_done=0.1, seed=11)
-    assert stream.done.sum() > 10
+    stream = Stream(total=180, B=3, n_frames=C, frame_shape=(5, 4), p_done=0.1, seed=11,
+                    life_loss_fraction=life_loss_fraction, p_silent_reset=p_silent_reset)
+    assert stream.reset.sum() > 10
+    if life_loss_fraction:
+        assert (stream.done & ~stream.reset).sum() > 10
+        assert (stream.reset & ~stream.done).sum() > 10
     buffer = UniformReplayFrameBuffer(stream.example(), size=3 * 23, B=3, n_step_return=2)
     rng = np.random.RandomState(2)
     n_appended = 0
@@ -285,3 +292,28 @@ def test_torch_samples_are_accepted_and_append_returns_rows():
     # Rows 0..4 now hold steps 10..14; rows 5..9 still hold steps 5..9.
     np.testing.assert_array_equal(buffer.samples.action[:8],
                                   np.concatenate([stream.action[10:15], stream.action[5:8]]))
+
+
+@pytest.mark.parametrize("cls", [UniformReplayFrameBuffer, PrioritizedReplayFrameBuffer])
+def test_stored_prev_action_and_reward_are_replayed_as_given(cls):
+    """With prev_action / prev_reward in the example (needed when resets are not flagged by
+    done, e.g. wait-reset collectors), replay returns them instead of deriving them."""
+    from collections import namedtuple
+    Ex = namedtuple("Ex", ["observation", "action", "reward", "done", "prev_action",
+                           "prev_reward"])
+    stream = Stream(total=60, B=2, n_frames=2, p_done=0.2, seed=8)
+    prev_action = -stream.action  # distinct from anything derivable
+    prev_reward = stream.reward * 10 + 3
+    e = stream.example()
+    buffer = cls(Ex(*e, prev_action=e.action, prev_reward=e.reward), size=2 * 25, B=2,
+                 n_step_return=2)
+    for start in range(0, 60, 12):
+        c = stream.chunk(start, start + 12)
+        buffer.append_samples(Ex(*c, prev_action=prev_action[start:start + 12],
+                                 prev_reward=prev_reward[start:start + 12]))
+    np.random.seed(0)
+    batch = buffer.sample_batch(40)
+    g, b = stream.global_step(batch.action.numpy())
+    np.testing.assert_array_equal(batch.agent_inputs.prev_action.numpy(), prev_action[g, b])
+    np.testing.assert_allclose(batch.agent_inputs.prev_reward.numpy(), prev_reward[g, b])
+    np.testing.assert_array_equal(batch.target_inputs.prev_action.numpy(), prev_action[g + 2, b])

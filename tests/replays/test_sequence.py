@@ -53,7 +53,8 @@ def check_sequences(batch, stream, batch_T, n, discount, n_appended, T, off_f, i
 def test_sequences_match_reference_and_start_at_stored_states(cls, interval, n):
     C = 3 if cls.frame_based else 1
     batch_T = 6
-    stream = Stream(total=140, B=3, n_frames=C, p_done=0.1, seed=interval + n)
+    stream = Stream(total=140, B=3, n_frames=C, p_done=0.1, seed=interval + n,
+                    life_loss_fraction=0.3)
     buffer = cls(stream.example(with_rnn=True), size=3 * 23, B=3, rnn_state_interval=interval,
                  batch_T=batch_T, discount=0.9, n_step_return=n)
     assert buffer.T == (24 if interval == 4 else 23)

@@ -17,8 +17,11 @@ from rlfast.utils.buffer import buffer_func
 from rlfast.utils.collections import namedarraytuple
 from rlfast.utils.tensor import select_at_indexes, valid_mean
 
+# prev_action / prev_reward travel as the sampler recorded them: with wait-reset collectors an
+# episode can start after idle steps whose done is False, so they cannot be derived from t-1.
 SamplesToBufferRnn = namedarraytuple("SamplesToBufferRnn",
-                                     ["observation", "action", "reward", "done", "prev_rnn_state"])
+                                     ["observation", "action", "reward", "done", "prev_action",
+                                      "prev_reward", "prev_rnn_state"])
 
 
 def value_rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
@@ -91,6 +94,7 @@ class R2D1(DQN):
     def replay_example(self, examples):
         return SamplesToBufferRnn(observation=examples["observation"], action=examples["action"],
                                   reward=examples["reward"], done=examples["done"],
+                                  prev_action=examples["action"], prev_reward=examples["reward"],
                                   prev_rnn_state=examples["agent_info"].prev_rnn_state)
 
     def replay_buffer_class(self):
@@ -113,6 +117,7 @@ class R2D1(DQN):
         to_buffer = SamplesToBufferRnn(
             observation=samples.env.observation, action=samples.agent.action,
             reward=samples.env.reward, done=samples.env.done,
+            prev_action=samples.agent.prev_action, prev_reward=samples.env.prev_reward,
             prev_rnn_state=samples.agent.agent_info.prev_rnn_state)
         if self.input_priorities:
             return PrioritiesSamplesToBuffer(priorities=self.compute_input_priorities(samples),
