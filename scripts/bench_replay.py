@@ -21,7 +21,7 @@ from collections import namedtuple
 
 import numpy as np
 import torch
-from _bench_common import machine
+from _bench_common import machine, rate
 
 from rlfast.replays import PrioritizedReplayFrameBuffer, UniformReplayFrameBuffer
 
@@ -43,18 +43,6 @@ def make_chunks(n_chunks: int, seed: int = 0) -> list:
             reward=rng.randn(T_CHUNK, B).astype(np.float32),
             done=rng.rand(T_CHUNK, B) < 0.001))
     return chunks
-
-
-def rate(step, items_per_call: int, seconds: float) -> float:
-    """Items per second of repeated ``step()`` over about ``seconds`` (after one warm-up)."""
-    step()
-    calls, start = 0, time.perf_counter()
-    while True:
-        step()
-        calls += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return calls * items_per_call / elapsed
 
 
 def bench(cls, size: int, seconds: float, chunks: list) -> dict:

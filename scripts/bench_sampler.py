@@ -15,7 +15,7 @@ import os
 import time
 
 import numpy as np
-from _bench_common import machine
+from _bench_common import machine, rate
 
 FRAME_SKIP = 4
 
@@ -25,18 +25,6 @@ def n_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
-
-
-def timed(step, frames_per_call: int, seconds: float) -> float:
-    """Frames per second of repeated ``step()`` calls over about ``seconds`` (after warm-up)."""
-    step()
-    calls, start = 0, time.perf_counter()
-    while True:
-        step()
-        calls += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return calls * frames_per_call / elapsed
 
 
 def bench_rlfast(sampler_name: str, agent_name: str, n_envs: int, batch_T: int,
@@ -67,7 +55,7 @@ def bench_rlfast(sampler_name: str, agent_name: str, n_envs: int, batch_T: int,
         itr[0] += 1
 
     try:
-        return timed(step, batch_T * n_envs * FRAME_SKIP, seconds)
+        return rate(step, batch_T * n_envs * FRAME_SKIP, seconds)
     finally:
         sampler.shutdown()
 
@@ -83,7 +71,7 @@ def bench_vector_env(env, n_envs: int, seconds: float, batch_T: int) -> float:
             env.step(rng.integers(0, n_actions, size=n_envs))
 
     try:
-        return timed(step, batch_T * n_envs * FRAME_SKIP, seconds)
+        return rate(step, batch_T * n_envs * FRAME_SKIP, seconds)
     finally:
         env.close()
 

@@ -13,24 +13,14 @@ held at zero while the priority they will get is kept aside, and switched on onc
 """
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import numpy as np
 
 from rlfast.replays.ring import ring_rows, valid_age_range, valid_rows
+from rlfast.replays.storage import check_int
 
 __all__ = ["SumTree"]
-
-
-def _check_int(value: Any, name: str, minimum: int) -> int:
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer >= {minimum}; got {value!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value}")
-    return value
 
 
 def check_priorities(priorities: Any, name: str = "priorities") -> np.ndarray:
@@ -57,16 +47,16 @@ class SumTree:
     def __init__(self, T: int, B: int, off_backward: int, off_forward: int,
                  default_value: float = 1, enable_input_priorities: bool = False,
                  input_priority_shift: int = 0):
-        self.T = _check_int(T, "T", 1)
-        self.B = _check_int(B, "B", 1)
-        self.off_backward = _check_int(off_backward, "off_backward", 0)
-        self.off_forward = _check_int(off_forward, "off_forward", 0)
+        self.T = check_int(T, "T", 1)
+        self.B = check_int(B, "B", 1)
+        self.off_backward = check_int(off_backward, "off_backward", 0)
+        self.off_forward = check_int(off_forward, "off_forward", 0)
         if self.off_backward + self.off_forward >= self.T:
             raise ValueError(f"off_backward + off_forward ({self.off_backward} + "
                              f"{self.off_forward}) must be < T ({self.T}), else no row is valid")
         self.default_value = float(check_priorities(default_value, "default_value"))
         self.enable_input_priorities = bool(enable_input_priorities)
-        self.input_priority_shift = _check_int(input_priority_shift, "input_priority_shift", 0)
+        self.input_priority_shift = check_int(input_priority_shift, "input_priority_shift", 0)
         if self.input_priority_shift >= self.T:
             raise ValueError(f"input_priority_shift must be < T ({self.T}); "
                              f"got {self.input_priority_shift}")
@@ -105,7 +95,7 @@ class SumTree:
     def advance(self, T: int, priorities: Any = None) -> None:
         """Move the cursor over ``T`` new rows; ``priorities`` (scalar, ``[B]`` or ``[T, B]``,
         only with ``enable_input_priorities``) go to the rows ``input_priority_shift`` back."""
-        T = _check_int(T, "T", 0)
+        T = check_int(T, "T", 0)
         if T > self.T:
             raise ValueError(f"cannot advance by T={T}: more rows than the tree has ({self.T})")
         old = self.t
@@ -169,7 +159,7 @@ class SumTree:
         """Draw ``n`` leaves with probability proportional to priority, with replacement
         unless ``unique``; returns ``(T_idxs, B_idxs, priorities)`` and remembers the leaves
         for :meth:`update_batch_priorities`."""
-        n = _check_int(n, "n", 1)
+        n = check_int(n, "n", 1)
         if not self.tree[1] > 0:
             raise RuntimeError("SumTree.sample: no valid leaves yet (all priorities are zero); "
                                "append more data before sampling")
