@@ -98,13 +98,14 @@ PRESETS["a2c"]["atari"] = dict(
 # ---- value-based presets (discrete actions only) -----------------------------------------
 _DQN_SAMPLER = dict(batch_T=4, batch_B=8, max_decorrelation_steps=0, eval_n_envs=8,
                     eval_max_steps=8 * 500, eval_max_trajectories=8)
-_DQN_ALGO = dict(discount=0.99, batch_size=64, min_steps_learn=1000, delta_clip=1.0,
-                 replay_size=50_000, replay_ratio=8, target_update_tau=1.0,
-                 target_update_interval=250, n_step_return=3, learning_rate=1e-3,
+# Tuned on CartPole-v1 (tests/learning/test_dqn_cartpole.py records the search).
+_DQN_ALGO = dict(discount=0.99, batch_size=64, min_steps_learn=1000, delta_clip=None,
+                 replay_size=100_000, replay_ratio=8, target_update_tau=1.0,
+                 target_update_interval=250, n_step_return=10, learning_rate=5e-4,
                  clip_grad_norm=10.0, eps_steps=20_000, double_dqn=True,
                  prioritized_replay=False)
 _DQN_AGENT = dict(model_kwargs=dict(hidden_sizes=[64, 64], dueling=False), eps_init=1.0,
-                  eps_final=0.02, eps_eval=0.0, recurrent=False)
+                  eps_final=0.01, eps_eval=0.0, recurrent=False)
 _ATARI_DQN_SAMPLER = dict(batch_T=2, batch_B=16, max_decorrelation_steps=1000, eval_n_envs=4,
                           eval_max_steps=40_000, eval_max_trajectories=4)
 _ATARI_DQN_ALGO = dict(discount=0.99, batch_size=32, min_steps_learn=50_000, delta_clip=1.0,
@@ -135,7 +136,8 @@ PRESETS["dqn"] = dict(
                algo=_ATARI_DQN_ALGO, sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
 )
 PRESETS["cat_dqn"] = dict(
-    discrete=dict(agent=_with(_DQN_AGENT, n_atoms=51), algo=_with(_DQN_ALGO, V_min=0.0, V_max=100.0),
+    discrete=dict(agent=_with(_DQN_AGENT, n_atoms=51),
+                  algo=_with(_DQN_ALGO, V_min=0.0, V_max=100.0, learning_rate=1e-3),
                   sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
     atari=dict(agent=_with(_ATARI_DQN_AGENT, n_atoms=51), env=dict(PRESETS["ppo"]["atari"]["env"]),
                algo=_with(_ATARI_DQN_ALGO, V_min=-10.0, V_max=10.0), sampler=_ATARI_DQN_SAMPLER,
@@ -158,8 +160,9 @@ PRESETS["r2d1"] = dict(
     discrete=dict(
         agent=dict(model_kwargs=dict(hidden_sizes=[64], lstm_size=64, head_size=64), eps_init=1.0,
                    eps_final=0.02, eps_eval=0.0, recurrent=True),
-        algo=dict(discount=0.99, batch_T=20, batch_B=16, warmup_T=10, store_rnn_state_interval=10,
-                  min_steps_learn=2000, delta_clip=None, replay_size=50_000, replay_ratio=4,
+        # Tuned on masked CartPole (tests/learning/test_r2d1_masked_cartpole.py).
+        algo=dict(discount=0.99, batch_T=20, batch_B=16, warmup_T=10, store_rnn_state_interval=20,
+                  min_steps_learn=2000, delta_clip=None, replay_size=100_000, replay_ratio=16,
                   target_update_interval=100, n_step_return=3, learning_rate=1e-3,
                   clip_grad_norm=10.0, eps_steps=20_000, double_dqn=True,
                   prioritized_replay=True, pri_eta=0.9),

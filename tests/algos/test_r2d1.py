@@ -122,3 +122,24 @@ def test_input_priorities_match_reference_loop():
         expected = eta * max(tds) + (1 - eta) * sum(tds) / len(tds)
         assert got[b] == pytest.approx(expected, rel=1e-5)
     assert algo.input_priority_shift == 2  # (2 + 4) // 2 - 1
+
+
+def test_episode_end_during_burn_in_masks_trained_steps():
+    torch.manual_seed(1)
+    wT, bT, n, B, A = 2, 3, 1, 2, 2
+    L = wT + bT + n
+    done = torch.zeros(L, B, dtype=torch.bool)
+    done[0, 0] = True  # env 0's episode ended in the burn-in: nothing of it is trainable
+    batch = SequenceSamplesFromReplay(
+        agent_inputs=AgentInputs(torch.randn(L, B, 1), torch.zeros(L, B), torch.zeros(L, B)),
+        action=torch.randint(0, A, (L, B)), return_=torch.randn(L, B), done=done,
+        done_n=done.clone(), init_rnn_state=(torch.zeros(B, 1, 1),))
+    algo = R2D1(batch_T=bT, batch_B=B, warmup_T=wT, n_step_return=n, double_dqn=False,
+                prioritized_replay=False, delta_clip=None)
+    algo.agent = LinearRnnAgent(torch.randn(1, A, requires_grad=True), torch.randn(1, A))
+    loss, priorities = algo.loss(batch)
+    assert priorities[0] == 0  # no valid step for env 0
+    batch2 = batch._replace(return_=batch.return_.clone())
+    batch2.return_[wT:, 0] += 100.0  # env 0's trained returns do not matter
+    loss2, _ = algo.loss(batch2)
+    assert torch.allclose(loss, loss2)

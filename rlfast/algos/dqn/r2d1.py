@@ -182,7 +182,8 @@ class R2D1(DQN):
         losses = huber(delta, self.delta_clip)
         if self.prioritized_replay:
             losses = losses * batch.is_weights.unsqueeze(0)
-        valid = valid_from_done(batch.done[train].float())  # nothing after an episode ends
+        # Nothing after an episode ends, also when it ended during the burn-in.
+        valid = valid_from_done(batch.done[:wT + bT].float())[wT:]
         loss = valid_mean(losses, valid)
         td = delta.detach().abs() * valid
         if self.delta_clip is not None:
