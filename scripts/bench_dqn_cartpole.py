@@ -10,7 +10,9 @@ CartPole-v1 settings (MlpPolicy net_arch [256, 256], lr 2.3e-3, batch 64, buffer
 learning_starts 1000, gamma 0.99, target_update_interval 10, train_freq 256, gradient_steps 128
 = ~50k updates, exploration_fraction 0.16, exploration_final_eps 0.04) for the same number of
 steps. Both are scored by the same final 10-episode deterministic (greedy) evaluation on a fresh
-``gym.make("CartPole-v1")``; its time is reported separately and subtracted from each wall clock.
+``gym.make("CartPole-v1")``, whose time is subtracted from each wall clock. rlfast trains on one
+torch thread (its runner's default on CPU), SB3 on torch's default thread count; the CPU seconds
+each process used (all threads) are printed too, since wall clocks on a shared machine vary.
 With ``--rlfast-zoo`` rlfast also runs with SB3's zoo hyperparameters (same network, update
 count and schedules), which compares the frameworks on the same amount of work.
 
@@ -68,7 +70,7 @@ runner = dqn_cartpole_runner(seed=seed, n_steps=steps, log_interval_steps=10_000
 with tempfile.TemporaryDirectory() as log_dir:
     with logger_context(log_dir, 0, "bench_dqn", {}, override_prefix=True, snapshot_mode="none"):
         result = runner.train()
-t_learn = time.time()
+t_learn, cpu_learn = time.time(), time.process_time()
 model = runner.agent.model
 model.eval()
 @torch.no_grad()
@@ -78,7 +80,7 @@ final = evaluate(act, seed)
 t_eval = time.time()
 evals = result["eval_returns"]
 print(json.dumps(dict(final_return=final, learn_s=t_learn - t0, eval_s=t_eval - t_learn,
-                      best=max(r for _, r in evals),
+                      cpu_s=cpu_learn, best=max(r for _, r in evals),
                       best_at=max(evals, key=lambda e: e[1])[0],
                       last_periodic=evals[-1][1])))
 """
@@ -95,10 +97,11 @@ model = DQN("MlpPolicy", gym.make("CartPole-v1"), learning_rate=2.3e-3, batch_si
             exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]), seed=seed,
             device="cpu", verbose=0)
 model.learn(total_timesteps=steps)
-t_learn = time.time()
+t_learn, cpu_learn = time.time(), time.process_time()
 final = evaluate(lambda obs: int(model.predict(obs, deterministic=True)[0]), seed)
 t_eval = time.time()
-print(json.dumps(dict(final_return=final, learn_s=t_learn - t0, eval_s=t_eval - t_learn)))
+print(json.dumps(dict(final_return=final, learn_s=t_learn - t0, eval_s=t_eval - t_learn,
+                      cpu_s=cpu_learn)))
 """
 
 
@@ -153,27 +156,34 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     ratios, zoo_ratios, finals = [], [], {"rlfast": [], "rlfast-zoo": [], "SB3": []}
+    cpu = {name: [] for name in finals}
     for seed in args.seeds:
         r = run_rlfast(args.steps, seed)
         finals["rlfast"].append(r["final_return"])
+        cpu["rlfast"].append(r["cpu_s"])
         line = (f"{seed:>4} | {r['wall_s']:>8.1f} | {r['final_return']:>12.1f} | "
                 f"{r['best']:>6.1f}@{r['best_at']:<9d}")
         z = None
         if args.rlfast_zoo:
             z = run_rlfast(args.steps, seed, "zoo")
             finals["rlfast-zoo"].append(z["final_return"])
+            cpu["rlfast-zoo"].append(z["cpu_s"])
             line += f" | {z['wall_s']:>9.1f} | {z['final_return']:>13.1f}"
         if have_sb3:
             s = run_sb3(args.steps, seed)
             finals["SB3"].append(s["final_return"])
+            cpu["SB3"].append(s["cpu_s"])
             ratios.append(r["wall_s"] / s["wall_s"])
             line += f" | {s['wall_s']:>7.1f} | {s['final_return']:>9.1f} | {ratios[-1]:>5.2f}"
             if z is not None:
                 zoo_ratios.append(z["wall_s"] / s["wall_s"])
                 line += f" | {zoo_ratios[-1]:>9.2f}"
         print(line, flush=True)
+    print("\nCPU seconds up to the end of training (all threads; load-independent): "
+          + "; ".join(f"{name} {', '.join(f'{c:.0f}' for c in values)}"
+                      for name, values in cpu.items() if values))
     if have_sb3:
-        print(f"\nMedian wall-clock ratio rlfast (tuned) / SB3 (zoo): {statistics.median(ratios):.2f}")
+        print(f"Median wall-clock ratio rlfast (tuned) / SB3 (zoo): {statistics.median(ratios):.2f}")
         if zoo_ratios:
             print(f"Median wall-clock ratio rlfast (zoo settings) / SB3 (zoo): "
                   f"{statistics.median(zoo_ratios):.2f}")
