@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-import numpy as np
-
 from rlfast.envs.traj_info import TrajInfo  # noqa: F401  (re-exported)
 from rlfast.utils.collections import namedarraytuple
 
@@ -24,12 +22,3 @@ class BatchSpec(namedtuple("BatchSpec", ["T", "B"])):
     @property
     def size(self) -> int:
         return self.T * self.B
-
-
-def traj_info_public(info: TrajInfo) -> dict:
-    """The loggable fields of a trajectory info (no leading underscore)."""
-    return {k: v for k, v in info.items() if not k.startswith("_")}
-
-
-def stack_traj_infos(traj_infos: list, key: str) -> np.ndarray:
-    return np.asarray([info[key] for info in traj_infos], dtype=np.float64)
