@@ -6,7 +6,8 @@ import os
 import sys
 
 from rlfast.experiments.config import ConfigError, apply_overrides
-from rlfast.experiments.presets import PRESETS, SAMPLERS, build_experiment, get_preset
+from rlfast.experiments.presets import (PRESETS, SAMPLERS, build_experiment, default_sampler,
+                                       get_preset)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -20,8 +21,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--steps", type=int, default=None, help="environment steps to train for")
     train.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     train.add_argument("--n-envs", type=int, default=None, help="parallel environments (batch_B)")
-    train.add_argument("--sampler", choices=SAMPLERS, default="cpu",
-                       help="serial: one process; cpu: workers run the agent (default); "
+    train.add_argument("--sampler", choices=SAMPLERS, default=None,
+                       help="serial: one process (default for ddpg/td3/sac); cpu: workers run "
+                            "the agent (default otherwise); "
                             "gpu / alternating: workers step envs, the master batches the agent "
                             "(on GPU 0 when CUDA is available)")
     train.add_argument("--log-dir", default=None,
@@ -31,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
                        metavar="KEY=VALUE", help="override a preset value, e.g. algo.learning_rate=3e-4")
     train.add_argument("--snapshot-mode", default="last", choices=("none", "last", "all", "gap"),
                        help="which training snapshots to keep (default: last)")
+    train.add_argument("--affinity", default=None, metavar="CODE",
+                       help="hardware affinity code (rlfast.utils.launching), e.g. "
+                            "0slt_2cpu_0gpu_0hto; without a slot token, slot 0 is used")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 
@@ -45,14 +50,33 @@ def resolve_config(args) -> dict:
     return apply_overrides(config, args.overrides)
 
 
+def affinity_for_run(code: str | None) -> dict | None:
+    """The affinity dict of one single-process run from an affinity code, or None."""
+    if code is None:
+        return None
+    from rlfast.utils.launching import affinity_from_code, prepend_run_slot
+    if "slt" not in code:
+        code = prepend_run_slot(0, code)
+    affinity = affinity_from_code(code)
+    if isinstance(affinity, list) or "optimizer" in affinity:
+        raise ValueError(f"--affinity {code}: multi-GPU and asynchronous codes describe "
+                         f"several processes; rlfast train runs one (use a code without "
+                         f"gpr > 1 or ass)")
+    return dict(affinity)
+
+
 def train(args) -> dict:
     from rlfast.utils.logging import logger, logger_context
 
+    if args.sampler is None:
+        args.sampler = default_sampler(args.algo)
     config = resolve_config(args)
-    runner = build_experiment(args.algo, args.env, config, sampler=args.sampler, seed=args.seed)
+    affinity = affinity_for_run(args.affinity)
+    runner = build_experiment(args.algo, args.env, config, sampler=args.sampler, seed=args.seed,
+                              affinity=affinity)
     runner.progress_bar = not args.no_progress
     log_params = dict(algo=args.algo, env=args.env, sampler=args.sampler, seed=args.seed,
-                      config=config)
+                      affinity=args.affinity, config=config)
     if args.log_dir is not None:
         context = logger_context(os.path.abspath(args.log_dir), 0, f"{args.algo}_{args.env}",
                                  log_params, snapshot_mode=args.snapshot_mode,

@@ -7,6 +7,7 @@ from rlfast.agents.pg.atari import AlternatingAtariLstmAgent, AtariFfAgent, Atar
 from rlfast.agents.pg.base import AgentInfo, AgentInfoRnn
 from rlfast.agents.pg.categorical import (AlternatingRecurrentCategoricalPgAgent,
                                           CategoricalPgAgent, RecurrentCategoricalPgAgent)
+from rlfast.agents.qpg import DdpgAgent, SacAgent, Td3Agent
 from rlfast.agents.pg.gaussian import (AlternatingRecurrentGaussianPgAgent, GaussianPgAgent,
                                        MujocoFfAgent, MujocoLstmAgent, RecurrentGaussianPgAgent)
 
@@ -17,5 +18,5 @@ __all__ = [
     "RecurrentGaussianPgAgent", "AlternatingRecurrentGaussianPgAgent", "MujocoFfAgent",
     "MujocoLstmAgent", "AtariFfAgent", "AtariLstmAgent", "AlternatingAtariLstmAgent",
     "EpsilonGreedyAgentMixin", "DqnAgent", "CatDqnAgent", "R2d1Agent", "AtariDqnAgent",
-    "AtariCatDqnAgent", "AtariR2d1Agent",
+    "AtariCatDqnAgent", "AtariR2d1Agent", "DdpgAgent", "Td3Agent", "SacAgent",
 ]

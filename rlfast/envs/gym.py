@@ -163,10 +163,15 @@ class GymEnvWrapper(Env):
     and ``env_info.timeout = truncated and not terminated``, so algorithms can bootstrap
     through time-limit cuts. ``env_info`` fields are fixed at the first step after
     construction (see the module docstring). ``seed(s)`` applies at the next ``reset``,
-    which is where gymnasium takes seeds."""
+    which is where gymnasium takes seeds.
+
+    With ``final_observation=True`` (array observations only), ``env_info`` also carries
+    ``final_observation``: the observation the step returned when it ended the episode (zeros
+    on other steps). The sampler resets the env on ``done``, so this is the only record of the
+    state a time limit cut the episode in; time-limit replay buffers bootstrap from it."""
 
     def __init__(self, env: gymnasium.Env, act_null_value: Any = 0, obs_null_value: Any = 0,
-                 force_float32: bool = True) -> None:
+                 force_float32: bool = True, final_observation: bool = False) -> None:
         if not isinstance(env, gymnasium.Env):
             raise TypeError(f"GymEnvWrapper needs a gymnasium.Env, got {type(env).__name__}")
         self.env = env
@@ -178,6 +183,14 @@ class GymEnvWrapper(Env):
         self._revert_action = self._action_space.revert
         self._convert_observation = self._observation_space.convert
         self._info_layout: Optional[_InfoLayout] = None
+        self._final_zero = None
+        if final_observation:
+            null = self._observation_space.null_value()
+            zero = None if isinstance(null, tuple) else np.asarray(null)
+            if zero is None or zero.dtype.kind not in "biuf":
+                raise ValueError(f"final_observation=True needs an array observation space; got "
+                                 f"{env.observation_space!r}")
+            self._final_zero = np.zeros_like(zero)
         self._pending_seed: Optional[int] = None
         self._horizon = _find_horizon(env)
 
@@ -187,11 +200,20 @@ class GymEnvWrapper(Env):
         terminated = bool(terminated)
         truncated = bool(truncated)
         layout = self._info_layout
-        if layout is None:
-            layout = self._info_layout = _InfoLayout(info or {}, "EnvInfo", trailing=("timeout",))
-        env_info = layout.convert(info, truncated and not terminated)
-        return EnvStep(self._convert_observation(obs), float(reward),
-                       terminated or truncated, env_info)
+        observation = self._convert_observation(obs)
+        done = terminated or truncated
+        if self._final_zero is None:
+            if layout is None:
+                layout = self._info_layout = _InfoLayout(info or {}, "EnvInfo",
+                                                         trailing=("timeout",))
+            env_info = layout.convert(info, truncated and not terminated)
+        else:
+            if layout is None:
+                layout = self._info_layout = _InfoLayout(
+                    info or {}, "EnvInfo", trailing=("timeout", "final_observation"))
+            env_info = layout.convert(info, truncated and not terminated,
+                                      observation if done else self._final_zero)
+        return EnvStep(observation, float(reward), done, env_info)
 
     def reset(self) -> Any:
         """Reset the gym env (with the pending seed, if ``seed`` was called) and return the
@@ -259,10 +281,11 @@ class EnvInfoWrapper(gymnasium.Wrapper, RecordConstructorArgs):
 
 
 def make(id: Any, info_example: Optional[Mapping] = None, seed: Optional[int] = None,
-         **kwargs: Any) -> GymEnvWrapper:
+         final_observation: bool = False, **kwargs: Any) -> GymEnvWrapper:
     """``gymnasium.make(id, **kwargs)``, wrapped in ``EnvInfoWrapper(info_example)`` if one is
-    given, then in ``GymEnvWrapper``; seeded with ``seed`` (applied at the first reset). Use
-    as the ``EnvCls`` of a sampler, e.g. ``env_kwargs=dict(id="CartPole-v1")``."""
+    given, then in ``GymEnvWrapper`` (``final_observation`` passed on); seeded with ``seed``
+    (applied at the first reset). Use as the ``EnvCls`` of a sampler, e.g.
+    ``env_kwargs=dict(id="CartPole-v1")``."""
     try:
         env = gymnasium.make(id, **kwargs)
     except gymnasium.error.Error as err:
@@ -274,7 +297,7 @@ def make(id: Any, info_example: Optional[Mapping] = None, seed: Optional[int] = 
         raise wrapped from err
     if info_example is not None:
         env = EnvInfoWrapper(env, info_example)
-    wrapper = GymEnvWrapper(env)
+    wrapper = GymEnvWrapper(env, final_observation=final_observation)
     if seed is not None:
         wrapper.seed(seed)
     return wrapper

@@ -16,7 +16,9 @@ from rlfast.agents import (AlternatingRecurrentCategoricalPgAgent, CategoricalPg
                            MujocoFfAgent, MujocoLstmAgent, RecurrentCategoricalPgAgent)
 from rlfast.algos import A2C, PPO
 from rlfast.algos.dqn import DQN, R2D1, CategoricalDQN
+from rlfast.algos.qpg import DDPG, SAC, TD3
 from rlfast.envs import make as make_gym_env
+from rlfast.experiments.qpg_presets import ENV_TUNED, QPG_ALGOS, QPG_PRESETS, merge
 from rlfast.runners import MinibatchRlEval
 from rlfast.samplers import (AlternatingSampler, CpuEvalCollector, CpuResetCollector, CpuSampler,
                              CpuWaitResetCollector, GpuEvalCollector, GpuResetCollector,
@@ -183,8 +185,10 @@ PRESETS["r2d1"] = dict(
         runner=_RUN_ATARI),
 )
 
+PRESETS.update(QPG_PRESETS)
+
 ALGOS = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "cat_dqn": CategoricalDQN, "rainbow": CategoricalDQN,
-         "r2d1": R2D1}
+         "r2d1": R2D1, "ddpg": DDPG, "td3": TD3, "sac": SAC}
 VALUE_BASED = ("dqn", "cat_dqn", "rainbow", "r2d1")
 SAMPLERS = ("serial", "cpu", "gpu", "alternating")
 ATARI_PREFIX = "atari:"
@@ -210,22 +214,34 @@ def get_preset(algo: str, env_id: str) -> dict:
     if kind not in PRESETS[algo]:
         raise ValueError(f"{algo!r} has no preset for {kind} action spaces ({env_id}); "
                          f"it supports: {sorted(PRESETS[algo])}")
-    return copy.deepcopy(PRESETS[algo][kind])
+    preset = copy.deepcopy(PRESETS[algo][kind])
+    return merge(preset, copy.deepcopy(ENV_TUNED.get((algo, env_id), {})))
 
 
-def default_affinity(n_envs: int, sampler: str) -> dict:
-    """Use every available core: one worker per core (at most one per env); the agent goes on
-    GPU 0 for the GPU-agent samplers when CUDA is available."""
+def _available_cpus() -> list:
     try:
-        cpus = sorted(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:
-        cpus = list(range(os.cpu_count() or 1))
+        return list(range(os.cpu_count() or 1))
+
+
+def default_sampler(algo: str) -> str:
+    """The sampler ``rlfast train`` uses without ``--sampler``: serial for the replay-based
+    continuous-control algorithms (one environment, many updates per step), else cpu."""
+    return "serial" if algo in QPG_ALGOS else "cpu"
+
+
+def default_affinity(n_envs: int, sampler: str, master_threads: int | None = None) -> dict:
+    """Use every available core: one worker per core (at most one per env); the agent goes on
+    GPU 0 for the GPU-agent samplers when CUDA is available. ``master_threads`` sets the
+    master's torch threads (default 1: small policy networks gain nothing from more)."""
+    cpus = _available_cpus()
     cuda_idx = 0 if sampler in ("gpu", "alternating") and torch.cuda.is_available() else None
     if sampler == "serial":
-        return dict(master_cpus=cpus, master_torch_threads=1, cuda_idx=None)
+        return dict(master_cpus=cpus, master_torch_threads=master_threads or 1, cuda_idx=None)
     n_workers = max(2 if sampler == "alternating" else 1, min(len(cpus), n_envs))
     workers = [[cpus[i % len(cpus)]] for i in range(n_workers)]
-    return dict(master_cpus=cpus, master_torch_threads=1, workers_cpus=workers,
+    return dict(master_cpus=cpus, master_torch_threads=master_threads or 1, workers_cpus=workers,
                 worker_torch_threads=1, cuda_idx=cuda_idx)
 
 
@@ -281,7 +297,10 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     kind = env_kind(env_id)
     agent_cfg = dict(config["agent"])
     recurrent = agent_cfg.pop("recurrent", False)
-    if algo_name in VALUE_BASED:
+    if algo_name in QPG_ALGOS:
+        from rlfast.agents import DdpgAgent, SacAgent, Td3Agent
+        agent = dict(ddpg=DdpgAgent, td3=Td3Agent, sac=SacAgent)[algo_name](**agent_cfg)
+    elif algo_name in VALUE_BASED:
         agent = _value_agent_class(algo_name, kind)(**agent_cfg)
     else:
         agent = _agent_class(kind, recurrent, sampler)(**agent_cfg)
@@ -300,6 +319,9 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     sampler_obj = SamplerCls(EnvCls=EnvCls, env_kwargs=env_kwargs, CollectorCls=collector,
                              eval_CollectorCls=EvalCollectorCls, TrajInfoCls=TrajInfoCls,
                              **sampler_cfg)
-    affinity = affinity or default_affinity(sampler_cfg["batch_B"], sampler)
+    if affinity is None:
+        # Replay-based continuous control spends its time in the master's gradient updates.
+        threads = len(_available_cpus()) if algo_name in QPG_ALGOS else None
+        affinity = default_affinity(sampler_cfg["batch_B"], sampler, master_threads=threads)
     return MinibatchRlEval(algo=_algo(algo_name, config["algo"]), agent=agent,
                            sampler=sampler_obj, seed=seed, affinity=affinity, **config["runner"])

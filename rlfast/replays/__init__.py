@@ -1,4 +1,4 @@
-"""Replay buffers for off-policy algorithms (DQN family): uniform or prioritized, single
+"""Replay buffers for off-policy algorithms (DQN family, DDPG/TD3/SAC): uniform or prioritized, single
 transitions or sequences, with plain or frame-wise observation storage.
 
 Every buffer pre-allocates ``[T, B]`` arrays (``T = ceil(size / B)``), appends ``[T_in, B]``
@@ -7,6 +7,7 @@ whose inputs or targets are not (or no longer) in the buffer. Layer: imports rlf
 """
 from rlfast.replays.collections import (AgentInputs, PrioritiesSamplesToBuffer,
                                         SamplesFromReplay, SamplesFromReplayPri,
+                                        SamplesFromReplayTL, SamplesFromReplayTLPri,
                                         SequenceSamplesFromReplay, SequenceSamplesFromReplayPri)
 from rlfast.replays.non_sequence import (PrioritizedReplayBuffer, PrioritizedReplayFrameBuffer,
                                          UniformReplayBuffer, UniformReplayFrameBuffer)
@@ -16,12 +17,14 @@ from rlfast.replays.sequence import (PrioritizedSequenceReplayBuffer,
                                      UniformSequenceReplayBuffer,
                                      UniformSequenceReplayFrameBuffer)
 from rlfast.replays.sum_tree import SumTree
+from rlfast.replays.time_limit import TlPrioritizedReplayBuffer, TlUniformReplayBuffer
 
 __all__ = [
     "SumTree", "UniformReplayBuffer", "PrioritizedReplayBuffer", "UniformReplayFrameBuffer",
     "PrioritizedReplayFrameBuffer", "UniformSequenceReplayBuffer",
     "PrioritizedSequenceReplayBuffer", "UniformSequenceReplayFrameBuffer",
-    "PrioritizedSequenceReplayFrameBuffer", "beta_schedule", "AgentInputs", "SamplesFromReplay",
+    "PrioritizedSequenceReplayFrameBuffer", "TlUniformReplayBuffer", "TlPrioritizedReplayBuffer",
+    "beta_schedule", "AgentInputs", "SamplesFromReplay",
     "SamplesFromReplayPri", "SequenceSamplesFromReplay", "SequenceSamplesFromReplayPri",
-    "PrioritiesSamplesToBuffer",
+    "PrioritiesSamplesToBuffer", "SamplesFromReplayTL", "SamplesFromReplayTLPri",
 ]

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rlfast.replays.collections import (SamplesFromReplay, SamplesFromReplayPri,
+                                        SamplesFromReplayTL, SamplesFromReplayTLPri,
                                         SequenceSamplesFromReplay, SequenceSamplesFromReplayPri)
 from rlfast.replays.sampling import PrioritizedSampling, UniformSampling
 from rlfast.replays.storage import ReplayStorage
@@ -20,7 +21,7 @@ from rlfast.utils.buffer import torchify_buffer
 
 __all__ = ["ReplayBufferBase", "split_priorities"]
 
-_WITH_WEIGHTS = {SamplesFromReplay: SamplesFromReplayPri,
+_WITH_WEIGHTS = {SamplesFromReplay: SamplesFromReplayPri, SamplesFromReplayTL: SamplesFromReplayTLPri,
                  SequenceSamplesFromReplay: SequenceSamplesFromReplayPri}
 
 

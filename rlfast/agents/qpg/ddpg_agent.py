@@ -1,0 +1,110 @@
+"""DDPG and TD3 agents: a deterministic policy ``mu(s)`` explored with Gaussian noise, and a
+critic ``Q(s, a)`` (twin critics for TD3, as one two-member ensemble)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from rlfast.agents.qpg.base import QpgAgentBase
+from rlfast.models.qpg import MuMlpModel, QofMuMlpModel
+
+__all__ = ["DdpgAgent", "Td3Agent"]
+
+
+def _positive_or_none(name: str, value) -> Optional[float]:
+    if value is None:
+        return None
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0 or None, got {value!r}")
+    return float(value)
+
+
+class DdpgAgent(QpgAgentBase):
+    """Deterministic policy with Gaussian exploration; critic and target copies of both.
+
+    In sample mode ``step`` returns ``mu(s) + clip(N(0, action_std), +-action_noise_clip)``
+    clipped to ``[-1, 1]`` and scaled to the action bounds; in eval mode ``mu(s)``. Before
+    learning starts (``give_min_itr_learn``) the noise std is ``pretrain_std`` when that is
+    set. Networks take and give normalized actions (see ``QpgAgentBase``).
+    """
+
+    target_names = ("target_model", "target_q_model")
+
+    def __init__(self, ModelCls: type = MuMlpModel, QModelCls: type = QofMuMlpModel,
+                 model_kwargs: Optional[dict] = None, q_model_kwargs: Optional[dict] = None,
+                 initial_model_state_dict: Optional[dict] = None, action_std: float = 0.1,
+                 action_noise_clip: Optional[float] = None, pretrain_std: Optional[float] = None):
+        model_kwargs = {"hidden_sizes": [400, 300], **(model_kwargs or {})}
+        q_model_kwargs = {"hidden_sizes": [400, 300], **(q_model_kwargs or {})}
+        super().__init__(ModelCls, QModelCls, model_kwargs, q_model_kwargs,
+                         initial_model_state_dict, pretrain_std)
+        self.action_std = _positive_or_none("action_std", action_std)
+        self.action_noise_clip = _positive_or_none("action_noise_clip", action_noise_clip)
+
+    # ---- values for the algorithm ----------------------------------------------------------
+    def q(self, observation, prev_action, prev_reward, action) -> torch.Tensor:
+        """``Q(s, a)`` for normalized replayed actions, with gradient (``[2, B]`` for TD3)."""
+        return self.q_model(*self.to_model_inputs(observation, prev_action, prev_reward, action))
+
+    def q_at_mu(self, observation, prev_action, prev_reward) -> torch.Tensor:
+        """``Q(s, mu(s))``, gradient flowing into the policy only (the critic's parameters are
+        detached, so actor and critic losses can share one backward pass)."""
+        observation, prev_action, prev_reward = self.to_model_inputs(
+            observation, prev_action, prev_reward)
+        mu = self.model(observation, prev_action, prev_reward)
+        return self.q_model(observation, prev_action, prev_reward, mu, detach_params=True,
+                            member=0 if self.q_model.ensemble_size > 1 else None)
+
+    def target_action(self, observation, prev_action, prev_reward) -> torch.Tensor:
+        """The target policy's action at the next state (TD3 adds smoothing noise)."""
+        return self.target_model(observation, prev_action, prev_reward)
+
+    def target_q_at_mu(self, observation, prev_action, prev_reward) -> torch.Tensor:
+        """``Q_target(s', mu_target(s'))``, without gradient."""
+        with torch.no_grad():
+            observation, prev_action, prev_reward = self.to_model_inputs(
+                observation, prev_action, prev_reward)
+            action = self.target_action(observation, prev_action, prev_reward)
+            return self.target_q_model(observation, prev_action, prev_reward, action)
+
+    # ---- sampling ------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, observation, prev_action, prev_reward):
+        observation, prev_action, prev_reward = self.to_model_inputs(
+            observation, prev_action, prev_reward)
+        mu = self.model(observation, prev_action, prev_reward)
+        action = mu
+        if self._mode == "sample":
+            std = self.pretrain_std if self.pretraining else self.action_std
+            if std is not None:
+                noise = std * torch.randn_like(mu)
+                if self.action_noise_clip is not None:
+                    noise = noise.clamp(-self.action_noise_clip, self.action_noise_clip)
+                action = (mu + noise).clamp(-1.0, 1.0)
+        return self._step_output(action, mu)
+
+
+class Td3Agent(DdpgAgent):
+    """TD3: twin critics (one two-member ensemble evaluated in one pass) and target policy
+    smoothing: the target action is ``clip(mu_target(s') + clip(N(0, target_noise_std),
+    +-target_noise_clip), -1, 1)``. Samples with ``pretrain_std`` noise until learning
+    starts."""
+
+    def __init__(self, pretrain_std: Optional[float] = 0.5, target_noise_std: float = 0.2,
+                 target_noise_clip: float = 0.5, **kwargs):
+        super().__init__(pretrain_std=pretrain_std, **kwargs)
+        self.target_noise_std = _positive_or_none("target_noise_std", target_noise_std)
+        self.target_noise_clip = _positive_or_none("target_noise_clip", target_noise_clip)
+
+    def q_model_extra_kwargs(self) -> dict:
+        return dict(ensemble_size=2)
+
+    def target_action(self, observation, prev_action, prev_reward) -> torch.Tensor:
+        mu = self.target_model(observation, prev_action, prev_reward)
+        if self.target_noise_std is None:
+            return mu
+        noise = self.target_noise_std * torch.randn_like(mu)
+        if self.target_noise_clip is not None:
+            noise = noise.clamp(-self.target_noise_clip, self.target_noise_clip)
+        return (mu + noise).clamp(-1.0, 1.0)

@@ -1,0 +1,200 @@
+"""The replay-driven training loop DDPG, TD3 and SAC share.
+
+Each iteration appends the sampler's batch to a time-limit replay buffer; once
+``min_steps_learn`` steps are stored, ``replay_ratio * sampler_batch_size / batch_size``
+gradient updates run. One update is one forward pass of every loss, ONE backward pass of their
+sum and ONE optimizer step: actor losses reach the critic through detached critic parameters,
+so they cannot move it, and the actor, critic (and entropy temperature) are parameter groups
+of one optimizer with their own learning rates. The targets follow by Polyak averaging.
+Diagnostics stay on the device until the iteration ends (one host transfer per iteration).
+"""
+from __future__ import annotations
+
+import torch
+
+from rlfast.algos.base import RLAlgorithm
+from rlfast.utils.collections import namedarraytuple
+
+__all__ = ["QpgAlgoBase", "SamplesToBuffer", "SamplesToBufferTl"]
+
+SamplesToBuffer = namedarraytuple("SamplesToBuffer",
+                                  ["observation", "action", "reward", "done", "timeout"])
+SamplesToBufferTl = namedarraytuple("SamplesToBufferTl", SamplesToBuffer._fields +
+                                    ("final_observation",))
+
+
+def _check_positive(name: str, value, integer: bool = False):
+    if isinstance(value, bool) or not value > 0 or (integer and int(value) != value):
+        kind = "a positive integer" if integer else "> 0"
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+    return int(value) if integer else value
+
+
+class QpgAlgoBase(RLAlgorithm):
+    """Replay, update count, optimizer and targets; subclasses define ``param_groups`` and
+    ``losses(batch, update_policy)`` (returning the summed loss and a dict of scalar
+    diagnostics tensors), and name their diagnostics in ``opt_info_fields``."""
+
+    OptInfoCls = None  # namedtuple of lists, set by subclasses
+
+    def __init__(self, discount: float, batch_size: int, min_steps_learn: int, replay_size: int,
+                 replay_ratio: float, target_update_tau: float, target_update_interval: int,
+                 policy_update_interval: int, OptimCls, optim_kwargs, initial_optim_state_dict,
+                 clip_grad_norm: float, n_step_return: int, bootstrap_timelimit: bool,
+                 ReplayBufferCls, prioritized_replay: bool = False, pri_alpha: float = 0.6,
+                 pri_beta: float = 0.4):
+        if not 0 <= discount <= 1:
+            raise ValueError(f"discount must be in [0, 1], got {discount!r}")
+        if not 0 < target_update_tau <= 1:
+            raise ValueError(f"target_update_tau must be in (0, 1], got {target_update_tau!r}")
+        self.discount = float(discount)
+        self.batch_size = _check_positive("batch_size", batch_size, integer=True)
+        self.min_steps_learn = int(min_steps_learn)
+        self.replay_size = _check_positive("replay_size", replay_size, integer=True)
+        self.replay_ratio = _check_positive("replay_ratio", replay_ratio)
+        self.target_update_tau = float(target_update_tau)
+        self.target_update_interval = _check_positive("target_update_interval",
+                                                      target_update_interval, integer=True)
+        self.policy_update_interval = _check_positive("policy_update_interval",
+                                                      policy_update_interval, integer=True)
+        self.OptimCls = OptimCls
+        self.optim_kwargs = dict(optim_kwargs or {})
+        self.initial_optim_state_dict = initial_optim_state_dict
+        self.clip_grad_norm = _check_positive("clip_grad_norm", clip_grad_norm)
+        self.n_step_return = _check_positive("n_step_return", n_step_return, integer=True)
+        self.bootstrap_timelimit = bool(bootstrap_timelimit)
+        self.ReplayBufferCls = ReplayBufferCls
+        self.prioritized_replay = bool(prioritized_replay)
+        self.pri_alpha, self.pri_beta = pri_alpha, pri_beta
+        self.update_counter = 0
+
+    # ---- setup ---------------------------------------------------------------------------
+    def initialize(self, agent, n_itr, batch_spec, mid_batch_reset, examples, world_size=1,
+                   rank=0):
+        if not mid_batch_reset:
+            raise ValueError(f"{type(self).__name__} replays single transitions: use a "
+                             f"collector that resets mid-batch (CpuResetCollector / "
+                             f"GpuResetCollector)")
+        self.agent = agent
+        self.n_itr = n_itr
+        self.sampler_bs = batch_spec.size
+        self.updates_per_optimize = max(1, round(self.replay_ratio * self.sampler_bs /
+                                                 self.batch_size))
+        self.min_itr_learn = int(self.min_steps_learn // self.sampler_bs)
+        agent.give_min_itr_learn(self.min_itr_learn)
+        self.initialize_replay_buffer(examples, batch_spec)
+        self.optim_initialize(rank)
+
+    def initialize_replay_buffer(self, examples, batch_spec) -> None:
+        env_info = examples["env_info"]
+        fields = getattr(env_info, "_fields", ())
+        if "timeout" not in fields:
+            raise ValueError(f"{type(self).__name__} needs env_info.timeout (rlfast's gymnasium "
+                             f"wrapper provides it); env_info fields: {fields}")
+        self._store_final = "final_observation" in fields
+        example = self._to_buffer(examples["observation"], examples["action"],
+                                  examples["reward"], examples["done"], env_info,
+                                  normalize=False)
+        from rlfast import replays
+        ReplayCls = self.ReplayBufferCls or (replays.TlPrioritizedReplayBuffer
+                                             if self.prioritized_replay
+                                             else replays.TlUniformReplayBuffer)
+        kwargs = dict(example=example, size=self.replay_size, B=batch_spec.B,
+                      discount=self.discount, n_step_return=self.n_step_return)
+        if self.prioritized_replay:
+            kwargs.update(alpha=self.pri_alpha, beta=self.pri_beta)
+        self.replay_buffer = ReplayCls(**kwargs)
+        self._mask_timeouts = self.bootstrap_timelimit and not getattr(
+            self.replay_buffer, "has_final_observation", False)
+
+    def param_groups(self) -> list:
+        """Optimizer parameter groups (dicts with ``params`` and ``lr``)."""
+        raise TypeError(f"{type(self).__name__} must define param_groups()")
+
+    def optim_initialize(self, rank: int = 0) -> None:
+        self.rank = rank
+        groups = self.param_groups()
+        self._clip_groups = [list(g["params"]) for g in groups if g.get("clip", True)]
+        for g in groups:
+            g.pop("clip", None)
+        kwargs = dict(self.optim_kwargs)
+        if self.OptimCls in (torch.optim.Adam, torch.optim.AdamW) and \
+                not {"fused", "foreach"} & set(kwargs):
+            kwargs["fused"] = True  # one kernel for all parameters: ~3x faster steps on CPU
+        self.optimizer = self.OptimCls(groups, **kwargs)
+        if self.initial_optim_state_dict is not None:
+            self.load_optim_state_dict(self.initial_optim_state_dict)
+
+    def _to_buffer(self, observation, action, reward, done, env_info, normalize=True):
+        if normalize:
+            action = self.agent.normalize_action(action)
+        if self._store_final:
+            return SamplesToBufferTl(observation, action, reward, done, env_info.timeout,
+                                     env_info.final_observation)
+        return SamplesToBuffer(observation, action, reward, done, env_info.timeout)
+
+    def samples_to_buffer(self, samples):
+        """The replayed fields of a sampler batch, actions in normalized units."""
+        return self._to_buffer(samples.env.observation, samples.agent.action, samples.env.reward,
+                               samples.env.done, samples.env.env_info)
+
+    # ---- training ------------------------------------------------------------------------
+    def optimize_agent(self, itr: int, samples=None, sampler_itr=None):
+        if samples is not None:
+            self.replay_buffer.append_samples(self.samples_to_buffer(samples))
+        if itr < self.min_itr_learn:
+            return self.OptInfoCls(*([] for _ in self.OptInfoCls._fields))
+        diagnostics = []
+        for _ in range(self.updates_per_optimize):
+            batch = self.replay_buffer.sample_batch(self.batch_size)
+            update_policy = self.update_counter % self.policy_update_interval == 0
+            loss, info, td_abs = self.losses(batch, update_policy)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            norms = [torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm, foreach=True)
+                     for params in self._clip_groups]
+            self.optimizer.step()
+            if self.prioritized_replay:
+                self.replay_buffer.update_batch_priorities(td_abs)
+            self.update_counter += 1
+            if self.update_counter % self.target_update_interval == 0:
+                self.agent.update_target(self.target_update_tau)
+            diagnostics.append(self.diagnostics(info, norms, update_policy))
+        return self._opt_info(diagnostics)
+
+    def diagnostics(self, info: dict, norms: list, update_policy: bool) -> dict:
+        """Named scalar tensors of one update (NaN for policy terms on critic-only updates)."""
+        return info
+
+    def _opt_info(self, diagnostics: list):
+        fields = self.OptInfoCls._fields
+        table = torch.stack([torch.stack([d[f].detach().float().reshape(()) for f in fields])
+                             for d in diagnostics]).cpu().tolist()
+        columns = list(zip(*table))
+        return self.OptInfoCls(*([v for v in col if v == v] for col in columns))  # drop NaN
+
+    # ---- target helpers ------------------------------------------------------------------
+    def bootstrap_factor(self, batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(discount factor of the target value, valid mask or None)`` for a batch.
+
+        With ``bootstrap_timelimit`` the factor is the buffer's ``bootstrap_discount``: a
+        time-limit end bootstraps from the stored final observation. If no final observation
+        is stored, time-limit windows are masked out instead of treated as terminal. Without
+        ``bootstrap_timelimit`` every ``done`` is terminal: ``gamma ** n * (1 - done_n)``.
+        """
+        if not self.bootstrap_timelimit:
+            factor = (self.discount ** self.n_step_return) * (1 - batch.done_n.float())
+            return factor, None
+        valid = (1 - batch.timeout_n.float()) if self._mask_timeouts else None
+        return batch.bootstrap_discount, valid
+
+    def weighted_mean(self, losses: torch.Tensor, batch, valid) -> torch.Tensor:
+        """Mean over the batch with importance weights (prioritized) and the valid mask."""
+        if self.prioritized_replay:
+            losses = losses * batch.is_weights
+        if valid is None:
+            return losses.mean()
+        return (losses * valid).sum() / valid.sum().clamp(min=1.0)
+
+    def optim_state_dict(self) -> dict:
+        return self.optimizer.state_dict()

@@ -1,0 +1,69 @@
+"""Presets for the Q-value policy gradient algorithms (continuous actions only).
+
+The ``continuous`` presets are general defaults for vector-observation control (standard
+published settings). ``ENV_TUNED`` holds per-environment settings, applied on top for that
+gymnasium id: the Pendulum-v1 entries are the ones the learning tests and
+``scripts/bench_qpg.py`` use.
+"""
+from __future__ import annotations
+
+QPG_ALGOS = ("ddpg", "td3", "sac")
+
+# One environment stepped serially; evaluation: 5 deterministic episodes.
+_QPG_SAMPLER = dict(batch_T=1, batch_B=1, max_decorrelation_steps=0, eval_n_envs=5,
+                    eval_max_steps=5 * 1000, eval_max_trajectories=5)
+# The last step of a time-limited episode bootstraps from its final observation.
+_QPG_ENV = dict(final_observation=True)
+_QPG_RUNNER = dict(n_steps=1_000_000, log_interval_steps=10_000)
+
+QPG_PRESETS: dict[str, dict] = {
+    "ddpg": dict(continuous=dict(
+        agent=dict(model_kwargs=dict(hidden_sizes=[400, 300]),
+                   q_model_kwargs=dict(hidden_sizes=[400, 300]), action_std=0.1,
+                   action_noise_clip=0.5),
+        algo=dict(discount=0.99, batch_size=256, min_steps_learn=10_000, replay_size=1_000_000,
+                  replay_ratio=256, target_update_tau=0.005, target_update_interval=1,
+                  policy_update_interval=1, learning_rate=1e-3, q_learning_rate=1e-3,
+                  n_step_return=1, bootstrap_timelimit=True),
+        env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER)),
+    "td3": dict(continuous=dict(
+        agent=dict(model_kwargs=dict(hidden_sizes=[400, 300]),
+                   q_model_kwargs=dict(hidden_sizes=[400, 300]), action_std=0.1,
+                   pretrain_std=0.5, target_noise_std=0.2, target_noise_clip=0.5),
+        algo=dict(discount=0.99, batch_size=256, min_steps_learn=10_000, replay_size=1_000_000,
+                  replay_ratio=256, target_update_tau=0.005, target_update_interval=2,
+                  policy_update_interval=2, mu_learning_rate=1e-3, q_learning_rate=1e-3,
+                  n_step_return=1, bootstrap_timelimit=True),
+        env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER)),
+    "sac": dict(continuous=dict(
+        agent=dict(model_kwargs=dict(hidden_sizes=[256, 256]),
+                   q_model_kwargs=dict(hidden_sizes=[256, 256]), pretrain_std=0.75),
+        algo=dict(discount=0.99, batch_size=256, min_steps_learn=10_000, replay_size=1_000_000,
+                  replay_ratio=256, target_update_tau=0.005, target_update_interval=1,
+                  learning_rate=3e-4, target_entropy="auto", reward_scale=1.0,
+                  n_step_return=1, bootstrap_timelimit=True),
+        env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER)),
+}
+
+_PENDULUM_RUN = dict(runner=dict(n_steps=20_000, log_interval_steps=2_000))
+ENV_TUNED: dict[tuple[str, str], dict] = {
+    ("sac", "Pendulum-v1"): dict(
+        agent=dict(model_kwargs=dict(hidden_sizes=[256, 256]),
+                   q_model_kwargs=dict(hidden_sizes=[256, 256])),
+        algo=dict(learning_rate=1e-3, min_steps_learn=1000), **_PENDULUM_RUN),
+    ("td3", "Pendulum-v1"): dict(
+        algo=dict(discount=0.98, min_steps_learn=1000), **_PENDULUM_RUN),
+    ("ddpg", "Pendulum-v1"): dict(
+        algo=dict(discount=0.98, min_steps_learn=1000), **_PENDULUM_RUN),
+}
+
+
+def merge(base: dict, changes: dict) -> dict:
+    """``base`` with ``changes`` merged in, nested dicts recursively (inputs unchanged)."""
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,4 @@
+"""Models for Q-value policy gradient agents (DDPG, TD3, SAC)."""
+from rlfast.models.qpg.mlp import EnsembleMlp, MuMlpModel, PiMlpModel, QofMuMlpModel
+
+__all__ = ["MuMlpModel", "QofMuMlpModel", "PiMlpModel", "EnsembleMlp"]

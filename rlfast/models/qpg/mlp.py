@@ -1,0 +1,191 @@
+"""MLP models for Q-value policy gradient agents (DDPG, TD3, SAC) on vector observations.
+
+``MuMlpModel`` is a deterministic policy, ``PiMlpModel`` a Gaussian policy (mean and log-std),
+``QofMuMlpModel`` a state-action value. Twin critics (TD3, SAC) are one ``QofMuMlpModel`` with
+``ensemble_size=2``: the members' weights are stacked, so both Q-values come out of one batched
+matrix multiply per layer instead of two separate networks' worth of small kernels and Python
+calls. Every model accepts observation leading dims ``[]``, ``[B]`` or ``[T, B]``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Type
+
+import torch
+
+from rlfast.models.mlp import MlpModel
+from rlfast.utils.tensor import infer_leading_dims, restore_leading_dims
+
+__all__ = ["MuMlpModel", "PiMlpModel", "QofMuMlpModel", "EnsembleMlp"]
+
+
+def _check_size(name: str, value, model: str) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{model}: {name} must be a positive int, got {value!r}.")
+    return int(value)
+
+
+def _hidden(hidden_sizes, default: Sequence[int]) -> list:
+    if hidden_sizes is None:
+        return list(default)
+    if isinstance(hidden_sizes, int):
+        return [hidden_sizes]
+    return list(hidden_sizes)
+
+
+class MuMlpModel(torch.nn.Module):
+    """Deterministic policy: ``output_max * tanh(MLP(observation))``.
+
+    ``forward(observation, prev_action, prev_reward) -> mu`` ``[..., action_size]`` in
+    ``[-output_max, output_max]`` (the agent scales it to the action bounds).
+    """
+
+    def __init__(self, observation_shape: Sequence[int], hidden_sizes: Optional[Sequence[int]],
+                 action_size: int, output_max: float = 1,
+                 nonlinearity: Type[torch.nn.Module] = torch.nn.ReLU):
+        super().__init__()
+        self.observation_shape = tuple(observation_shape)
+        self.action_size = _check_size("action_size", action_size, "MuMlpModel")
+        if not output_max > 0:
+            raise ValueError(f"MuMlpModel: output_max must be > 0, got {output_max!r}.")
+        self.output_max = float(output_max)
+        self.mlp = MlpModel(int(math.prod(self.observation_shape)), _hidden(hidden_sizes, [400, 300]),
+                            output_size=self.action_size, nonlinearity=nonlinearity)
+
+    def forward(self, observation: torch.Tensor, prev_action: torch.Tensor = None,
+                prev_reward: torch.Tensor = None) -> torch.Tensor:
+        lead_dim, T, B, _ = infer_leading_dims(observation, len(self.observation_shape))
+        mu = self.output_max * torch.tanh(self.mlp(observation.reshape(T * B, -1).float()))
+        return restore_leading_dims(mu, lead_dim, T, B)
+
+
+class PiMlpModel(torch.nn.Module):
+    """Gaussian policy for SAC: one MLP outputs the mean and log-std of the pre-squash action.
+
+    ``forward(observation, prev_action, prev_reward) -> (mean, log_std)``, each
+    ``[..., action_size]``. The agent squashes samples with tanh and clamps the log-std.
+    """
+
+    def __init__(self, observation_shape: Sequence[int], hidden_sizes: Optional[Sequence[int]],
+                 action_size: int, nonlinearity: Type[torch.nn.Module] = torch.nn.ReLU):
+        super().__init__()
+        self.observation_shape = tuple(observation_shape)
+        self.action_size = _check_size("action_size", action_size, "PiMlpModel")
+        self.mlp = MlpModel(int(math.prod(self.observation_shape)), _hidden(hidden_sizes, [256, 256]),
+                            output_size=2 * self.action_size, nonlinearity=nonlinearity)
+
+    def forward(self, observation: torch.Tensor, prev_action: torch.Tensor = None,
+                prev_reward: torch.Tensor = None) -> tuple[torch.Tensor, torch.Tensor]:
+        lead_dim, T, B, _ = infer_leading_dims(observation, len(self.observation_shape))
+        output = self.mlp(observation.reshape(T * B, -1).float())
+        mean, log_std = output[:, :self.action_size], output[:, self.action_size:]
+        return restore_leading_dims((mean, log_std), lead_dim, T, B)
+
+
+class EnsembleMlp(torch.nn.Module):
+    """``ensemble_size`` independent MLPs of the same shape, evaluated together.
+
+    Weights are stacked as ``[E, in, out]``; ``forward(x)`` with ``x`` ``[N, in]`` (shared by
+    all members) or ``[E, N, in]`` (one input per member) returns ``[E, N, output_size]``. The
+    first layer is one ``matmul`` broadcasting the shared input, later layers one ``baddbmm``
+    each. Each member is initialized like ``torch.nn.Linear`` (uniform in
+    ``+-1/sqrt(fan_in)``), independently.
+    """
+
+    def __init__(self, input_size: int, hidden_sizes: Sequence[int], output_size: int,
+                 ensemble_size: int = 2, nonlinearity: Type[torch.nn.Module] = torch.nn.ReLU):
+        super().__init__()
+        self.ensemble_size = _check_size("ensemble_size", ensemble_size, "EnsembleMlp")
+        sizes = [_check_size("input_size", input_size, "EnsembleMlp")]
+        sizes += [_check_size("hidden size", h, "EnsembleMlp") for h in hidden_sizes]
+        sizes.append(_check_size("output_size", output_size, "EnsembleMlp"))
+        self.weights = torch.nn.ParameterList()
+        self.biases = torch.nn.ParameterList()
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+            bound = 1.0 / math.sqrt(fan_in)
+            self.weights.append(torch.nn.Parameter(
+                torch.empty(self.ensemble_size, fan_in, fan_out).uniform_(-bound, bound)))
+            self.biases.append(torch.nn.Parameter(
+                torch.empty(self.ensemble_size, 1, fan_out).uniform_(-bound, bound)))
+        self.activation = nonlinearity()
+        self.input_size, self.output_size = sizes[0], sizes[-1]
+
+    def forward(self, x: torch.Tensor, detach_params: bool = False,
+                member: Optional[int] = None) -> torch.Tensor:
+        """``[E, N, output_size]`` (``[1, N, ...]`` for one ``member``). ``detach_params``
+        blocks gradients to the weights but not to ``x`` (an actor's loss through a critic)."""
+        weights, biases = list(self.weights), list(self.biases)
+        if member is not None:
+            if not 0 <= member < self.ensemble_size:
+                raise ValueError(f"EnsembleMlp: member must be in [0, {self.ensemble_size}), "
+                                 f"got {member!r}.")
+            weights = [w[member:member + 1] for w in weights]
+            biases = [b[member:member + 1] for b in biases]
+        if detach_params:
+            weights = [w.detach() for w in weights]
+            biases = [b.detach() for b in biases]
+        if x.dim() == 2 and x.device.type == "cpu":
+            # On CPU the work is matmul FLOPs, not kernel launches; plain 2-D GEMMs per member
+            # on views of the stacked weights run ~6% faster than batched ones.
+            return torch.stack([self._member_forward(x, [w[k] for w in weights],
+                                                     [b[k, 0] for b in biases])
+                                for k in range(weights[0].shape[0])])
+        if x.dim() == 2:  # shared input: [N, in] @ [E, in, h] broadcasts to [E, N, h]
+            h = torch.matmul(x, weights[0]) + biases[0]
+        elif x.dim() == 3 and x.shape[0] == weights[0].shape[0]:
+            h = torch.baddbmm(biases[0], x, weights[0])
+        else:
+            raise ValueError(f"EnsembleMlp: input must be [N, {self.input_size}] or "
+                             f"[{weights[0].shape[0]}, N, {self.input_size}], got {tuple(x.shape)}.")
+        for weight, bias in zip(weights[1:], biases[1:]):
+            h = torch.baddbmm(bias, self.activation(h), weight)
+        return h
+
+    def _member_forward(self, x: torch.Tensor, weights: list, biases: list) -> torch.Tensor:
+        h = torch.addmm(biases[0], x, weights[0])
+        for weight, bias in zip(weights[1:], biases[1:]):
+            h = torch.addmm(bias, self.activation(h), weight)
+        return h
+
+    def member_state_dict(self, k: int) -> dict:
+        """Member ``k`` as plain tensors (``weight_i`` ``[out, in]`` like nn.Linear, ``bias_i``)."""
+        state = {}
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            state[f"weight_{i}"] = w[k].detach().t().clone()
+            state[f"bias_{i}"] = b[k, 0].detach().clone()
+        return state
+
+
+class QofMuMlpModel(torch.nn.Module):
+    """State-action value ``Q(s, a)``: an MLP on the flattened observation joined with the action.
+
+    ``forward(observation, prev_action, prev_reward, action) -> q``: ``[...]`` for
+    ``ensemble_size=1``, ``[E, ...]`` (member first) for an ensemble of ``E`` critics sharing
+    one batched forward pass (twin Q: ``q1, q2 = model(...)``).
+    """
+
+    def __init__(self, observation_shape: Sequence[int], hidden_sizes: Optional[Sequence[int]],
+                 action_size: int, ensemble_size: int = 1,
+                 nonlinearity: Type[torch.nn.Module] = torch.nn.ReLU):
+        super().__init__()
+        self.observation_shape = tuple(observation_shape)
+        self.action_size = _check_size("action_size", action_size, "QofMuMlpModel")
+        self.ensemble_size = _check_size("ensemble_size", ensemble_size, "QofMuMlpModel")
+        self.mlp = EnsembleMlp(int(math.prod(self.observation_shape)) + self.action_size,
+                               _hidden(hidden_sizes, [400, 300]), 1, self.ensemble_size,
+                               nonlinearity)
+
+    def forward(self, observation: torch.Tensor, prev_action: torch.Tensor,
+                prev_reward: torch.Tensor, action: torch.Tensor, detach_params: bool = False,
+                member: Optional[int] = None) -> torch.Tensor:
+        """Q-values; ``member`` picks one critic of an ensemble (output as for size 1),
+        ``detach_params`` passes gradients to ``action`` only (see ``EnsembleMlp``)."""
+        lead_dim, T, B, _ = infer_leading_dims(observation, len(self.observation_shape))
+        q_input = torch.cat([observation.reshape(T * B, -1).float(),
+                             action.reshape(T * B, -1).float()], dim=-1)
+        q = self.mlp(q_input, detach_params=detach_params, member=member).squeeze(-1)
+        if lead_dim == 2:
+            q = q.reshape(q.shape[0], T, B)
+        elif lead_dim == 0:
+            q = q[:, 0]
+        return q[0] if self.ensemble_size == 1 or member is not None else q

@@ -1,0 +1,142 @@
+"""Replay of single transitions that knows time-limit ends from true terminations.
+
+A gymnasium episode cut by a time limit (``truncated``) is not a terminal state: the value
+of the state it stopped in is not zero, so the n-step target should still bootstrap. The
+samplers reset the environment on every ``done``, so the observation that *follows* the last
+step is not the next stored observation; an environment made with
+``rlfast.envs.make(..., final_observation=True)`` reports it as
+``env_info.final_observation``. Stored in the buffer (an example field ``final_observation``),
+it becomes the bootstrap state of every window a time limit cut:
+
+    target = return_ + bootstrap_discount * V(target_inputs)
+    bootstrap_discount = gamma ** m    (m = steps from t to the window's end, <= n)
+                       = 0             after a true termination
+
+Without a ``final_observation`` field, windows cut by a time limit get
+``bootstrap_discount = 0`` and ``has_final_observation`` is False: the algorithm should then
+leave them out of the loss (``timeout_n`` marks them) rather than learn a zero value.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlfast.replays.base import ReplayBufferBase
+from rlfast.replays.collections import SamplesFromReplayTL
+from rlfast.replays.non_sequence import extract_transitions
+from rlfast.replays.ring import ring_rows
+from rlfast.replays.sampling import PrioritizedSampling, UniformSampling
+from rlfast.replays.storage import ReplayStorage
+
+__all__ = ["TlUniformReplayBuffer", "TlPrioritizedReplayBuffer"]
+
+
+class _TimeLimitWindows:
+    """Per-step facts about each n-step window, kept up to date as samples arrive:
+    ``timeout_n`` (the first done in the window is a time-limit end) and ``steps_n`` (steps
+    from the window's start to its end: the first done inclusive, else n)."""
+
+    def __init__(self, storage: ReplayStorage):
+        if "timeout" not in storage.samples._fields:
+            raise ValueError(f"time-limit replay needs a 'timeout' field in the example (from "
+                             f"env_info.timeout); fields: {tuple(storage.samples._fields)}")
+        self.storage = storage
+        shape = storage.samples.done.shape
+        self.timeout_n = np.zeros(shape, dtype=bool)
+        self.steps_n = np.full(shape, storage.n_step_return, dtype=np.int16)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.timeout_n.nbytes + self.steps_n.nbytes)
+
+    def update(self, start: int, T_in: int) -> None:
+        """Recompute the windows that end in (or reach into) the rows just written."""
+        s = self.storage
+        n = s.n_step_return
+        done, timeout = s.samples.done, s.samples.timeout
+        # Windows starting up to n - 1 rows before the new ones reach into them. (Before the
+        # first wrap some of these rows are unwritten; they are recomputed once written.)
+        rows = ring_rows(start - n + 1, T_in + n - 1, s.T)
+        timeout_n = np.zeros((len(rows),) + done.shape[1:], dtype=bool)
+        steps = np.full(timeout_n.shape, n, dtype=np.int16)
+        open_ = np.ones(timeout_n.shape, dtype=bool)  # no done seen yet in the window
+        for k in range(n):
+            rk = (rows + k) % s.T
+            ends = open_ & (done[rk] != 0)
+            timeout_n |= ends & (timeout[rk] != 0)
+            steps[ends] = k + 1
+            open_ &= ~ends
+        self.timeout_n[rows] = timeout_n
+        self.steps_n[rows] = steps
+
+
+class _TimeLimitExtraction:
+    """``extract_batch`` shared by the uniform and prioritized time-limit buffers."""
+
+    def _setup_time_limit(self) -> None:
+        self.windows = _TimeLimitWindows(self.storage)
+        self.has_final_observation = "final_observation" in self.storage.samples._fields
+        self._powers = self.storage.discount ** np.arange(self.storage.n_step_return + 1,
+                                                          dtype=np.float64)
+
+    def append_samples(self, samples: Any) -> tuple[int, np.ndarray]:
+        start = self.storage.t
+        T_in, rows = super().append_samples(samples)
+        if T_in:
+            self.windows.update(start, T_in)
+        return T_in, rows
+
+    @property
+    def nbytes(self) -> int:
+        return super().nbytes + self.windows.nbytes
+
+    def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SamplesFromReplayTL:
+        s = self.storage
+        batch = extract_transitions(s, T_idxs, B_idxs)
+        timeout_n = self.windows.timeout_n[T_idxs, B_idxs]
+        steps = self.windows.steps_n[T_idxs, B_idxs]
+        done_n = np.asarray(batch.done_n) != 0
+        bootstrap = ~done_n
+        if self.has_final_observation:
+            bootstrap |= timeout_n
+            cut = np.flatnonzero(timeout_n)
+            if cut.size:  # bootstrap from the observation after the time-limit step
+                last = (np.asarray(T_idxs)[cut] + steps[cut] - 1) % s.T
+                batch.target_inputs.observation[cut] = \
+                    s.samples.final_observation[last, np.asarray(B_idxs)[cut]]
+        discount = np.where(bootstrap, self._powers[steps], 0.0).astype(np.float32)
+        return SamplesFromReplayTL(*batch, timeout=s.samples.timeout[T_idxs, B_idxs],
+                                   timeout_n=timeout_n, bootstrap_discount=discount)
+
+
+class TlUniformReplayBuffer(_TimeLimitExtraction, ReplayBufferBase):
+    """Uniform transition replay with time-limit bootstrapping (see the module docstring).
+
+    ``example`` needs ``observation``, ``action``, ``reward``, ``done``, ``timeout`` and may
+    have ``final_observation``; ``sample_batch`` returns ``SamplesFromReplayTL``.
+    """
+
+    def __init__(self, example: Any, size: int, B: int, discount: float = 1,
+                 n_step_return: int = 1):
+        storage = ReplayStorage(example, size, B, discount, n_step_return)
+        super().__init__(storage, UniformSampling(storage, off_backward=n_step_return))
+        self._setup_time_limit()
+
+
+class TlPrioritizedReplayBuffer(_TimeLimitExtraction, ReplayBufferBase):
+    """Prioritized transition replay with time-limit bootstrapping; batches are
+    ``SamplesFromReplayTLPri`` (with ``is_weights``). Arguments as
+    :class:`~rlfast.replays.PrioritizedReplayBuffer`."""
+
+    def __init__(self, example: Any, size: int, B: int, discount: float = 1,
+                 n_step_return: int = 1, alpha: float = 0.6, beta: float = 0.4,
+                 default_priority: float = 1, unique: bool = False,
+                 input_priorities: bool = False, input_priority_shift: int = 0):
+        storage = ReplayStorage(example, size, B, discount, n_step_return)
+        scheme = PrioritizedSampling(
+            storage, off_backward=n_step_return, stride=1, alpha=alpha, beta=beta,
+            default_priority=default_priority, unique=unique,
+            input_priorities=input_priorities, input_priority_shift=input_priority_shift)
+        super().__init__(storage, scheme)
+        self._setup_time_limit()
