@@ -136,6 +136,18 @@ class BaseAgent:
     def collector_initialize(self, global_B: int = 1, env_ranks: list | None = None) -> None:
         pass
 
+    # ---- settings the algorithm gives the agent after sampler workers forked ----------------
+    def sampling_state(self) -> dict:
+        """Attributes that steer sampling and are set by the algorithm's ``initialize`` (which
+        runs after parallel samplers fork their workers' agent copies); the parallel samplers
+        send them with every batch command so the workers' agents follow the master's."""
+        return {}
+
+    def load_sampling_state(self, state: dict) -> None:
+        """Apply a ``sampling_state()`` received from the master."""
+        for name, value in state.items():
+            setattr(self, name, value)
+
     def to_model_inputs(self, *inputs) -> tuple:
         return buffer_to(inputs, device=self.device)
 

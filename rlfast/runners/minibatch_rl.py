@@ -38,6 +38,8 @@ class MinibatchRlBase:
         self.log_interval_steps = log_interval_steps
         self.progress_bar = progress_bar
         self.rank, self.world_size = 0, 1
+        self.stop_requested = False
+        self.itrs_done = 0
 
     # ---- startup / shutdown ------------------------------------------------------------------
     def startup(self) -> int:
@@ -171,8 +173,11 @@ class MinibatchRlBase:
                 self.agent.train_mode(itr)
                 opt_info = self.algo.optimize_agent(itr, samples)
                 self.store_diagnostics(itr, traj_infos, opt_info)
+                self.itrs_done = itr + 1
                 if (itr + 1) % self.log_interval_itrs == 0 or itr == n_itr - 1:
                     self.log_and_snapshot(itr)
+                    if self.stop_requested:
+                        break
 
     def train(self):
         """Run startup, the training loop and shutdown (which also runs on error / Ctrl-C)."""
@@ -227,9 +232,17 @@ class MinibatchRl(MinibatchRlBase):
 
 class MinibatchRlEval(MinibatchRlBase):
     """Tracks performance offline: at itr 0 and every log interval the agent runs in eval mode
-    on separate environments, and those trajectories make the ``Return*`` columns."""
+    on separate environments, and those trajectories make the ``Return*`` columns.
+
+    ``stop_return``: end training at the first evaluation (after training started) whose
+    average return reaches it, e.g. for "reach score X within N steps" checks and sweeps.
+    """
 
     _eval = True
+
+    def __init__(self, *args, stop_return: float | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stop_return = None if stop_return is None else float(stop_return)
 
     def initialize_logging(self) -> None:
         super().initialize_logging()
@@ -276,7 +289,11 @@ class MinibatchRlEval(MinibatchRlBase):
         traj_infos, eval_time = self.evaluate_agent(itr)
         self.save_itr_snapshot(itr)
         self._log_eval_row(itr, traj_infos, eval_time)
+        if self.stop_return is not None and self.last_eval_return >= self.stop_return:
+            logger.log(f"Evaluation return {self.last_eval_return:.2f} reached stop_return "
+                       f"{self.stop_return}: stopping after {(itr + 1) * self.itr_batch_size} steps")
+            self.stop_requested = True
 
     def final_result(self) -> dict:
         return dict(final_return=self.last_eval_return, eval_returns=list(self.eval_returns),
-                    n_itr=self.n_itr, cum_steps=self.n_itr * self.itr_batch_size)
+                    n_itr=self.n_itr, cum_steps=self.itrs_done * self.itr_batch_size)

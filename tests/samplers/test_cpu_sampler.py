@@ -253,3 +253,33 @@ def test_shutdown_stops_workers_and_is_idempotent(samplers):
     sampler.shutdown()
     assert_no_worker_alive(pids)
     sampler.shutdown()
+
+
+class _MarkerAgent(CategoricalPgAgent):
+    """Acts with its ``marker`` attribute, a setting an algorithm gives after the fork."""
+
+    marker = 0
+
+    def sampling_state(self):
+        return dict(marker=self.marker)
+
+    def step(self, observation, prev_action, prev_reward):
+        step = super().step(observation, prev_action, prev_reward)
+        return step._replace(action=torch.full_like(step.action, self.marker))
+
+
+def test_workers_follow_sampling_state_set_after_fork():
+    """Settings the algorithm gives the agent after the workers forked (e.g. DQN's epsilon
+    schedule, QPG pretraining) reach the workers' agent copies with each batch."""
+    sampler = CpuSampler(EnvCls=make, env_kwargs=dict(id="CartPole-v1"), batch_T=4, batch_B=2)
+    agent = _MarkerAgent(model_kwargs=dict(hidden_sizes=[8]))
+    sampler.initialize(agent, affinity=TWO_WORKERS, seed=0)
+    try:
+        agent.marker = 1  # as an algorithm's initialize would, after the fork
+        samples, _ = sampler.obtain_samples(0)
+        assert np.all(samples.agent.action.numpy() == 1)
+        agent.marker = 0
+        samples, _ = sampler.obtain_samples(1)
+        assert np.all(samples.agent.action.numpy() == 0)
+    finally:
+        sampler.shutdown()

@@ -67,6 +67,11 @@ class EpsilonGreedyAgentMixin:
                              f"eps_itr_min={eps_itr_min!r}, eps_itr_max={eps_itr_max!r}.")
         self.eps_itr_min, self.eps_itr_max = int(eps_itr_min), int(eps_itr_max)
 
+    def sampling_state(self) -> dict:
+        """The epsilon schedule's iteration range, for sampler workers' agent copies."""
+        return dict(super().sampling_state(), eps_itr_min=self.eps_itr_min,
+                    eps_itr_max=self.eps_itr_max)
+
     def make_vec_eps(self, global_B: int, env_ranks: Optional[Sequence[int]]) -> None:
         """Log-spaced final epsilons over all ``global_B`` environments; keep those of ``env_ranks``.
 

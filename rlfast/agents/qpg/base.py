@@ -76,7 +76,9 @@ class QpgAgentBase(BaseAgent):
         space = env_spaces.action
         shape = tuple(getattr(space, "shape", ()))
         low, high = getattr(space, "low", None), getattr(space, "high", None)
-        if len(shape) != 1 or low is None or high is None:
+        dtype = getattr(space, "dtype", None)
+        floating = dtype is not None and np.issubdtype(np.dtype(dtype), np.floating)
+        if len(shape) != 1 or low is None or high is None or not floating:
             raise TypeError(f"{type(self).__name__} needs a flat continuous action space "
                             f"(FloatBox of shape [A]); got {space!r}")
         low = np.broadcast_to(np.asarray(low, dtype=np.float64), shape)
@@ -171,6 +173,10 @@ class QpgAgentBase(BaseAgent):
     def give_min_itr_learn(self, min_itr_learn: int) -> None:
         """Iterations before learning starts; until then sampling uses ``pretrain_std``."""
         self.min_itr_learn = int(min_itr_learn)
+
+    def sampling_state(self) -> dict:
+        """``min_itr_learn`` (pretraining range), for sampler workers' agent copies."""
+        return dict(super().sampling_state(), min_itr_learn=self.min_itr_learn)
 
     def sample_mode(self, itr: int) -> None:
         super().sample_mode(itr)

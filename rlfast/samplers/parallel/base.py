@@ -215,9 +215,12 @@ class ParallelSamplerBase(BaseSampler):
         raise SamplerWorkerError(message)
 
     def _send_all(self, command: str, itr: int) -> None:
+        # The agent's algorithm-given sampling settings travel with each command (see
+        # BaseAgent.sampling_state): the workers' agent copies were forked before they were set.
+        state = self.agent.sampling_state() if hasattr(self.agent, "sampling_state") else {}
         for conn in self._conns:
             try:
-                conn.send((command, itr))
+                conn.send((command, itr, state))
             except (OSError, ValueError):
                 pass  # a dead worker: reported by _collect_replies
 

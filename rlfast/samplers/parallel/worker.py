@@ -69,6 +69,8 @@ def sampling_process(common_kwargs: dict, worker_kwargs: dict) -> None:
                 break  # the master is gone
             if command == "quit":
                 break
+            if len(args) > 1 and args[1] and c.get("agent") is not None:
+                c["agent"].load_sampling_state(args[1])
             if command == "eval":
                 completed = [] if eval_collector is None else eval_collector.collect_evaluation(args[0])
             else:
