@@ -1,4 +1,5 @@
-"""Every [core] name promised in API.md imports from its documented module."""
+"""Every [core], [atari], [dqn], [qpg] and [launch] name promised in API.md imports from its
+documented module."""
 import importlib
 
 import pytest
@@ -56,9 +57,20 @@ DQN = {
                       "PrioritizedSequenceReplayBuffer UniformSequenceReplayFrameBuffer "
                       "PrioritizedSequenceReplayFrameBuffer",
 }
+QPG = {
+    "rlfast.models.qpg": "MuMlpModel QofMuMlpModel PiMlpModel",
+    "rlfast.agents": "DdpgAgent Td3Agent SacAgent",
+    "rlfast.algos": "DDPG TD3 SAC",
+    "rlfast.replays": "TlUniformReplayBuffer TlPrioritizedReplayBuffer",
+}
+LAUNCH = {
+    "rlfast.utils.launching": "encode_affinity make_affinity affinity_from_code get_n_run_slots "
+                              "prepend_run_slot VariantLevel make_variants update_config "
+                              "load_variant save_variant run_experiments launch_experiment",
+}
 
 
-@pytest.mark.parametrize("module,name", [(m, n) for group in (CORE, ATARI, DQN)
+@pytest.mark.parametrize("module,name", [(m, n) for group in (CORE, ATARI, DQN, QPG, LAUNCH)
                                          for m, names in group.items() for n in names.split()])
 def test_core_name_imports(module, name):
     assert getattr(importlib.import_module(module), name) is not None
@@ -74,3 +86,10 @@ def test_agent_namedarraytuples_have_documented_fields():
     from rlfast.agents import AgentInputs, AgentStep
     assert AgentStep._fields == ("action", "agent_info")
     assert AgentInputs._fields == ("observation", "prev_action", "prev_reward")
+
+
+@pytest.mark.parametrize("algo", ["ddpg", "td3", "sac"])
+def test_qpg_cli_presets_exist(algo):
+    from rlfast.experiments.presets import ALGOS, get_preset
+    assert algo in ALGOS
+    assert get_preset(algo, "Pendulum-v1")

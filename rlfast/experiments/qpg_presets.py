@@ -45,16 +45,22 @@ QPG_PRESETS: dict[str, dict] = {
         env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER)),
 }
 
+# Pendulum-v1: 3-D observations, 1-D action. 64x64 networks learn it as fast as 256x256 or
+# 400x300 ones (same first step at -250 or better in the tuning runs below) at a fraction of
+# the FLOPs per update; learning starts after 1000 steps (the general presets wait 10k).
+_PENDULUM_NETS = dict(model_kwargs=dict(hidden_sizes=[64, 64]),
+                      q_model_kwargs=dict(hidden_sizes=[64, 64]))
 _PENDULUM_RUN = dict(runner=dict(n_steps=20_000, log_interval_steps=2_000))
 ENV_TUNED: dict[tuple[str, str], dict] = {
-    ("sac", "Pendulum-v1"): dict(
-        agent=dict(model_kwargs=dict(hidden_sizes=[256, 256]),
-                   q_model_kwargs=dict(hidden_sizes=[256, 256])),
-        algo=dict(learning_rate=1e-3, min_steps_learn=1000), **_PENDULUM_RUN),
-    ("td3", "Pendulum-v1"): dict(
-        algo=dict(discount=0.98, min_steps_learn=1000), **_PENDULUM_RUN),
-    ("ddpg", "Pendulum-v1"): dict(
-        algo=dict(discount=0.98, min_steps_learn=1000), **_PENDULUM_RUN),
+    ("sac", "Pendulum-v1"): dict(agent=_PENDULUM_NETS,
+                                 algo=dict(learning_rate=1e-3, min_steps_learn=1000),
+                                 **_PENDULUM_RUN),
+    ("td3", "Pendulum-v1"): dict(agent=_PENDULUM_NETS,
+                                 algo=dict(discount=0.98, min_steps_learn=1000),
+                                 **_PENDULUM_RUN),
+    ("ddpg", "Pendulum-v1"): dict(agent=_PENDULUM_NETS,
+                                  algo=dict(discount=0.98, min_steps_learn=1000),
+                                  **_PENDULUM_RUN),
 }
 
 

@@ -22,19 +22,23 @@ __all__ = ["QpgAgentBase", "polyak_update", "AgentInfo"]
 AgentInfo = namedarraytuple("AgentInfo", ["mu"])  # the policy's action before exploration noise
 
 
-def polyak_update(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None:
+def _float_tensors(model: torch.nn.Module) -> list:
+    return list(model.parameters()) + [b for b in model.buffers() if b.is_floating_point()]
+
+
+def polyak_update(target: torch.nn.Module, source: torch.nn.Module, tau: float,
+                  tensors: tuple | None = None) -> None:
     """``target <- tau * source + (1 - tau) * target`` for every parameter and float buffer
-    (a plain copy when ``tau == 1``), in one fused call per tensor list."""
+    (a plain copy when ``tau == 1``), in one fused call per tensor list. ``tensors`` may give
+    the ``(target_list, source_list)`` pair precomputed, to skip walking the modules."""
     if not 0 < tau <= 1:
         raise ValueError(f"tau must be in (0, 1], got {tau!r}")
+    targets, sources = tensors if tensors is not None else (_float_tensors(target),
+                                                            _float_tensors(source))
+    if len(targets) != len(sources):
+        raise ValueError(f"polyak_update: target has {len(targets)} tensors, source "
+                         f"{len(sources)}; the models must have the same architecture")
     with torch.no_grad():
-        targets = [p for p in target.parameters()] + [b for b in target.buffers()
-                                                      if b.is_floating_point()]
-        sources = [p for p in source.parameters()] + [b for b in source.buffers()
-                                                      if b.is_floating_point()]
-        if len(targets) != len(sources):
-            raise ValueError(f"polyak_update: target has {len(targets)} tensors, source "
-                             f"{len(sources)}; the models must have the same architecture")
         if tau == 1:
             torch._foreach_copy_(targets, sources)
         else:
@@ -70,6 +74,7 @@ class QpgAgentBase(BaseAgent):
         self.min_itr_learn = 0
         self._itr = 0
         self.q_model: Optional[torch.nn.Module] = None
+        self._target_pairs: Optional[list] = None
 
     # ---- construction -------------------------------------------------------------------
     def make_env_to_model_kwargs(self, env_spaces) -> dict:
@@ -114,6 +119,7 @@ class QpgAgentBase(BaseAgent):
             setattr(self, name, target)
         if nested:
             self.load_state_dict(initial)
+        self._target_pairs = None
         self._center_t = torch.from_numpy(self._action_center)
         self._half_t = torch.from_numpy(self._action_half)
         self.make_distribution()
@@ -136,6 +142,7 @@ class QpgAgentBase(BaseAgent):
             if name != "model":
                 model.to(self.device)
         self._center_t = self._center_t.to(self.device)
+        self._target_pairs = None
         self._half_t = self._half_t.to(self.device)
 
     # ---- parameters ---------------------------------------------------------------------
@@ -165,9 +172,15 @@ class QpgAgentBase(BaseAgent):
 
     def update_target(self, tau: float = 1) -> None:
         """Polyak-average every target model toward its online model."""
-        for name in self.target_names:
-            source = self.model if name == "target_model" else self.q_model
-            polyak_update(getattr(self, name), _unwrap(source), tau)
+        if self._target_pairs is None:  # the same tensor objects for the agent's lifetime
+            self._target_pairs = []
+            for name in self.target_names:
+                source = _unwrap(self.model if name == "target_model" else self.q_model)
+                target = getattr(self, name)
+                self._target_pairs.append((target, source, (_float_tensors(target),
+                                                            _float_tensors(source))))
+        for target, source, tensors in self._target_pairs:
+            polyak_update(target, source, tau, tensors)
 
     # ---- modes --------------------------------------------------------------------------
     def give_min_itr_learn(self, min_itr_learn: int) -> None:

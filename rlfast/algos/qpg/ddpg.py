@@ -85,7 +85,7 @@ class DDPG(QpgAlgoBase):
         return loss, info, td_abs
 
     def diagnostics(self, info: dict, norms: list, update_policy: bool) -> dict:
-        nan = torch.tensor(_NAN)
+        nan = torch.full((), _NAN, device=info["qLoss"].device)
         return dict(muLoss=info.get("muLoss", nan), qLoss=info["qLoss"], qMean=info["qMean"],
                     muGradNorm=norms[0] if update_policy else nan, qGradNorm=norms[1])
 

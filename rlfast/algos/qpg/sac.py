@@ -94,7 +94,7 @@ class SAC(QpgAlgoBase):
     @property
     def alpha(self) -> float:
         return float(self.fixed_alpha) if self.fixed_alpha is not None \
-            else float(self.log_alpha.exp())
+            else float(self.log_alpha.detach().exp())
 
     def prior_log_pi(self, action: torch.Tensor) -> torch.Tensor:
         if self.action_prior == "uniform":
@@ -131,7 +131,7 @@ class SAC(QpgAlgoBase):
             alpha_loss = -(self.log_alpha * (log_pi.detach() + self._target_entropy)).mean()
             loss = loss + alpha_loss
         else:
-            alpha_loss = torch.zeros(())
+            alpha_loss = torch.zeros((), device=agent.device)
         info = dict(piLoss=pi_loss.detach(), qLoss=q_loss.detach(), alpha=alpha,
                     alphaLoss=alpha_loss.detach(), qMean=q.detach().mean(),
                     logPi=log_pi.detach().mean())
