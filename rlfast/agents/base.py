@@ -114,16 +114,22 @@ class BaseAgent:
             self.shared_model.load_state_dict(self.state_dict())
 
     # ---- modes ----------------------------------------------------------------------------
+    def _set_training(self, training: bool) -> None:
+        # Module.train() walks every submodule; runners switch modes several times per
+        # iteration, so only walk when the flag changes.
+        if self.model.training != training:
+            self.model.train(training)
+
     def train_mode(self, itr: int) -> None:
-        self.model.train()
+        self._set_training(True)
         self._mode = "train"
 
     def sample_mode(self, itr: int) -> None:
-        self.model.eval()
+        self._set_training(False)
         self._mode = "sample"
 
     def eval_mode(self, itr: int) -> None:
-        self.model.eval()
+        self._set_training(False)
         self._mode = "eval"
 
     # ---- sampler hooks (feedforward agents keep no per-env state) -------------------------

@@ -320,8 +320,10 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
                              eval_CollectorCls=EvalCollectorCls, TrajInfoCls=TrajInfoCls,
                              **sampler_cfg)
     if affinity is None:
-        # Replay-based continuous control spends its time in the master's gradient updates.
-        threads = len(_available_cpus()) if algo_name in QPG_ALGOS else None
+        # A preset's "affinity" section may set the master's torch threads (0: every core).
+        threads = config.get("affinity", {}).get("master_torch_threads")
+        if threads == 0:
+            threads = len(_available_cpus())
         affinity = default_affinity(sampler_cfg["batch_B"], sampler, master_threads=threads)
     return MinibatchRlEval(algo=_algo(algo_name, config["algo"]), agent=agent,
                            sampler=sampler_obj, seed=seed, affinity=affinity, **config["runner"])

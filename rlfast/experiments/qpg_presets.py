@@ -15,6 +15,9 @@ _QPG_SAMPLER = dict(batch_T=1, batch_B=1, max_decorrelation_steps=0, eval_n_envs
 # The last step of a time-limited episode bootstraps from its final observation.
 _QPG_ENV = dict(final_observation=True)
 _QPG_RUNNER = dict(n_steps=1_000_000, log_interval_steps=10_000)
+# The master's torch threads (0: every available core). 256-400 wide networks are FLOP-bound
+# and gain from more threads (1.6x with 2 cores); 64 wide ones are op-bound and lose.
+_QPG_AFFINITY = dict(master_torch_threads=0)
 
 QPG_PRESETS: dict[str, dict] = {
     "ddpg": dict(continuous=dict(
@@ -25,7 +28,7 @@ QPG_PRESETS: dict[str, dict] = {
                   replay_ratio=256, target_update_tau=0.005, target_update_interval=1,
                   policy_update_interval=1, learning_rate=1e-3, q_learning_rate=1e-3,
                   n_step_return=1, bootstrap_timelimit=True),
-        env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER)),
+        env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER, affinity=_QPG_AFFINITY)),
     "td3": dict(continuous=dict(
         agent=dict(model_kwargs=dict(hidden_sizes=[400, 300]),
                    q_model_kwargs=dict(hidden_sizes=[400, 300]), action_std=0.1,
@@ -34,7 +37,7 @@ QPG_PRESETS: dict[str, dict] = {
                   replay_ratio=256, target_update_tau=0.005, target_update_interval=2,
                   policy_update_interval=2, mu_learning_rate=1e-3, q_learning_rate=1e-3,
                   n_step_return=1, bootstrap_timelimit=True),
-        env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER)),
+        env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER, affinity=_QPG_AFFINITY)),
     "sac": dict(continuous=dict(
         agent=dict(model_kwargs=dict(hidden_sizes=[256, 256]),
                    q_model_kwargs=dict(hidden_sizes=[256, 256]), pretrain_std=0.75),
@@ -42,7 +45,7 @@ QPG_PRESETS: dict[str, dict] = {
                   replay_ratio=256, target_update_tau=0.005, target_update_interval=1,
                   learning_rate=3e-4, target_entropy="auto", reward_scale=1.0,
                   n_step_return=1, bootstrap_timelimit=True),
-        env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER)),
+        env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER, affinity=_QPG_AFFINITY)),
 }
 
 # Pendulum-v1: 3-D observations, 1-D action. 64x64 networks learn it as fast as 256x256 or
@@ -50,7 +53,8 @@ QPG_PRESETS: dict[str, dict] = {
 # the FLOPs per update; learning starts after 1000 steps (the general presets wait 10k).
 _PENDULUM_NETS = dict(model_kwargs=dict(hidden_sizes=[64, 64]),
                       q_model_kwargs=dict(hidden_sizes=[64, 64]))
-_PENDULUM_RUN = dict(runner=dict(n_steps=20_000, log_interval_steps=2_000))
+_PENDULUM_RUN = dict(runner=dict(n_steps=20_000, log_interval_steps=2_000),
+                     affinity=dict(master_torch_threads=1))
 ENV_TUNED: dict[tuple[str, str], dict] = {
     ("sac", "Pendulum-v1"): dict(agent=_PENDULUM_NETS,
                                  algo=dict(learning_rate=1e-3, min_steps_learn=1000),

@@ -55,6 +55,10 @@ class _TimeLimitWindows:
         s = self.storage
         n = s.n_step_return
         done, timeout = s.samples.done, s.samples.timeout
+        if n == 1:  # one-step windows: cut by a time limit iff the step itself timed out
+            rows = ring_rows(start, T_in, s.T)
+            self.timeout_n[rows] = (done[rows] != 0) & (timeout[rows] != 0)
+            return
         # Windows starting up to n - 1 rows before the new ones reach into them. (Before the
         # first wrap some of these rows are unwritten; they are recomputed once written.)
         rows = ring_rows(start - n + 1, T_in + n - 1, s.T)

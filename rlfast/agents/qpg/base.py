@@ -145,6 +145,12 @@ class QpgAgentBase(BaseAgent):
         self._target_pairs = None
         self._half_t = self._half_t.to(self.device)
 
+    def to_model_inputs(self, *inputs) -> tuple:
+        """Inputs on the model's device (as they are on the CPU: no per-call tree walk)."""
+        if self.device.type == "cpu":
+            return inputs
+        return super().to_model_inputs(*inputs)
+
     # ---- parameters ---------------------------------------------------------------------
     def pi_parameters(self):
         """The policy's parameters (the actor's optimizer group)."""

@@ -69,7 +69,8 @@ class DDPG(QpgAlgoBase):
 
     def losses(self, batch, update_policy: bool):
         """Critic loss, plus the actor loss on policy-update steps, summed for one backward."""
-        batch = buffer_to(batch, self.agent.device)
+        if self.agent.device.type != "cpu":
+            batch = buffer_to(batch, self.agent.device)
         y, valid = self.q_target(batch)
         q = self.agent.q(*batch.agent_inputs, batch.action)  # [B] or [2, B]
         delta = y - q

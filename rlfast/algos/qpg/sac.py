@@ -102,7 +102,8 @@ class SAC(QpgAlgoBase):
         return -(0.5 * action ** 2 + _HALF_LOG_2PI).sum(-1)
 
     def losses(self, batch, update_policy: bool = True):
-        batch = buffer_to(batch, self.agent.device)
+        if self.agent.device.type != "cpu":
+            batch = buffer_to(batch, self.agent.device)
         agent = self.agent
         alpha = torch.tensor(float(self.fixed_alpha), device=agent.device) \
             if self.fixed_alpha is not None else self.log_alpha.detach().exp()

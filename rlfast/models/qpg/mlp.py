@@ -86,10 +86,12 @@ class EnsembleMlp(torch.nn.Module):
     """``ensemble_size`` independent MLPs of the same shape, evaluated together.
 
     Weights are stacked as ``[E, in, out]``; ``forward(x)`` with ``x`` ``[N, in]`` (shared by
-    all members) or ``[E, N, in]`` (one input per member) returns ``[E, N, output_size]``. The
-    first layer is one ``matmul`` broadcasting the shared input, later layers one ``baddbmm``
-    each. Each member is initialized like ``torch.nn.Linear`` (uniform in
-    ``+-1/sqrt(fan_in)``), independently.
+    all members) or ``[E, N, in]`` (one input per member) returns ``[E, N, output_size]``. Each
+    layer is one ``baddbmm`` over all members: half the kernels and autograd nodes of separate
+    networks, which is what bounds small critics (64-128 wide: 1.2-1.4x faster forward plus
+    backward on one CPU core, measured); at 256 wide the FLOPs dominate and both are equal.
+    Each member is initialized like ``torch.nn.Linear`` (uniform in ``+-1/sqrt(fan_in)``),
+    independently.
     """
 
     def __init__(self, input_size: int, hidden_sizes: Sequence[int], output_size: int,
@@ -124,27 +126,14 @@ class EnsembleMlp(torch.nn.Module):
         if detach_params:
             weights = [w.detach() for w in weights]
             biases = [b.detach() for b in biases]
-        if x.dim() == 2 and x.device.type == "cpu":
-            # On CPU the work is matmul FLOPs, not kernel launches; plain 2-D GEMMs per member
-            # on views of the stacked weights run ~6% faster than batched ones.
-            return torch.stack([self._member_forward(x, [w[k] for w in weights],
-                                                     [b[k, 0] for b in biases])
-                                for k in range(weights[0].shape[0])])
-        if x.dim() == 2:  # shared input: [N, in] @ [E, in, h] broadcasts to [E, N, h]
-            h = torch.matmul(x, weights[0]) + biases[0]
-        elif x.dim() == 3 and x.shape[0] == weights[0].shape[0]:
-            h = torch.baddbmm(biases[0], x, weights[0])
-        else:
+        if x.dim() == 2:  # one input shared by every member: a stride-0 view, no copy
+            x = x.expand(weights[0].shape[0], *x.shape)
+        if x.dim() != 3 or x.shape[0] != weights[0].shape[0] or x.shape[-1] != self.input_size:
             raise ValueError(f"EnsembleMlp: input must be [N, {self.input_size}] or "
                              f"[{weights[0].shape[0]}, N, {self.input_size}], got {tuple(x.shape)}.")
+        h = torch.baddbmm(biases[0], x, weights[0])
         for weight, bias in zip(weights[1:], biases[1:]):
             h = torch.baddbmm(bias, self.activation(h), weight)
-        return h
-
-    def _member_forward(self, x: torch.Tensor, weights: list, biases: list) -> torch.Tensor:
-        h = torch.addmm(biases[0], x, weights[0])
-        for weight, bias in zip(weights[1:], biases[1:]):
-            h = torch.addmm(bias, self.activation(h), weight)
         return h
 
     def member_state_dict(self, k: int) -> dict:
