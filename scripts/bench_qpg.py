@@ -6,17 +6,19 @@ threads start alike. rlfast runs exactly what ``rlfast train <algo> Pendulum-v1`
 preset ``get_preset(algo, "Pendulum-v1")`` (Pendulum-tuned overrides merged in) with
 ``runner.n_steps = --steps``, ``build_experiment(..., sampler="serial", seed=seed)``, the
 preset's master torch threads (1 for the 64x64 Pendulum networks), no progress bar, no
-snapshots. Its time is
-the wall clock of ``runner.train()`` inside ``logger_context``: environment and network
+snapshots. Its time is the wall clock of ``runner.train()`` inside ``logger_context``: env and network
 construction, replay allocation, training and ALL its evaluations (before training, every
 ``log_interval_steps`` and at the end: 5 deterministic episodes each); the eval share is shown
-in the "eval s" column and stays in rlfast's time. Its final return is the runner's final
-evaluation. SB3 runs its rl-baselines3-zoo Pendulum-v1 hyperparameters (ZOO below) with
-``device="cpu"`` and torch's default thread count; its time is the wall clock of
-``gym.make`` + model construction + ``model.learn(steps)`` (the same kinds of work as rlfast's
-``train()``, minus evaluation). Its final return is a deterministic evaluation of as many
-episodes as rlfast's final evaluation (the preset's ``sampler.eval_max_trajectories``) on a
-fresh env, NOT charged to its time. CPU seconds (all threads, process-wide) are printed too.
+in the "eval s" column and stays in rlfast's time. SB3 runs its rl-baselines3-zoo Pendulum-v1
+hyperparameters (ZOO below) with ``device="cpu"`` and torch's default thread count; its time is
+the wall clock of ``gym.make`` + model construction + ``model.learn(steps)`` (the same kinds of
+work as rlfast's ``train()``, minus evaluation). The final return of BOTH is one protocol, run
+after training and not timed: ``--eval-episodes`` (20) deterministic episodes on a fresh
+gymnasium env reset with seeds ``10000 + 100 * seed + episode``. (Pendulum's start state
+decides much of an episode's return, from about 0 to -400 for a good policy, so a few
+episodes from different start states are not comparable: with the runner's own 5-episode
+final evaluation, rlfast read -210 where the same trained policies score -106 on SB3's
+episodes.) CPU seconds (all threads, process-wide) are printed too.
 
 The two tuned settings differ (the script prints, per algorithm, the preset keys whose values
 differ from SB3's: e.g. learning_starts, network sizes); ``--same-settings`` adds a row per algorithm
@@ -28,7 +30,7 @@ learning starts SB3 acts uniformly at random, rlfast with its preset pre-trainin
 the learning path; it is not a measurement.
 
 Usage: python scripts/bench_qpg.py [--steps 20000] [--seeds 0] [--algos sac,td3,ddpg]
-           [--same-settings] [--smoke] [--json PATH]
+           [--same-settings] [--smoke] [--eval-episodes 20] [--json PATH]
 """
 from __future__ import annotations
 
@@ -71,8 +73,9 @@ SB3_DEFAULTS: dict[str, dict] = {
 
 RLFAST_SCRIPT = r"""
 import json, sys, tempfile, time
-algo, steps, seed, overrides, repo_root, cap = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
-                                                json.loads(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
+algo, steps, seed, overrides, repo_root, cap, n_eval = (
+    sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5],
+    int(sys.argv[6]), int(sys.argv[7]))
 sys.path.insert(0, repo_root)
 import torch
 from rlfast.experiments.config import apply_overrides
@@ -99,7 +102,24 @@ with tempfile.TemporaryDirectory() as log_dir:
         cpu0, t0 = time.process_time(), time.perf_counter()
         result = runner.train()
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-print(json.dumps(dict(wall_s=wall, cpu_s=cpu, eval_s=eval_s[0], final_return=result["final_return"],
+# The final return both frameworks report: the same seeded episodes, deterministic actions.
+import gymnasium as gym
+agent = runner.agent
+agent.eval_mode(0)
+eval_env, returns = gym.make("Pendulum-v1"), []
+prev_action, prev_reward = torch.zeros(eval_env.action_space.shape), torch.zeros(())
+for ep in range(n_eval):
+    obs, _ = eval_env.reset(seed=10_000 + 100 * seed + ep)
+    done, total = False, 0.0
+    while not done:
+        action = agent.step(torch.as_tensor(obs, dtype=torch.float32), prev_action,
+                            prev_reward).action.numpy()
+        obs, reward, terminated, truncated, _ = eval_env.step(action)
+        total += float(reward)
+        done = terminated or truncated
+    returns.append(total)
+print(json.dumps(dict(wall_s=wall, cpu_s=cpu, eval_s=eval_s[0], final_return=sum(returns) / len(returns),
+                      runner_final_return=result["final_return"],
                       eval_returns=result["eval_returns"], updates=runner.algo.update_counter,
                       min_steps_learn=config["algo"]["min_steps_learn"],
                       torch_threads=torch.get_num_threads())))
@@ -199,10 +219,11 @@ def _run_child(script: str, args: list, name: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_rlfast(algo: str, steps: int, seed: int, overrides: list[str], cap: int) -> dict:
+def run_rlfast(algo: str, steps: int, seed: int, overrides: list[str], cap: int,
+               n_eval: int) -> dict:
     """rlfast in a child process; ``cap`` >= 0 caps min_steps_learn (smoke runs), -1: none."""
-    return _run_child(RLFAST_SCRIPT, [algo, steps, seed, json.dumps(overrides), REPO_ROOT, cap],
-                      f"rlfast {algo}")
+    return _run_child(RLFAST_SCRIPT, [algo, steps, seed, json.dumps(overrides), REPO_ROOT, cap,
+                                      n_eval], f"rlfast {algo}")
 
 
 def run_sb3(algo: str, steps: int, seed: int, n_eval: int, cap: int) -> dict:
@@ -248,6 +269,9 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true",
                         help=f"cap learning_starts/min_steps_learn at {SMOKE_LEARNING_STARTS} "
                              f"(exercises learning in short runs; not a measurement)")
+    parser.add_argument("--eval-episodes", type=int, default=20,
+                        help="final evaluation: this many deterministic episodes with the same "
+                             "reset seeds for both frameworks, after training, not timed (20)")
     parser.add_argument("--json", metavar="PATH", help="also write the results here as JSON")
     args = parser.parse_args()
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
@@ -283,11 +307,12 @@ def main() -> None:
           "charged).\n")
     rows, summaries = [], []
     for algo in algos:
-        n_eval = get_preset(algo, ENV_ID)["sampler"]["eval_max_trajectories"]
+        n_eval = args.eval_episodes
         configs = [("rlfast", [])]
         if args.same_settings:
             configs.append(("rlfast-sb3-settings", same_settings_overrides(algo)))
-        print(f"== {algo.upper()} (final return: mean of {n_eval} deterministic episodes)")
+        print(f"== {algo.upper()} (final return: mean of the same {n_eval} seeded deterministic "
+              f"episodes for both frameworks, not timed)")
         diff = settings_diff(algo)
         print("rlfast preset vs SB3 zoo: " + ("; ".join(f"{k} {a} (SB3 {b})" for k, (a, b)
                                                        in diff.items()) or "same settings"))
@@ -298,7 +323,7 @@ def main() -> None:
         algo_rows = []
         for seed in seeds:
             seed_rows = [dict(algo=algo, seed=seed, framework=name,
-                              **run_rlfast(algo, args.steps, seed, overrides, cap))
+                              **run_rlfast(algo, args.steps, seed, overrides, cap, n_eval))
                          for name, overrides in configs]
             if have_sb3:
                 sb3 = dict(algo=algo, seed=seed, framework="SB3",
