@@ -110,3 +110,40 @@ def test_value_based_presets_run(tmp_path, capsys, algo):
 def test_value_based_preset_rejects_continuous_actions(capsys):
     assert main(["train", "dqn", "Pendulum-v1", "--steps", "100"]) == 2
     assert "continuous" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("algo", ["ddpg", "td3", "sac"])
+def test_qpg_presets_run_serial_by_default(tmp_path, capsys, algo):
+    log_dir = tmp_path / algo
+    code = main(["train", algo, "Pendulum-v1", "--steps", "300", "--log-dir", str(log_dir),
+                 "--no-progress", "--set", "algo.min_steps_learn=100",
+                 "--set", "runner.log_interval_steps=150"])
+    assert code == 0
+    params = json.loads((log_dir / "params.json").read_text())
+    assert params["sampler"] == "serial"
+    assert params["config"]["env"]["final_observation"] is True
+    rows = _rows(log_dir / "progress.csv")
+    assert int(rows[-1]["Diagnostics/CumUpdates"]) == 300 - 100  # one update per step
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("Final evaluation return")
+
+
+def test_qpg_preset_rejects_discrete_actions(capsys):
+    assert main(["train", "sac", "CartPole-v1"]) == 2
+    assert "continuous" in capsys.readouterr().err
+
+
+def test_affinity_code_pins_the_run(tmp_path):
+    from rlfast.cli import affinity_for_run
+    assert affinity_for_run(None) is None
+    slot1 = affinity_for_run("1slt_2cpu_0gpu_0hto")
+    assert slot1["master_cpus"] == [1] and slot1["workers_cpus"] == [[1]]
+    assert affinity_for_run("2cpu_0gpu_0hto")["master_cpus"] == [0]  # no slot token: slot 0
+    with pytest.raises(ValueError, match="several processes"):
+        affinity_for_run("0slt_8cpu_4gpu_2gpr_0hto")
+    with pytest.raises(ValueError, match="zzz"):
+        affinity_for_run("2cpu_1zzz")
+    log_dir = tmp_path / "pinned"
+    assert main(["train", "ppo", "CartPole-v1", "--steps", "1024", "--sampler", "cpu",
+                 "--n-envs", "2", "--affinity", "0slt_2cpu_0gpu_0hto", "--log-dir",
+                 str(log_dir), "--no-progress", "--set", "sampler.batch_T=64"]) == 0
+    assert json.loads((log_dir / "params.json").read_text())["affinity"] == "0slt_2cpu_0gpu_0hto"
