@@ -19,33 +19,31 @@ _QPG_RUNNER = dict(n_steps=1_000_000, log_interval_steps=10_000)
 # and gain from more threads (1.6x with 2 cores); 64 wide ones are op-bound and lose.
 _QPG_AFFINITY = dict(master_torch_threads=0)
 
+# Replay and target settings every QPG preset shares (standard published values).
+_QPG_REPLAY = dict(discount=0.99, batch_size=256, min_steps_learn=10_000, replay_size=1_000_000,
+                   replay_ratio=256, target_update_tau=0.005, n_step_return=1,
+                   bootstrap_timelimit=True)
+
+
+def _qpg_preset(hidden_sizes: list, agent: dict, algo: dict) -> dict:
+    nets = dict(model_kwargs=dict(hidden_sizes=list(hidden_sizes)),
+                q_model_kwargs=dict(hidden_sizes=list(hidden_sizes)))
+    return dict(continuous=dict(agent=dict(nets, **agent), algo=dict(_QPG_REPLAY, **algo),
+                                env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER,
+                                affinity=_QPG_AFFINITY))
+
+
 QPG_PRESETS: dict[str, dict] = {
-    "ddpg": dict(continuous=dict(
-        agent=dict(model_kwargs=dict(hidden_sizes=[400, 300]),
-                   q_model_kwargs=dict(hidden_sizes=[400, 300]), action_std=0.1,
-                   action_noise_clip=0.5),
-        algo=dict(discount=0.99, batch_size=256, min_steps_learn=10_000, replay_size=1_000_000,
-                  replay_ratio=256, target_update_tau=0.005, target_update_interval=1,
-                  policy_update_interval=1, learning_rate=1e-3, q_learning_rate=1e-3,
-                  n_step_return=1, bootstrap_timelimit=True),
-        env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER, affinity=_QPG_AFFINITY)),
-    "td3": dict(continuous=dict(
-        agent=dict(model_kwargs=dict(hidden_sizes=[400, 300]),
-                   q_model_kwargs=dict(hidden_sizes=[400, 300]), action_std=0.1,
-                   pretrain_std=0.5, target_noise_std=0.2, target_noise_clip=0.5),
-        algo=dict(discount=0.99, batch_size=256, min_steps_learn=10_000, replay_size=1_000_000,
-                  replay_ratio=256, target_update_tau=0.005, target_update_interval=2,
-                  policy_update_interval=2, mu_learning_rate=1e-3, q_learning_rate=1e-3,
-                  n_step_return=1, bootstrap_timelimit=True),
-        env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER, affinity=_QPG_AFFINITY)),
-    "sac": dict(continuous=dict(
-        agent=dict(model_kwargs=dict(hidden_sizes=[256, 256]),
-                   q_model_kwargs=dict(hidden_sizes=[256, 256]), pretrain_std=0.75),
-        algo=dict(discount=0.99, batch_size=256, min_steps_learn=10_000, replay_size=1_000_000,
-                  replay_ratio=256, target_update_tau=0.005, target_update_interval=1,
-                  learning_rate=3e-4, target_entropy="auto", reward_scale=1.0,
-                  n_step_return=1, bootstrap_timelimit=True),
-        env=_QPG_ENV, sampler=_QPG_SAMPLER, runner=_QPG_RUNNER, affinity=_QPG_AFFINITY)),
+    "ddpg": _qpg_preset([400, 300], dict(action_std=0.1, action_noise_clip=0.5),
+                        dict(target_update_interval=1, policy_update_interval=1,
+                             learning_rate=1e-3, q_learning_rate=1e-3)),
+    "td3": _qpg_preset([400, 300], dict(action_std=0.1, pretrain_std=0.5, target_noise_std=0.2,
+                                        target_noise_clip=0.5),
+                       dict(target_update_interval=2, policy_update_interval=2,
+                            mu_learning_rate=1e-3, q_learning_rate=1e-3)),
+    "sac": _qpg_preset([256, 256], dict(pretrain_std=0.75),
+                       dict(target_update_interval=1, learning_rate=3e-4,
+                            target_entropy="auto", reward_scale=1.0)),
 }
 
 # Pendulum-v1: 3-D observations, 1-D action. 64x64 networks learn it as fast as 256x256 or

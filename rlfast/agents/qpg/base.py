@@ -109,10 +109,9 @@ class QpgAgentBase(BaseAgent):
                                env_ranks=env_ranks)
         finally:
             self.initial_model_state_dict = initial
-        self.q_model = self.QModelCls(**self.env_model_kwargs, **self.q_model_kwargs,
-                                      **self.q_model_extra_kwargs())
+        self.q_model = self.QModelCls(**self._q_kwargs())
         for name in self.target_names:
-            source = self.model if name == "target_model" else self.q_model
+            source = self._source_of(name)
             target = type(source)(**self._kwargs_of(source))
             target.load_state_dict(source.state_dict())
             target.requires_grad_(False)
@@ -124,10 +123,17 @@ class QpgAgentBase(BaseAgent):
         self._half_t = torch.from_numpy(self._action_half)
         self.make_distribution()
 
+    def _source_of(self, target_name: str) -> torch.nn.Module:
+        """The online model a target copy follows."""
+        return self.model if target_name == "target_model" else self.q_model
+
+    def _q_kwargs(self) -> dict:
+        return dict(**self.env_model_kwargs, **self.q_model_kwargs, **self.q_model_extra_kwargs())
+
     def _kwargs_of(self, model: torch.nn.Module) -> dict:
         if model is self.model:
             return dict(**self.env_model_kwargs, **self.model_kwargs)
-        return dict(**self.env_model_kwargs, **self.q_model_kwargs, **self.q_model_extra_kwargs())
+        return self._q_kwargs()
 
     def make_distribution(self) -> None:
         """Set ``self.distribution`` (called at the end of ``initialize``)."""
@@ -181,7 +187,7 @@ class QpgAgentBase(BaseAgent):
         if self._target_pairs is None:  # the same tensor objects for the agent's lifetime
             self._target_pairs = []
             for name in self.target_names:
-                source = _unwrap(self.model if name == "target_model" else self.q_model)
+                source = _unwrap(self._source_of(name))
                 target = getattr(self, name)
                 self._target_pairs.append((target, source, (_float_tensors(target),
                                                             _float_tensors(source))))
