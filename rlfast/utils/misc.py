@@ -8,13 +8,16 @@ need not branch; ``extract_sequences`` gathers fixed-length time windows from a
 
 from __future__ import annotations
 
+import copy
 import operator
-from typing import Any, Iterator, Sequence
+import os
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["iterate_mb_idxs", "zeros", "empty", "extract_sequences"]
+__all__ = ["iterate_mb_idxs", "zeros", "empty", "extract_sequences", "available_cpus",
+           "deep_merge"]
 
 
 def _as_int(value: Any, name: str) -> int:
@@ -108,3 +111,33 @@ def extract_sequences(array_or_tensor: Any, T_idx: Sequence[int] | np.ndarray,
         b_grid = torch.as_tensor(np.ascontiguousarray(b_grid), dtype=torch.long,
                                  device=device)
     return array_or_tensor[t_grid, b_grid]
+
+
+def available_cpus() -> list[int]:
+    """The CPU ids this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return list(range(os.cpu_count() or 1))
+
+
+def deep_merge(base: Mapping, changes: Mapping, strict: bool = False, label: str = "Key",
+               _path: tuple = ()) -> dict:
+    """A new dict: ``base`` with ``changes`` merged in, nested dicts recursively.
+
+    Values that are not both dicts (lists included) replace the base value whole; neither
+    input is modified. With ``strict``, a key of ``changes`` that ``base`` lacks raises
+    ``KeyError`` naming its dotted path (after ``label``) and the valid keys at that level.
+    """
+    out = copy.deepcopy(dict(base))
+    for key, value in changes.items():
+        if strict and key not in base:
+            full = ".".join(str(k) for k in (*_path, key))
+            where = ".".join(map(str, _path)) or "the top level"
+            raise KeyError(f"{label} {full!r} is not in the default config; valid keys at "
+                           f"{where}: {sorted(map(str, base))}.")
+        if isinstance(value, Mapping) and isinstance(base.get(key), Mapping):
+            out[key] = deep_merge(base[key], value, strict, label, (*_path, key))
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
