@@ -1,10 +1,21 @@
 """Sampler base class: configuration shared by the serial and parallel samplers."""
 from __future__ import annotations
 
+import abc
 import functools
 import math
 
+from rlfast.samplers.buffer import build_samples_buffer
 from rlfast.samplers.collections import BatchSpec, TrajInfo
+
+# Seed offsets shared by every sampler, so that serial and parallel runs with one seed use the
+# same environment seeds: training env i gets ``seed + first_rank + i``; eval env k gets
+# ``seed + EVAL_ENV_SEED_OFFSET + k``; the example env that sizes the buffers gets
+# ``seed + EXAMPLE_ENV_SEED_OFFSET``; parallel worker i seeds its RNGs with
+# ``seed + WORKER_SEED_STRIDE * (i + 1)``.
+EVAL_ENV_SEED_OFFSET = 1_000_003
+EXAMPLE_ENV_SEED_OFFSET = 10_000_019
+WORKER_SEED_STRIDE = 7919
 
 
 def make_envs(EnvCls, n: int, env_kwargs: dict, seed: int | None, first_rank: int) -> list:
@@ -17,7 +28,7 @@ def make_envs(EnvCls, n: int, env_kwargs: dict, seed: int | None, first_rank: in
     return envs
 
 
-class BaseSampler:
+class BaseSampler(abc.ABC):
     """Holds the environment factory, batch dimensions, collector classes and eval settings.
 
     Evaluation runs ``eval_n_envs`` environments for at most ``eval_max_steps`` total steps,
@@ -25,8 +36,10 @@ class BaseSampler:
     """
 
     mid_batch_reset = True
+    DefaultCollectorCls: type | None = None  # used when no CollectorCls is given
+    DefaultEvalCollectorCls: type | None = None
 
-    def __init__(self, EnvCls, env_kwargs: dict, batch_T: int, batch_B: int, CollectorCls,
+    def __init__(self, EnvCls, env_kwargs: dict, batch_T: int, batch_B: int, CollectorCls=None,
                  max_decorrelation_steps: int = 100, TrajInfoCls=TrajInfo, eval_n_envs: int = 0,
                  eval_CollectorCls=None, eval_env_kwargs: dict | None = None,
                  eval_max_steps: int | None = None, eval_max_trajectories: int | None = None):
@@ -34,6 +47,10 @@ class BaseSampler:
             raise ValueError(f"batch_T and batch_B must be >= 1; got batch_T={batch_T}, batch_B={batch_B}")
         if eval_n_envs and eval_max_steps is None:
             raise ValueError("eval_n_envs > 0 needs eval_max_steps (total evaluation step budget)")
+        CollectorCls = CollectorCls or self.DefaultCollectorCls
+        if CollectorCls is None:
+            raise ValueError(f"{type(self).__name__} needs a CollectorCls")
+        eval_CollectorCls = eval_CollectorCls or self.DefaultEvalCollectorCls
         self.EnvCls = EnvCls
         self.env_kwargs = dict(env_kwargs)
         self.batch_spec = BatchSpec(int(batch_T), int(batch_B))
@@ -48,6 +65,7 @@ class BaseSampler:
         self.eval_max_trajectories = None if eval_max_trajectories is None else int(eval_max_trajectories)
 
     def eval_max_T(self, n_envs: int) -> int:
+        """Steps per eval environment: the total budget ``eval_max_steps`` split over them."""
         return max(1, math.ceil(self.eval_max_steps / max(n_envs, 1)))
 
     def apply_traj_info_kwargs(self, traj_info_kwargs: dict | None) -> None:
@@ -57,18 +75,42 @@ class BaseSampler:
             self.TrajInfoCls = functools.partial(
                 self.TrajInfoCls, **{"_" + k: v for k, v in traj_info_kwargs.items()})
 
-    def initialize(self, *args, **kwargs):
-        raise TypeError(f"{type(self).__name__} must define initialize()")
+    def build_buffers(self, agent, seed: int | None, bootstrap_value: bool, shared: bool,
+                      init_agent=None):
+        """Allocate the samples buffer from one example step of a fresh environment (seeded
+        ``seed + EXAMPLE_ENV_SEED_OFFSET``); ``init_agent(spaces)``, when given, first builds
+        the agent from that environment's spaces. Returns (samples_pyt, samples_np, examples).
+        """
+        example_env = self.EnvCls(**self.env_kwargs)
+        if seed is not None and hasattr(example_env, "seed"):
+            example_env.seed(int(seed) + EXAMPLE_ENV_SEED_OFFSET)
+        try:
+            if init_agent is not None:
+                init_agent(example_env.spaces)
+            return build_samples_buffer(agent, example_env, self.batch_spec, bootstrap_value,
+                                        agent_shared=shared, env_shared=shared)
+        finally:
+            example_env.close()
 
+    @abc.abstractmethod
+    def initialize(self, agent, affinity: dict | None = None, seed: int | None = None,
+                   bootstrap_value: bool = False, traj_info_kwargs: dict | None = None,
+                   rank: int = 0, world_size: int = 1):
+        """Build the environments, the agent's model and the samples buffer (and start any
+        worker processes); return the example outputs that size replay buffers."""
+
+    @abc.abstractmethod
     def obtain_samples(self, itr: int):
-        raise TypeError(f"{type(self).__name__} must define obtain_samples()")
+        """Collect one ``[T, B]`` batch; return (samples, completed trajectory infos)."""
 
-    def evaluate_agent(self, itr: int):
-        raise TypeError(f"{type(self).__name__} must define evaluate_agent()")
+    @abc.abstractmethod
+    def evaluate_agent(self, itr: int) -> list:
+        """Run the evaluation environments; return the completed trajectory infos."""
 
     def shutdown(self) -> None:
-        pass
+        """Release the environments and any worker processes (safe to call twice)."""
 
     @property
     def batch_size(self) -> int:
+        """Environment steps per batch, ``T * B``."""
         return self.batch_spec.size

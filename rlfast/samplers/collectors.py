@@ -1,12 +1,20 @@
-"""Collector base classes: the environment-stepping loops that run inside sampler workers.
+"""Collectors: the environment-stepping loops that run inside sampler workers.
 
-A training collector steps ``batch_T`` times over its environments, writing every field into its
-slice of the pre-allocated samples buffer. Actions come from ``get_actions`` (an in-process agent
-here; the GPU collectors override it to ask an action server). Environment observations are
-written into pre-allocated arrays in place, so nothing is allocated per step beyond what the
-environment itself returns.
+There is one training loop (:meth:`TrainCollector.collect_batch`) and one evaluation loop
+(:meth:`BaseEvalCollector.collect_evaluation`), and both step their environments through the
+same step body (:meth:`BaseCollector.step_envs`). Where actions come from is an object the
+collector holds, an :class:`ActionSource`: :class:`AgentActions` runs the agent in the
+collector's own process (serial and CPU samplers); the GPU samplers' ``ServerActions`` asks the
+action server in the master. The concrete collectors only pick an action source and a reset
+policy (reset a finished environment at once, or wait for the batch end).
+
+A training collector steps ``batch_T`` times over its environments, writing every field into
+its slice of the pre-allocated samples buffer; observations are written into pre-allocated
+arrays in place, so nothing is allocated per step beyond what the environment returns.
 """
 from __future__ import annotations
+
+import abc
 
 import numpy as np
 
@@ -14,44 +22,7 @@ from rlfast.agents.base import AgentInputs
 from rlfast.utils.buffer import buffer_from_example, numpify_buffer, torchify_buffer
 
 
-class BaseCollector:
-    """Holds the environments, this worker's slice of the samples buffer and the agent."""
-
-    mid_batch_reset = True
-
-    def __init__(self, rank: int, envs: list, samples_np, batch_T: int, TrajInfoCls,
-                 agent=None, sync=None, step_buffer_np=None, global_B: int = 1,
-                 env_ranks: list | None = None):
-        self.rank = rank
-        self.envs = envs
-        self.samples_np = samples_np
-        self.batch_T = batch_T
-        self.TrajInfoCls = TrajInfoCls
-        self.agent = agent
-        self.sync = sync
-        self.step_buffer_np = step_buffer_np
-        self.global_B = global_B
-        self.env_ranks = env_ranks
-        self._null_action = np.asarray(envs[0].action_space.null_value())
-
-    def start_envs(self):
-        raise TypeError(f"{type(self).__name__} must define start_envs()")
-
-    def start_agent(self) -> None:
-        """Let the agent set up per-collector state (e.g. vector epsilon) and reset it."""
-        if self.agent is not None:
-            self.agent.collector_initialize(global_B=self.global_B, env_ranks=self.env_ranks)
-            self.agent.reset()
-            self.agent.sample_mode(itr=0)
-
-    def reset_if_needed(self, agent_inputs) -> None:
-        """Between batches: reset environments whose episodes ended (wait-reset collectors)."""
-
-    def collect_batch(self, agent_inputs, traj_infos: list, itr: int):
-        raise TypeError(f"{type(self).__name__} must define collect_batch()")
-
-
-def local_input_arrays(first_observations: list, null_action: np.ndarray):
+def local_input_arrays(first_observations: list, null_action: np.ndarray) -> AgentInputs:
     """(observation, prev_action, prev_reward) arrays for the collector's environments, filled
     with the first observations, null actions and zero rewards."""
     n = len(first_observations)
@@ -60,17 +31,181 @@ def local_input_arrays(first_observations: list, null_action: np.ndarray):
         observation[b] = obs
     prev_action = np.stack([null_action for _ in range(n)])
     prev_reward = np.zeros(n, dtype=np.float32)
-    return observation, prev_action, prev_reward
+    return AgentInputs(observation, prev_action, prev_reward)
 
 
-class DecorrelatingStartCollector(BaseCollector):
-    """Resets every environment, then takes a random number of random actions in each, so that
-    the environments of one batch are at different points of their episodes."""
+class ActionSource(abc.ABC):
+    """Where a collector's actions come from, and who keeps the agent's per-env state.
+
+    ``defer_resets``: wait-reset collectors apply their environment resets at the start of
+    the next batch instead of right after the last step (the master may still read the
+    worker's step-buffer rows until it asks for new samples).
+    """
+
+    defer_resets = False
+
+    @abc.abstractmethod
+    def start(self, global_B: int, env_ranks: list | None) -> None:
+        """Once, before the first batch: set up per-collector agent state."""
+
+    @abc.abstractmethod
+    def input_arrays(self, first_observations: list, null_action: np.ndarray) -> AgentInputs:
+        """The (observation, prev_action, prev_reward) arrays the collector steps in place."""
+
+    @abc.abstractmethod
+    def act(self, agent_inputs_pyt: AgentInputs, action_out: np.ndarray):
+        """Write this step's actions into ``action_out``; return the agent_info (numpy)."""
+
+    @abc.abstractmethod
+    def reset_one(self, b: int) -> None:
+        """Reset the agent's state for environment ``b`` (its episode ended)."""
+
+    @abc.abstractmethod
+    def start_batch(self, itr: int) -> None:
+        """Before a training batch."""
+
+    @abc.abstractmethod
+    def finish_batch(self, agent_inputs_pyt: AgentInputs, samples_np) -> None:
+        """After a training batch (e.g. write the bootstrap value)."""
+
+    @abc.abstractmethod
+    def start_evaluation(self, itr: int) -> None:
+        """Before an evaluation run."""
+
+    @abc.abstractmethod
+    def finish_evaluation(self) -> None:
+        """After an evaluation run."""
+
+
+class AgentActions(ActionSource):
+    """Actions from an agent in the collector's own process (serial and CPU samplers)."""
+
+    def __init__(self, agent, **_):
+        self.agent = agent
+
+    def start(self, global_B: int, env_ranks: list | None) -> None:
+        self.agent.collector_initialize(global_B=global_B, env_ranks=env_ranks)
+        self.agent.reset()
+        self.agent.sample_mode(itr=0)
+
+    def input_arrays(self, first_observations: list, null_action: np.ndarray) -> AgentInputs:
+        return local_input_arrays(first_observations, null_action)
+
+    def act(self, agent_inputs_pyt: AgentInputs, action_out: np.ndarray):
+        action, agent_info = self.agent.step(*agent_inputs_pyt)
+        action_out[:] = numpify_buffer(action)
+        return numpify_buffer(agent_info)
+
+    def reset_one(self, b: int) -> None:
+        self.agent.reset_one(idx=b)
+
+    def start_batch(self, itr: int) -> None:
+        # Workers hold their own agent copy: leave any eval mode set by evaluation.
+        self.agent.sample_mode(itr)
+
+    def finish_batch(self, agent_inputs_pyt: AgentInputs, samples_np) -> None:
+        agent_buf = samples_np.agent
+        if "bootstrap_value" in agent_buf:
+            agent_buf.bootstrap_value[0] = self.agent.value(*agent_inputs_pyt).numpy()
+
+    def start_evaluation(self, itr: int) -> None:
+        self.agent.eval_mode(itr)  # first: it stashes a recurrent agent's sampling state
+        self.agent.reset()
+
+    def finish_evaluation(self) -> None:
+        pass
+
+
+class BaseCollector:
+    """Holds the environments and the action source, and steps the environments once.
+
+    ``ActionsCls`` (a class attribute of the concrete collectors) builds the action source
+    from ``agent``, ``sync`` and ``step_buffer_np``.
+    """
+
+    ActionsCls: type = AgentActions
+
+    def __init__(self, rank: int, envs: list, TrajInfoCls, agent=None, sync=None,
+                 step_buffer_np=None):
+        self.rank = rank
+        self.envs = envs
+        self.TrajInfoCls = TrajInfoCls
+        self.agent = agent
+        self.actions = self.ActionsCls(agent=agent, sync=sync, step_buffer_np=step_buffer_np)
+        self._null_action = np.asarray(envs[0].action_space.null_value())
+
+    def step_envs(self, action: np.ndarray, observation, reward: np.ndarray, traj_infos: list,
+                  completed: list, reset_now: bool = True, idle: np.ndarray | None = None,
+                  pending_reset: np.ndarray | None = None, reward_t=None, done_t=None,
+                  env_info_t=None) -> None:
+        """Step every environment once with ``action``, in place; the one step body.
+
+        A trajectory ends on ``env_info.traj_done`` when the env gives it (e.g. Atari episodic
+        lives), else on ``done``; its info is appended to ``completed``. With ``reset_now``
+        the environment is reset at once and the agent's state for it on ``done``; otherwise
+        the environment goes idle (``idle[b]``, skipped until the batch ends) and a finished
+        trajectory is flagged in ``pending_reset``. ``*_t`` rows of the samples buffer, when
+        given, receive this step's reward, done and env_info.
+        """
+        for b, env in enumerate(self.envs):
+            if idle is not None and idle[b]:
+                continue
+            o, r, d, env_info = env.step(action[b])
+            traj_infos[b].step(observation[b], action[b], r, d, None, env_info)
+            if getattr(env_info, "traj_done", d):
+                completed.append(traj_infos[b].terminate(o))
+                traj_infos[b] = self.TrajInfoCls()
+                if reset_now:
+                    o = env.reset()
+                else:
+                    pending_reset[b] = True
+            if reward_t is not None:
+                reward_t[b] = r
+                done_t[b] = d
+                if env_info_t is not None:
+                    env_info_t[b] = env_info
+            if d:
+                if reset_now:
+                    self.actions.reset_one(b)
+                else:
+                    idle[b] = True
+                action[b] = self._null_action
+                r = 0.0
+            observation[b] = o
+            reward[b] = r
+
+
+class TrainCollector(BaseCollector):
+    """The training collector: a decorrelating start, then one loop for every sampler.
+
+    ``mid_batch_reset`` (class attribute) picks the reset policy. True: a finished
+    environment is reset immediately, mid-batch. False (wait-reset): it stays idle, recording
+    zeros, until the batch ends, then resets; recurrent agents need this, since a training
+    sequence cannot reset its state mid-sequence, and slow resets then overlap training.
+    """
+
+    mid_batch_reset = True
+
+    def __init__(self, rank: int, envs: list, samples_np, batch_T: int, TrajInfoCls,
+                 agent=None, sync=None, step_buffer_np=None, global_B: int = 1,
+                 env_ranks: list | None = None):
+        super().__init__(rank, envs, TrajInfoCls, agent=agent, sync=sync,
+                         step_buffer_np=step_buffer_np)
+        self.samples_np = samples_np
+        self.batch_T = batch_T
+        self.global_B = global_B
+        self.env_ranks = env_ranks
+        n = len(envs)
+        self.need_reset = np.zeros(n, dtype=bool)      # idle since its episode ended
+        self.need_env_reset = np.zeros(n, dtype=bool)  # ... and its trajectory ended too
 
     def start_envs(self, max_decorrelation_steps: int = 0):
+        """Reset every environment, then take a random number (1 to the maximum) of random
+        actions in each, so that the environments of one batch are at different points of
+        their episodes. Returns the agent inputs and the running trajectory infos."""
         traj_infos = [self.TrajInfoCls() for _ in self.envs]
         first = [env.reset() for env in self.envs]
-        observation, prev_action, prev_reward = self.input_arrays(first)
+        observation, prev_action, prev_reward = self.actions.input_arrays(first, self._null_action)
         if max_decorrelation_steps > 0:
             for b, env in enumerate(self.envs):
                 n_steps = 1 + int(np.random.rand() * max_decorrelation_steps)
@@ -88,86 +223,89 @@ class DecorrelatingStartCollector(BaseCollector):
                     prev_reward[b] = r
         return AgentInputs(observation, prev_action, prev_reward), traj_infos
 
+    def start_agent(self) -> None:
+        """Let the agent set up per-collector state (e.g. vector epsilon) and reset it."""
+        self.actions.start(self.global_B, self.env_ranks)
 
-class AgentStepMixin:
-    """Actions from the in-process agent (CPU and serial samplers).
+    def reset_if_needed(self, agent_inputs) -> None:
+        """Between batches (wait-reset): reset the environments whose episodes ended."""
+        if not self.mid_batch_reset and not self.actions.defer_resets:
+            self._apply_resets(agent_inputs)
 
-    The GPU collectors replace exactly these hooks with ones that talk to the action server.
-    """
+    def _apply_resets(self, agent_inputs) -> None:
+        observation, action, reward = agent_inputs
+        for b in np.flatnonzero(self.need_reset):
+            if self.need_env_reset[b]:
+                observation[b] = self.envs[b].reset()
+            action[b] = self._null_action
+            reward[b] = 0.0
+            self.actions.reset_one(b)
+        self.need_reset[:] = False
+        self.need_env_reset[:] = False
 
-    def input_arrays(self, first_observations: list):
-        return local_input_arrays(first_observations, self._null_action)
+    def collect_batch(self, agent_inputs, traj_infos: list, itr: int):
+        """Step ``batch_T`` times, writing into the samples buffer; returns the new agent
+        inputs, the running trajectory infos and the infos of trajectories completed."""
+        agent_buf, env_buf = self.samples_np.agent, self.samples_np.env
+        has_env_info = env_buf.env_info is not None
+        reset_now = self.mid_batch_reset
+        if not reset_now:
+            if self.actions.defer_resets:
+                self._apply_resets(agent_inputs)
+            env_buf.reward[:] = 0  # idle environments record zeros for the rest of the batch
+            env_buf.done[:] = False
+            if has_env_info:
+                env_buf.env_info[:] = 0
+        observation, action, reward = agent_inputs
+        inputs_pyt = torchify_buffer(agent_inputs)  # views: updated as the arrays are written
+        completed: list = []
+        idle = None if reset_now else self.need_reset
+        pending = None if reset_now else self.need_env_reset
+        self.actions.start_batch(itr)
+        for t in range(self.batch_T):
+            env_buf.observation[t] = observation
+            agent_buf.prev_action[t] = action
+            env_buf.prev_reward[t] = reward
+            agent_info = self.actions.act(inputs_pyt, action)
+            agent_buf.action[t] = action
+            if agent_info is not None:
+                agent_buf.agent_info[t] = agent_info
+            self.step_envs(action, observation, reward, traj_infos, completed, reset_now, idle,
+                           pending, env_buf.reward[t], env_buf.done[t],
+                           env_buf.env_info[t] if has_env_info else None)
+        self.actions.finish_batch(inputs_pyt, self.samples_np)
+        return AgentInputs(observation, action, reward), traj_infos, completed
 
-    def get_actions(self, agent_inputs_pyt, t: int):
-        action, agent_info = self.agent.step(*agent_inputs_pyt)
-        return numpify_buffer(action), numpify_buffer(agent_info)
 
-    def reset_agent_one(self, b: int) -> None:
-        self.agent.reset_one(idx=b)
-
-    def start_batch_agent(self, itr: int) -> None:
-        # Workers hold their own agent copy: leave any eval mode set by evaluation.
-        self.agent.sample_mode(itr)
-
-    def start_eval_agent(self, itr: int) -> None:
-        self.agent.eval_mode(itr)  # first: it stashes a recurrent agent's sampling state
-        self.agent.reset()
-
-    def finish_batch(self, agent_inputs_pyt) -> None:
-        agent_buf = self.samples_np.agent
-        if "bootstrap_value" in agent_buf:
-            agent_buf.bootstrap_value[0] = self.agent.value(*agent_inputs_pyt).numpy()
-
-    def finish_evaluation(self) -> None:
-        pass
+DecorrelatingStartCollector = TrainCollector  # the rlpyt name of the training collector base
 
 
-class BaseEvalCollector:
+class BaseEvalCollector(BaseCollector):
     """Runs the agent (in eval mode) for at most ``max_T`` steps per environment, resetting
     finished ones, and stops early when ``max_trajectories`` trajectories have completed.
     Only trajectory statistics are kept; nothing is written to a samples buffer."""
 
-    def __init__(self, rank: int, envs: list, TrajInfoCls, traj_infos_queue=None,
-                 max_T: int = 1000, agent=None, sync=None, step_buffer_np=None,
-                 max_trajectories: int | None = None):
-        self.rank = rank
-        self.envs = envs
-        self.TrajInfoCls = TrajInfoCls
-        self.traj_infos_queue = traj_infos_queue
+    def __init__(self, rank: int, envs: list, TrajInfoCls, max_T: int = 1000, agent=None,
+                 sync=None, step_buffer_np=None, max_trajectories: int | None = None):
+        super().__init__(rank, envs, TrajInfoCls, agent=agent, sync=sync,
+                         step_buffer_np=step_buffer_np)
         self.max_T = int(max_T)
-        self.agent = agent
-        self.sync = sync
-        self.step_buffer_np = step_buffer_np
         self.max_trajectories = max_trajectories
-        self._null_action = np.asarray(envs[0].action_space.null_value())
 
     def collect_evaluation(self, itr: int) -> list:
+        """Run one evaluation from freshly reset environments; return the completed
+        trajectory infos."""
         traj_infos = [self.TrajInfoCls() for _ in self.envs]
-        completed = []
+        completed: list = []
         first = [env.reset() for env in self.envs]
-        observation, action, reward = self.input_arrays(first)
-        inputs_pyt = torchify_buffer(AgentInputs(observation, action, reward))
-        self.start_eval_agent(itr)
+        inputs = self.actions.input_arrays(first, self._null_action)
+        observation, action, reward = inputs
+        inputs_pyt = torchify_buffer(inputs)
+        self.actions.start_evaluation(itr)
         for _ in range(self.max_T):
-            act, agent_info = self.get_actions(inputs_pyt, 0)
-            action[:] = act
-            for b, env in enumerate(self.envs):
-                o, r, d, env_info = env.step(action[b])
-                traj_infos[b].step(observation[b], action[b], r, d, None, env_info)
-                if getattr(env_info, "traj_done", d):
-                    completed.append(traj_infos[b].terminate(o))
-                    traj_infos[b] = self.TrajInfoCls()
-                    o = env.reset()
-                if d:
-                    action[b] = self._null_action
-                    r = 0.0
-                    self.reset_agent_one(b)
-                observation[b] = o
-                reward[b] = r
+            self.actions.act(inputs_pyt, action)
+            self.step_envs(action, observation, reward, traj_infos, completed)
             if self.max_trajectories is not None and len(completed) >= self.max_trajectories:
                 break
-        self.finish_evaluation()
-        if self.traj_infos_queue is not None:
-            for info in completed:
-                self.traj_infos_queue.put(info)
+        self.actions.finish_evaluation()
         return completed

@@ -1,7 +1,5 @@
 """Tests for the collectors (rlfast.samplers.collectors and .parallel.cpu.collectors), run in
 process through the serial sampler or constructed directly, on a deterministic counting env."""
-import queue
-
 import numpy as np
 import pytest
 import torch
@@ -243,20 +241,17 @@ def test_eval_collector_runs_max_T_and_honours_traj_done():
     assert sorted(agent.reset_ones) == sorted(list(range(3)) * 6)  # every lost life
 
 
-def test_eval_collector_stops_at_max_trajectories_and_fills_queue():
+def test_eval_collector_stops_at_max_trajectories():
     envs = [CountingEnv(life_len=4) for _ in range(3)]
     agent = SpyAgent()
     agent.initialize(envs[0].spaces)
-    infos_queue = queue.Queue()
-    collector = CpuEvalCollector(rank=0, envs=envs, TrajInfoCls=TrajInfo,
-                                 traj_infos_queue=infos_queue, max_T=100, agent=agent,
-                                 max_trajectories=4)
+    collector = CpuEvalCollector(rank=0, envs=envs, TrajInfoCls=TrajInfo, max_T=100,
+                                 agent=agent, max_trajectories=4)
     trajs = collector.collect_evaluation(itr=3)
     # 3 trajectories end at step 4 (< 4 so far), 3 more at step 8: stop there.
     assert len(trajs) == 6 and all(env.t == 0 for env in envs)
     assert [env.n_resets for env in envs] == [3, 3, 3]
-    queued = [infos_queue.get_nowait() for _ in range(infos_queue.qsize())]
-    assert [dict(q) for q in queued] == [dict(t) for t in trajs]
+    assert all(t.Length == 4 for t in trajs)
 
 
 def test_serial_eval_in_runner_order_restores_sample_state():
@@ -293,3 +288,49 @@ def test_eval_collector_keeps_sample_mode_recurrent_state():
     agent.sample_mode(1)
     assert agent.prev_rnn_state is not None
     assert all(torch.equal(a, b) for a, b in zip(agent.prev_rnn_state, state))
+
+
+# ---- action sources -----------------------------------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_server_collector_never_writes_the_step_buffer_actions():
+    """The GPU collectors' actions are the master's writes into the shared step buffer; the
+    loop must not copy that array onto itself every step (it used to: ``action[:] = act``).
+    The step buffer's action array is made read-only, so any write raises."""
+    import threading
+
+    from rlfast.samplers import GpuResetCollector
+    from rlfast.samplers.parallel.gpu.action_server import StepBuffer
+    from rlfast.utils.buffer import buffer_from_example
+    from rlfast.utils.collections import AttrDict
+
+    T, B = 5, 3
+    envs = [CountingEnv(life_len=1000) for _ in range(B)]
+    agent = SpyAgent()
+    agent.initialize(envs[0].spaces)
+    _, samples_np, examples = build_samples_buffer(agent, CountingEnv(1000, 1), BatchSpec(T, B),
+                                                   agent_shared=False, env_shared=False)
+    example = StepBuffer(examples.observation, examples.action, np.zeros((), np.float32),
+                         np.zeros((), bool), examples.agent_info)
+    step = buffer_from_example(example, B)
+    sync = AttrDict(obs_ready=threading.Semaphore(0), act_ready=threading.Semaphore(T),
+                    eval_done=None, stop=None)
+    collector = GpuResetCollector(rank=0, envs=envs, samples_np=samples_np, batch_T=T,
+                                  TrajInfoCls=TrajInfo, sync=sync, step_buffer_np=step,
+                                  global_B=B, env_ranks=list(range(B)))
+    agent_inputs, traj_infos = collector.start_envs(0)
+    assert agent_inputs.prev_action is step.action  # the collector steps the shared rows
+    step.action[:] = [1, 0, 1]  # "the master's actions"
+    step.action.flags.writeable = False
+    collector.collect_batch(agent_inputs, traj_infos, itr=0)
+    assert samples_np.agent.action.tolist() == [[1, 0, 1]] * T
+    assert samples_np.env.reward[:, 0].tolist() == [2.0] * T  # CountingEnv: reward 1 + action
+
+
+def test_removed_dead_arguments():
+    import inspect
+
+    from rlfast.samplers import BaseEvalCollector, ParallelSamplerBase
+
+    assert "worker_process" not in inspect.signature(ParallelSamplerBase.initialize).parameters
+    assert "traj_infos_queue" not in inspect.signature(BaseEvalCollector.__init__).parameters

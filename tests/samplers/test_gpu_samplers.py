@@ -20,6 +20,7 @@ from rlfast.envs import make
 from rlfast.samplers import (AlternatingSampler, CpuResetCollector, CpuWaitResetCollector,
                              GpuResetCollector, GpuSampler, GpuWaitResetCollector,
                              NoOverlapAlternatingSampler, SerialSampler)
+from rlfast.samplers.parallel.gpu.action_server import ActionServer
 from rlfast.utils.buffer import buffer_func
 from rlfast.utils.seed import set_seed
 from tests.integration._guards import live_children
@@ -224,7 +225,7 @@ def test_apply_resets_keeps_flags_raised_meanwhile():
     """Regression: the master cleared every reset flag after applying the ones it had read
     (``flags[:] = False``), losing a flag raised meanwhile -- that env's recurrent state was
     then never reset."""
-    server = GpuSampler.__new__(GpuSampler)  # only the action-server method is exercised
+    server = ActionServer.__new__(ActionServer)  # only the reset method is exercised
     reset = np.array([True, False, False, False])
     server.agent = _FlagRaisingAgent(reset)
     server._apply_resets(types.SimpleNamespace(reset=reset), slice(None))

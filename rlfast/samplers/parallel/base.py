@@ -1,30 +1,24 @@
 """Parallel sampler base: worker processes over shared memory, one command pipe each.
 
-The master never polls: it sends each worker a command and blocks in
-``multiprocessing.connection.wait`` on the workers' pipes *and* process sentinels, so a worker
-that raises (its traceback arrives on the pipe) or dies outright (its sentinel fires) makes
-the master raise :class:`SamplerWorkerError` at once. Samples travel through the shared
-buffer; only the small list of completed trajectory infos travels through the pipe.
+The workers are started, watched and stopped by the process supervisor
+(``rlfast.utils.processes``): the master sends each worker a command and blocks on the
+workers' pipes *and* process sentinels together, so a worker that raises (its traceback
+arrives on the pipe) or dies outright makes the master raise :class:`SamplerWorkerError` at
+once. Samples travel through the shared buffer; only the small list of completed trajectory
+infos travels through the pipe. A sampler whose agent runs in the master (the GPU samplers)
+*has* an action server, which owns the step buffers and serves actions while the workers
+step their environments.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-import weakref
-from multiprocessing.connection import wait as wait_connections
-
-from rlfast.samplers.base import BaseSampler
-from rlfast.samplers.buffer import build_samples_buffer
+from rlfast.samplers.base import (EVAL_ENV_SEED_OFFSET, WORKER_SEED_STRIDE, BaseSampler)
 from rlfast.samplers.parallel.worker import sampling_process
+from rlfast.utils.misc import available_cpus
+from rlfast.utils.processes import ProcessSupervisor, mp_context
 
 
 class SamplerWorkerError(RuntimeError):
     """A sampler worker process failed; the message carries its traceback."""
-
-
-def _mp_context():
-    methods = mp.get_all_start_methods()
-    return mp.get_context("fork" if "fork" in methods else methods[0])
 
 
 def split_envs(n_envs: int, n_workers: int) -> list[int]:
@@ -33,47 +27,29 @@ def split_envs(n_envs: int, n_workers: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(n_workers)]
 
 
-def default_workers_cpus(n_envs: int) -> list:
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = list(range(os.cpu_count() or 1))
+def default_workers_cpus(n_envs: int) -> list[list[int]]:
+    """One worker per available CPU, at most one per environment."""
+    cpus = available_cpus()
     return [[cpu] for cpu in cpus[: max(1, min(len(cpus), n_envs))]]
 
 
-def _stop_workers(workers: list, conns: list, stop_flags: list) -> None:
-    """Ask workers to quit, then join; terminate / kill stragglers. Safe to call twice.
-
-    ``stop_flags`` (shared values) also stop workers blocked waiting for an action server.
-    """
-    for flag in stop_flags:
-        flag.value = True
-    for conn in conns:
-        try:
-            conn.send(("quit",))
-        except (OSError, ValueError):
-            pass
-    for p in workers:
-        p.join(timeout=5)
-    for p in workers:
-        if p.is_alive():
-            p.terminate()
-            p.join(timeout=2)
-        if p.is_alive():
-            p.kill()
-            p.join()
-    for conn in conns:
-        conn.close()
-    workers.clear()
-    conns.clear()
-
-
 class ParallelSamplerBase(BaseSampler):
-    """Forks one worker process per entry of ``affinity["workers_cpus"]``; each steps its share
-    of the ``batch_B`` environments and writes straight into the shared samples buffer."""
+    """Starts one worker process per entry of ``affinity["workers_cpus"]``; each steps its
+    share of the ``batch_B`` environments and writes straight into the shared samples buffer.
 
-    def initialize(self, agent, affinity=None, seed=None, bootstrap_value=False,
-                   traj_info_kwargs=None, world_size=1, rank=0, worker_process=None):
+    ``ActionServerCls`` (None here and in the CPU sampler, whose workers run their own agent
+    copy) names the action server class of the GPU samplers.
+    """
+
+    ActionServerCls: type | None = None
+
+    def initialize(self, agent, affinity: dict | None = None, seed: int | None = None,
+                   bootstrap_value: bool = False, traj_info_kwargs: dict | None = None,
+                   rank: int = 0, world_size: int = 1):
+        """Build the agent's model (in shared memory when the workers run it), the shared
+        samples buffer and, for the GPU samplers, the action server; then start the workers
+        (pinned to ``affinity["workers_cpus"]``) and wait until each has built its
+        environments. Returns the example outputs that size replay buffers."""
         affinity = dict(affinity or {})
         B = self.batch_spec.B
         workers_cpus = affinity.get("workers_cpus") or default_workers_cpus(B)
@@ -86,177 +62,110 @@ class ParallelSamplerBase(BaseSampler):
         self.n_envs_list = split_envs(B, n_workers)
         self.world_size, self.rank = world_size, rank
         env_ranks = list(range(rank * B, (rank + 1) * B))
-        example_env = self.EnvCls(**self.env_kwargs)
-        if seed is not None and hasattr(example_env, "seed"):
-            example_env.seed(int(seed) + 10_000_019)
-        try:
-            self._agent_init(agent, example_env, global_B, env_ranks)
-            self.samples_pyt, self.samples_np, examples = build_samples_buffer(
-                agent, example_env, self.batch_spec, bootstrap_value,
-                agent_shared=True, env_shared=True)
-        finally:
-            example_env.close()
+        agent_in_workers = self.ActionServerCls is None
+
+        def init_agent(spaces):
+            agent.initialize(spaces, share_memory=agent_in_workers, global_B=global_B,
+                             env_ranks=env_ranks)
+
+        self.samples_pyt, self.samples_np, examples = self.build_buffers(
+            agent, seed, bootstrap_value, shared=True, init_agent=init_agent)
         self.apply_traj_info_kwargs(traj_info_kwargs)
         self.agent = agent
         self.n_workers = n_workers
         eval_split = split_envs(self.eval_n_envs, n_workers) if self.eval_n_envs else [0] * n_workers
         self.eval_n_envs_list = eval_split
-        self._build_step_buffers(examples)
+        ctx = mp_context()
+        self.action_server = None
+        if not agent_in_workers:
+            self.action_server = self.ActionServerCls(
+                agent, self.batch_spec, self.n_envs_list, eval_split, self.samples_np, examples,
+                ctx)
+        self._supervisor = ProcessSupervisor(
+            label="Sampler worker", error_cls=SamplerWorkerError,
+            stop_flags=self.action_server.stop_flags if self.action_server else ())
+        if self.action_server is not None:
+            self.action_server.supervisor = self._supervisor
         # Only workers that have eval envs share the trajectory budget.
         evaluating = [i for i in range(n_workers) if eval_split[i] > 0]
         eval_traj_split = [None] * n_workers
         if self.eval_max_trajectories and evaluating:
             for i, n in zip(evaluating, split_envs(self.eval_max_trajectories, len(evaluating))):
                 eval_traj_split[i] = n
-        workers_kwargs = []
-        start = 0
-        for i, n in enumerate(self.n_envs_list):
-            workers_kwargs.append(dict(
-                rank=i, env_ranks=env_ranks[start:start + n], n_envs=n, cpus=workers_cpus[i],
-                torch_threads=affinity.get("worker_torch_threads", 1),
-                seed=(0 if seed is None else int(seed)) + 7919 * (i + 1),
-                env_seed=None if seed is None else int(seed),
-                eval_env_seed=None if seed is None else int(seed) + 1_000_003 + sum(eval_split[:i]),
-                eval_n_envs=eval_split[i],
-                eval_max_trajectories=(None if eval_traj_split[i] is None
-                                       else max(1, eval_traj_split[i])),
-                samples_np=self.samples_np[:, start:start + n],
-                **self._worker_extra_kwargs(i, start, n)))
-            start += n
-        self._start_workers(self._common_kwargs(global_B, eval_split), workers_kwargs)
-        return examples
-
-    # ---- hooks for the GPU samplers -------------------------------------------------------
-    def _agent_init(self, agent, env, global_B, env_ranks) -> None:
-        agent.initialize(env.spaces, share_memory=True, global_B=global_B, env_ranks=env_ranks)
-
-    def _build_step_buffers(self, examples) -> None:
-        pass  # the GPU samplers allocate the shared step buffer here
-
-    def _worker_extra_kwargs(self, i: int, start: int, n: int) -> dict:
-        return {}
-
-    def _stop_flags(self) -> list:
-        return []  # GPU samplers: flags that release workers waiting on the action server
-
-    def _common_kwargs(self, global_B: int, eval_split: list) -> dict:
-        return dict(
+        common = dict(
             EnvCls=self.EnvCls, env_kwargs=self.env_kwargs, eval_env_kwargs=self.eval_env_kwargs,
             batch_T=self.batch_spec.T, CollectorCls=self.CollectorCls,
             eval_CollectorCls=self.eval_CollectorCls, TrajInfoCls=self.TrajInfoCls,
-            agent=self.agent, global_B=global_B,
+            agent=agent if agent_in_workers else None, global_B=global_B,
             max_decorrelation_steps=self.max_decorrelation_steps,
             eval_max_T=self.eval_max_T(sum(eval_split)) if any(eval_split) else 0)
+        workers_kwargs = []
+        start = 0
+        for i, n in enumerate(self.n_envs_list):
+            w = dict(
+                rank=i, env_ranks=env_ranks[start:start + n], n_envs=n, cpus=workers_cpus[i],
+                torch_threads=affinity.get("worker_torch_threads", 1),
+                seed=(0 if seed is None else int(seed)) + WORKER_SEED_STRIDE * (i + 1),
+                env_seed=None if seed is None else int(seed),
+                eval_env_seed=(None if seed is None
+                               else int(seed) + EVAL_ENV_SEED_OFFSET + sum(eval_split[:i])),
+                eval_n_envs=eval_split[i],
+                eval_max_trajectories=(None if eval_traj_split[i] is None
+                                       else max(1, eval_traj_split[i])),
+                samples_np=self.samples_np[:, start:start + n])
+            if self.action_server is not None:
+                w.update(self.action_server.worker_kwargs(i))
+            workers_kwargs.append(dict(common_kwargs=common, worker_kwargs=w))
+            start += n
+        # Nothing the supervisor holds refers back to this sampler, so its finalizer stops
+        # the workers when the sampler is dropped without shutdown().
+        self._supervisor.start(sampling_process, workers_kwargs, name="rlfast-sampler",
+                               owner=self)
+        self._supervisor.gather("ready")  # workers finished initializing
+        return examples
 
-    # ---- process management -------------------------------------------------------------------
-    def _start_workers(self, common: dict, workers_kwargs: list) -> None:
-        ctx = _mp_context()
-        pipes = [ctx.Pipe(duplex=True) for _ in workers_kwargs]
-        self._conns = [parent for parent, _ in pipes]
-        self.workers = []
-        # Nothing the Process objects hold refers back to this sampler, so the finalizer below
-        # runs when the sampler is dropped without shutdown().
-        self._finalizer = weakref.finalize(self, _stop_workers, self.workers, self._conns,
-                                           self._stop_flags())
-        common = dict(common, parent_conns=self._conns)
-        try:
-            for w, (_, child) in zip(workers_kwargs, pipes):
-                p = ctx.Process(target=sampling_process, name=f"rlfast-sampler-{w['rank']}",
-                                kwargs=dict(common_kwargs=common, worker_kwargs=dict(w, conn=child)),
-                                daemon=True)
-                p.start()
-                self.workers.append(p)
-        finally:
-            for _, child in pipes:
-                child.close()
-        self._collect_replies("ready")  # workers finished initializing
+    @property
+    def workers(self) -> list:
+        """The worker processes (empty once the sampler is shut down)."""
+        supervisor = getattr(self, "_supervisor", None)
+        return supervisor.processes if supervisor is not None else []
 
-    def _collect_replies(self, expected: str) -> list:
-        """Block until every worker replied; raise SamplerWorkerError if any failed or died."""
-        replies: dict[int, object] = {}
-        pending = {conn: i for i, conn in enumerate(self._conns)}
-        sentinels = {p.sentinel: i for i, p in enumerate(self.workers)}
-        while pending:
-            ready = wait_connections(list(pending) + [s for s, i in sentinels.items()
-                                                      if i in pending.values()])
-            for obj in ready:
-                if obj in pending:  # read pipes first: a failing worker writes, then exits
-                    i = pending.pop(obj)
-                    try:
-                        kind, payload = obj.recv()
-                    except (EOFError, OSError):
-                        self._fail(f"Sampler worker {i} died (exit code {self._exitcode(i)}) "
-                                   "without a Python traceback")
-                    if kind == "error":
-                        self._fail(f"Sampler worker {i} (pid {self.workers[i].pid}) raised:\n{payload}")
-                    if kind != expected:
-                        self._fail(f"Sampler worker {i} replied {kind!r}, expected {expected!r}")
-                    replies[i] = payload
-            for obj in ready:
-                i = sentinels.get(obj)
-                if i is not None and i in pending.values() and not self._has_data(i):
-                    self._fail(f"Sampler worker {i} died (exit code {self._exitcode(i)}) "
-                               "without a Python traceback")
-        return [replies[i] for i in range(len(self._conns))]
-
-    def _has_data(self, i: int) -> bool:
-        try:
-            return self._conns[i].poll(0)
-        except (OSError, EOFError):
-            return False
-
-    def _exitcode(self, i: int):
-        p = self.workers[i]
-        p.join(timeout=1)
-        return p.exitcode
-
-    def _fail(self, message: str):
-        self.shutdown()
-        raise SamplerWorkerError(message)
-
-    def _send_all(self, command: str, itr: int) -> None:
+    def _send(self, command: str, itr: int) -> None:
         # The agent's algorithm-given sampling settings travel with each command (see
         # BaseAgent.sampling_state): the workers' agent copies were forked before they were set.
-        state = self.agent.sampling_state() if hasattr(self.agent, "sampling_state") else {}
-        for conn in self._conns:
-            try:
-                conn.send((command, itr, state))
-            except (OSError, ValueError):
-                pass  # a dead worker: reported by _collect_replies
+        self._supervisor.send_all((command, itr, self.agent.sampling_state()))
 
     def _gather_traj_infos(self) -> list:
-        return [info for infos in self._collect_replies("done") for info in infos]
+        return [info for infos in self._supervisor.gather("done") for info in infos]
 
-    def _command(self, command: str, itr: int) -> list:
-        self._send_all(command, itr)
-        return self._gather_traj_infos()
+    def _before_batch(self) -> None:
+        """Hook: make the latest parameters visible to the workers (CPU sampler)."""
 
-    def _check_workers_alive(self) -> None:
-        """Raise SamplerWorkerError (with the traceback, if one was sent) for a dead worker."""
-        for i, p in enumerate(self.workers):
-            if not p.is_alive():
-                message = (f"Sampler worker {i} died (exit code {p.exitcode}) without a "
-                           "Python traceback")
-                if self._has_data(i):
-                    try:
-                        kind, payload = self._conns[i].recv()
-                        if kind == "error":
-                            message = f"Sampler worker {i} (pid {p.pid}) raised:\n{payload}"
-                    except (EOFError, OSError):
-                        pass
-                self._fail(message)
-
-    # ---- public ----------------------------------------------------------------------------
     def obtain_samples(self, itr: int):
-        return self.samples_pyt, self._command("sample", itr)
+        """Have every worker collect its share of the batch (the action server serving their
+        actions meanwhile, for the GPU samplers); returns (samples, completed trajectory
+        infos). A failed worker raises :class:`SamplerWorkerError` with its traceback."""
+        self._before_batch()
+        self._send("sample", itr)
+        if self.action_server is not None:
+            self.action_server.serve_actions(itr)
+        return self.samples_pyt, self._gather_traj_infos()
 
     def evaluate_agent(self, itr: int) -> list:
+        """Run every worker's evaluation environments; returns the completed trajectory
+        infos. Needs ``eval_n_envs > 0``."""
         if self.eval_n_envs == 0:
             raise ValueError("evaluate_agent() needs eval_n_envs > 0 in the sampler")
-        return self._command("eval", itr)
+        self._before_batch()
+        if self.action_server is not None:
+            self.action_server.prepare_evaluation()
+        self._send("eval", itr)
+        if self.action_server is not None:
+            self.action_server.serve_actions_evaluation(itr)
+        return self._gather_traj_infos()
 
     def shutdown(self) -> None:
         """Stop and join every worker (terminating any that do not exit), on every path."""
-        finalizer = getattr(self, "_finalizer", None)
-        if finalizer is not None:
-            finalizer()
+        supervisor = getattr(self, "_supervisor", None)
+        if supervisor is not None:
+            supervisor.stop()

@@ -1,23 +1,22 @@
 """The one entry point of every parallel sampler worker process.
 
 A worker builds its environments and collectors, reports ready, then serves commands from
-the master over its own pipe: ``("sample", itr)`` collects a batch into the shared buffer,
-``("eval", itr)`` runs evaluation, ``("quit",)`` exits. Each reply carries the trajectory
-infos completed meanwhile. Any exception is sent back with its traceback before the worker
-exits, and a worker whose master has died sees end-of-file on the pipe and exits too.
+the master over its own pipe: ``("sample", itr, state)`` collects a batch into the shared
+buffer, ``("eval", itr, state)`` runs evaluation, ``("quit",)`` exits; ``state`` is the
+agent's algorithm-given sampling settings. Each reply carries the trajectory infos completed
+meanwhile. The process supervisor (``rlfast.utils.processes.child_main``) wraps this function:
+any exception reaches the master with its traceback, and a worker whose master has died sees
+end-of-file on the pipe and exits.
 """
 from __future__ import annotations
-
-import traceback
 
 import torch
 
 from rlfast.samplers.base import make_envs
+from rlfast.utils.processes import StopChild
 from rlfast.utils.seed import set_seed
 
-
-class StopWorker(Exception):
-    """Raised inside a worker to leave quietly because the sampler is shutting down."""
+StopWorker = StopChild  # raised inside a worker to leave quietly at shutdown
 
 
 def set_worker_affinity(cpus, torch_threads: int | None) -> None:
@@ -33,20 +32,18 @@ def set_worker_affinity(cpus, torch_threads: int | None) -> None:
     torch.set_num_threads(max(1, int(torch_threads or 1)))
 
 
-def sampling_process(common_kwargs: dict, worker_kwargs: dict) -> None:
-    """Target of ``multiprocessing.Process`` for all parallel samplers."""
+def sampling_process(conn, common_kwargs: dict, worker_kwargs: dict) -> None:
+    """Body of every parallel sampler worker (run by the process supervisor)."""
     c, w = common_kwargs, worker_kwargs
-    conn = w["conn"]
-    for parent_end in c["parent_conns"]:
-        parent_end.close()  # so the master's death shows up here as EOF
     envs, eval_envs = [], []
     try:
         set_worker_affinity(w.get("cpus"), w.get("torch_threads", 1))
         set_seed(w["seed"])
         envs = make_envs(c["EnvCls"], w["n_envs"], c["env_kwargs"], w["env_seed"], w["env_ranks"][0])
+        agent = c.get("agent")
         collector = c["CollectorCls"](
             rank=w["rank"], envs=envs, samples_np=w["samples_np"], batch_T=c["batch_T"],
-            TrajInfoCls=c["TrajInfoCls"], agent=c.get("agent"), sync=w.get("sync"),
+            TrajInfoCls=c["TrajInfoCls"], agent=agent, sync=w.get("sync"),
             step_buffer_np=w.get("step_buffer_np"), global_B=c["global_B"],
             env_ranks=w["env_ranks"])
         eval_collector = None
@@ -55,8 +52,8 @@ def sampling_process(common_kwargs: dict, worker_kwargs: dict) -> None:
                                   w["eval_env_seed"], 0)
             eval_collector = c["eval_CollectorCls"](
                 rank=w["rank"], envs=eval_envs, TrajInfoCls=c["TrajInfoCls"],
-                traj_infos_queue=None, max_T=c["eval_max_T"], agent=c.get("agent"),
-                sync=w.get("sync"), step_buffer_np=w.get("eval_step_buffer_np"),
+                max_T=c["eval_max_T"], agent=agent, sync=w.get("sync"),
+                step_buffer_np=w.get("eval_step_buffer_np"),
                 max_trajectories=w["eval_max_trajectories"])
         agent_inputs, traj_infos = collector.start_envs(c["max_decorrelation_steps"])
         collector.start_agent()
@@ -69,25 +66,18 @@ def sampling_process(common_kwargs: dict, worker_kwargs: dict) -> None:
                 break  # the master is gone
             if command == "quit":
                 break
-            if len(args) > 1 and args[1] and c.get("agent") is not None:
-                c["agent"].load_sampling_state(args[1])
+            itr, state = args
+            if state and agent is not None:
+                agent.load_sampling_state(state)
             if command == "eval":
-                completed = [] if eval_collector is None else eval_collector.collect_evaluation(args[0])
+                completed = [] if eval_collector is None else eval_collector.collect_evaluation(itr)
             else:
                 agent_inputs, traj_infos, completed = collector.collect_batch(
-                    agent_inputs, traj_infos, args[0])
+                    agent_inputs, traj_infos, itr)
             conn.send(("done", completed))
-    except StopWorker:
-        pass
-    except BaseException:  # noqa: BLE001 - every failure must reach the master
-        try:
-            conn.send(("error", traceback.format_exc()))
-        except (OSError, ValueError):
-            pass  # the master is gone; nobody to tell
     finally:
         for env in envs + eval_envs:
             try:
                 env.close()
             except Exception:  # noqa: BLE001 - closing must not mask the real error
                 pass
-        conn.close()

@@ -1,8 +1,7 @@
 """The serial sampler: environments and agent all in the master process."""
 from __future__ import annotations
 
-from rlfast.samplers.base import BaseSampler, make_envs
-from rlfast.samplers.buffer import build_samples_buffer
+from rlfast.samplers.base import EVAL_ENV_SEED_OFFSET, BaseSampler, make_envs
 from rlfast.samplers.parallel.cpu.collectors import CpuResetCollector
 from rlfast.samplers.serial.collectors import SerialEvalCollector
 
@@ -11,35 +10,34 @@ class SerialSampler(BaseSampler):
     """No parallelism: simplest to debug (``breakpoint()`` works) and exactly reproducible for a
     given seed. Use with collectors that call the agent themselves (CPU collectors)."""
 
-    def __init__(self, *args, CollectorCls=CpuResetCollector,
-                 eval_CollectorCls=SerialEvalCollector, **kwargs):
-        super().__init__(*args, CollectorCls=CollectorCls, eval_CollectorCls=eval_CollectorCls,
-                         **kwargs)
+    DefaultCollectorCls = CpuResetCollector
+    DefaultEvalCollectorCls = SerialEvalCollector
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.envs, self.eval_envs = [], []
 
-    def initialize(self, agent, affinity=None, seed=None, bootstrap_value=False,
-                   traj_info_kwargs=None, rank=0, world_size=1):
+    def initialize(self, agent, affinity: dict | None = None, seed: int | None = None,
+                   bootstrap_value: bool = False, traj_info_kwargs: dict | None = None,
+                   rank: int = 0, world_size: int = 1):
+        """Build the ``batch_B`` environments (env ``i`` seeded ``seed + rank * B + i``), the
+        agent's model (not in shared memory), the samples buffer and the collectors; take the
+        decorrelating random steps. ``affinity`` is accepted for a uniform signature and
+        unused (everything runs in this process). Returns the example outputs."""
         B = self.batch_spec.B
         global_B = B * world_size
         env_ranks = list(range(rank * B, (rank + 1) * B))
         self.envs = make_envs(self.EnvCls, B, self.env_kwargs, seed, rank * B)
         agent.initialize(self.envs[0].spaces, share_memory=False, global_B=global_B,
                          env_ranks=env_ranks)
-        example_env = self.EnvCls(**self.env_kwargs)
-        if seed is not None and hasattr(example_env, "seed"):
-            example_env.seed(int(seed) + 10_000_019)
-        try:
-            self.samples_pyt, self.samples_np, examples = build_samples_buffer(
-                agent, example_env, self.batch_spec, bootstrap_value,
-                agent_shared=False, env_shared=False)
-        finally:
-            example_env.close()
+        self.samples_pyt, self.samples_np, examples = self.build_buffers(
+            agent, seed, bootstrap_value, shared=False)
         self.apply_traj_info_kwargs(traj_info_kwargs)
         self.collector = self.CollectorCls(
             rank=0, envs=self.envs, samples_np=self.samples_np, batch_T=self.batch_spec.T,
             TrajInfoCls=self.TrajInfoCls, agent=agent, global_B=global_B, env_ranks=env_ranks)
         if self.eval_n_envs > 0:
-            eval_seed = None if seed is None else int(seed) + 1_000_003
+            eval_seed = None if seed is None else int(seed) + EVAL_ENV_SEED_OFFSET
             self.eval_envs = make_envs(self.EnvCls, self.eval_n_envs, self.eval_env_kwargs, eval_seed, 0)
             self.eval_collector = self.eval_CollectorCls(
                 envs=self.eval_envs, agent=agent, TrajInfoCls=self.TrajInfoCls,
@@ -51,17 +49,21 @@ class SerialSampler(BaseSampler):
         return examples
 
     def obtain_samples(self, itr: int):
+        """Reset idle environments (wait-reset collectors), then collect one batch in this
+        process; returns (samples, completed trajectory infos)."""
         self.collector.reset_if_needed(self.agent_inputs)
         self.agent_inputs, self.traj_infos, completed = self.collector.collect_batch(
             self.agent_inputs, self.traj_infos, itr)
         return self.samples_pyt, completed
 
     def evaluate_agent(self, itr: int) -> list:
+        """Run the evaluation collector; returns the completed trajectory infos."""
         if self.eval_n_envs == 0:
             raise ValueError("evaluate_agent() needs eval_n_envs > 0 in the sampler")
         return self.eval_collector.collect_evaluation(itr)
 
     def shutdown(self) -> None:
+        """Close every environment."""
         for env in self.envs + self.eval_envs:
             env.close()
         self.envs, self.eval_envs = [], []

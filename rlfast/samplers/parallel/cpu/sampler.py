@@ -10,15 +10,8 @@ class CpuSampler(ParallelSamplerBase):
     so a CPU-trained model is visible to them at once; a GPU-trained one is copied into the
     shared model (``agent.sync_shared_memory``) before each batch."""
 
-    def __init__(self, *args, CollectorCls=CpuResetCollector, eval_CollectorCls=CpuEvalCollector,
-                 **kwargs):
-        super().__init__(*args, CollectorCls=CollectorCls, eval_CollectorCls=eval_CollectorCls,
-                         **kwargs)
+    DefaultCollectorCls = CpuResetCollector
+    DefaultEvalCollectorCls = CpuEvalCollector
 
-    def obtain_samples(self, itr: int):
+    def _before_batch(self) -> None:
         self.agent.sync_shared_memory()
-        return super().obtain_samples(itr)
-
-    def evaluate_agent(self, itr: int) -> list:
-        self.agent.sync_shared_memory()
-        return super().evaluate_agent(itr)

@@ -1,27 +1,82 @@
 """Action servers: the master-side loops that batch the agent over all workers' observations.
 
-Each time step the master waits for every worker's "observations ready" semaphore, applies the
-agent resets the workers flagged, runs one batched ``agent.step`` and releases every worker's
-"actions ready" semaphore. Waits are bounded: while waiting, a dead worker is detected and
-raised instead of hanging. The alternating servers split the workers into two groups and
-serve one group while the other steps its environments.
+A GPU sampler *has* an action server. The server owns the shared step buffers (observations
+written by the workers; actions and agent_info written by the master) and one semaphore pair
+per worker. Each time step it waits for every worker's "observations ready" semaphore, applies
+the agent resets the workers flagged, runs one batched ``agent.step`` and releases every
+worker's "actions ready" semaphore. Waits are bounded: while waiting, a dead worker is
+detected (through the sampler's process supervisor) and raised instead of hanging. The
+alternating servers split the workers into two groups and serve one group while the other
+steps its environments.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from rlfast.agents.base import AgentInputs
-from rlfast.utils.buffer import numpify_buffer
+from rlfast.samplers.collections import BatchSpec
+from rlfast.utils.buffer import buffer_from_example, numpify_buffer, torchify_buffer
+from rlfast.utils.collections import AttrDict, namedarraytuple
+
+StepBuffer = namedarraytuple("StepBuffer", ["observation", "action", "reward", "reset",
+                                            "agent_info"])
 
 _WAIT_S = 1.0
 
 
-class ActionServer:
-    """Serve actions to all workers as one batch (``GpuSampler``)."""
+def _starts(counts: list[int]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(counts)]).astype(int)
 
+
+class ActionServer:
+    """Serve actions to all workers as one batch (``GpuSampler``).
+
+    Built by the sampler once the workers' environment counts are known; ``supervisor``
+    (set by the sampler before serving) reports dead workers during the bounded waits.
+    """
+
+    def __init__(self, agent, batch_spec: BatchSpec, n_envs_list: list[int],
+                 eval_n_envs_list: list[int], samples_np, examples, ctx):
+        self.agent = agent
+        self.batch_spec = batch_spec
+        self.n_workers = len(n_envs_list)
+        self.n_envs_list = list(n_envs_list)
+        self.eval_n_envs_list = list(eval_n_envs_list)
+        self.samples_np = samples_np
+        self.supervisor = None
+        self._starts = _starts(self.n_envs_list)
+        self._eval_starts = _starts(self.eval_n_envs_list)
+        example = StepBuffer(examples.observation, examples.action,
+                             np.zeros((), dtype=np.float32), np.zeros((), dtype=bool),
+                             examples.agent_info)
+        self.step_buffer_np = buffer_from_example(example, batch_spec.B, share_memory=True)
+        self.step_buffer_pyt = torchify_buffer(self.step_buffer_np)
+        eval_example = example._replace(agent_info=None)
+        n_eval = max(sum(self.eval_n_envs_list), 1)
+        self.eval_step_buffer_np = buffer_from_example(eval_example, n_eval, share_memory=True)
+        self.eval_step_buffer_pyt = torchify_buffer(self.eval_step_buffer_np)
+        stop = ctx.RawValue("b", False)
+        self.sync = [AttrDict(obs_ready=ctx.Semaphore(0), act_ready=ctx.Semaphore(0),
+                              eval_done=ctx.RawValue("b", False), stop=stop)
+                     for _ in range(self.n_workers)]
+
+    # ---- what the sampler hands to the workers ---------------------------------------------
+    @property
+    def stop_flags(self) -> list:
+        """Shared flags that release workers blocked on "actions ready" at shutdown."""
+        return [self.sync[0].stop]
+
+    def worker_kwargs(self, i: int) -> dict:
+        """Worker ``i``'s semaphores and its rows of the step buffers."""
+        s0, s1 = self._starts[i], self._starts[i + 1]
+        e0, e1 = self._eval_starts[i], self._eval_starts[i + 1]
+        return dict(sync=self.sync[i], step_buffer_np=self.step_buffer_np[s0:s1],
+                    eval_step_buffer_np=self.eval_step_buffer_np[e0:e1])
+
+    # ---- waiting --------------------------------------------------------------------------
     def _acquire(self, semaphore) -> None:
         while not semaphore.acquire(timeout=_WAIT_S):
-            self._check_workers_alive()
+            self.supervisor.check_alive()
 
     def _wait_obs(self, workers: list[int]) -> None:
         for w in workers:
@@ -31,6 +86,7 @@ class ActionServer:
         for w in workers:
             self.sync[w].act_ready.release()
 
+    # ---- serving --------------------------------------------------------------------------
     def _apply_resets(self, step_np, rows: slice) -> None:
         """Reset the agent's per-env state where workers flagged it (indexes within ``rows``)."""
         flags = step_np.reset[rows]
@@ -64,6 +120,7 @@ class ActionServer:
             self.samples_np.agent.bootstrap_value[0, rows] = value.numpy()
 
     def serve_actions(self, itr: int) -> None:
+        """Serve one training batch: ``batch_T`` steps, then the bootstrap value."""
         step_np, step_pyt = self.step_buffer_np, self.step_buffer_pyt
         everyone, rows = list(range(self.n_workers)), slice(None)
         for _ in range(self.batch_spec.T):
@@ -72,6 +129,13 @@ class ActionServer:
             self._release_act(everyone)
         self._wait_obs(everyone)  # final observations
         self._bootstrap(step_np, step_pyt, rows)
+
+    def prepare_evaluation(self) -> None:
+        """Before the workers are told to evaluate: clear their "finished" flags and reset
+        the agent's state."""
+        for sync in self.sync:
+            sync.eval_done.value = False
+        self.agent.reset()
 
     def serve_actions_evaluation(self, itr: int) -> None:
         """Serve eval actions until every evaluating worker reports it has finished."""
@@ -92,7 +156,30 @@ class ActionServer:
 
 class AlternatingActionServer(ActionServer):
     """Two worker groups take turns: while group 0's environments step, the agent computes
-    group 1's actions, and vice versa, hiding action selection behind env stepping."""
+    group 1's actions, and vice versa, hiding action selection behind env stepping.
+
+    Needs at least two workers; a recurrent agent must keep two recurrent states
+    (``AlternatingRecurrentAgentMixin``).
+    """
+
+    def __init__(self, agent, batch_spec: BatchSpec, n_envs_list: list[int],
+                 eval_n_envs_list: list[int], samples_np, examples, ctx):
+        n_workers = len(n_envs_list)
+        if n_workers < 2:
+            raise ValueError("alternating samplers need at least 2 workers "
+                             f"(affinity['workers_cpus']); got {n_workers}")
+        if getattr(agent, "recurrent", False) and not getattr(agent, "alternating", False):
+            raise TypeError("recurrent agents in alternating samplers must use "
+                            "AlternatingRecurrentAgentMixin (e.g. AlternatingRecurrent*Agent)")
+        super().__init__(agent, batch_spec, n_envs_list, eval_n_envs_list, samples_np,
+                         examples, ctx)
+        half = n_workers // 2
+        starts = self._starts
+        self.worker_groups = [(list(range(0, half)), slice(0, int(starts[half]))),
+                              (list(range(half, n_workers)),
+                               slice(int(starts[half]), int(starts[-1])))]
+        self.group_of_rows = {(rows.start, rows.stop): g
+                              for g, (_, rows) in enumerate(self.worker_groups)}
 
     def serve_actions(self, itr: int) -> None:
         step_np, step_pyt = self.step_buffer_np, self.step_buffer_pyt

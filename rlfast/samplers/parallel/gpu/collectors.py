@@ -1,104 +1,87 @@
 """Collectors for the GPU samplers: actions come from the action server in the master.
 
-They run the same loops as the CPU collectors and replace only the agent hooks: the agent
-inputs live in this worker's rows of the shared step buffer; ``get_actions`` signals
-"observations ready" and waits for "actions ready"; agent resets become flags in the step
-buffer that the master applies to its batched agent.
+They run the same loops as the CPU collectors and differ only in their action source,
+:class:`ServerActions`: the agent inputs live in this worker's rows of the shared step buffer;
+``act`` signals "observations ready" and waits for "actions ready"; agent resets become flags
+in the step buffer that the master applies to its batched agent.
 """
 from __future__ import annotations
 
 import os
 
-from rlfast.samplers.collectors import BaseEvalCollector, DecorrelatingStartCollector
-from rlfast.samplers.parallel.worker import StopWorker
-from rlfast.samplers.parallel.cpu.collectors import (CpuResetCollector, CpuWaitResetCollector,
-                                                     ResetLoop)
+import numpy as np
 
-_WAIT_S = 1.0
-
-
-def acquire_while_parent_alive(semaphore, parent_pid: int, stop_flag=None) -> None:
-    """Block on ``semaphore``; stop if the master is shutting down or has gone away."""
-    while not semaphore.acquire(timeout=_WAIT_S):
-        if stop_flag is not None and stop_flag.value:
-            raise StopWorker("the sampler is shutting down")
-        if os.getppid() != parent_pid:
-            raise RuntimeError("the sampler master process exited; worker stopping")
+from rlfast.agents.base import AgentInputs
+from rlfast.samplers.collectors import ActionSource, BaseEvalCollector, TrainCollector
+from rlfast.utils.processes import acquire_while_parent_alive
 
 
-class ActionServerClient:
-    """Agent hooks that talk to the master's action server through the step buffer."""
+class ServerActions(ActionSource):
+    """Actions from the master's action server, through the shared step buffer.
 
-    def _init_client(self) -> None:
+    Resets of wait-reset collectors are deferred to the next batch start: until the master
+    asks for new samples it may still read this worker's step-buffer rows (for the bootstrap
+    value and the pending agent-reset flags).
+    """
+
+    defer_resets = True
+
+    def __init__(self, sync=None, step_buffer_np=None, **_):
+        self.sync = sync
+        self.step_buffer_np = step_buffer_np
         self._parent_pid = os.getppid()
 
-    def input_arrays(self, first_observations: list):
+    def start(self, global_B: int, env_ranks: list | None) -> None:
+        pass  # the agent lives in the master
+
+    def input_arrays(self, first_observations: list, null_action: np.ndarray) -> AgentInputs:
         step = self.step_buffer_np
         for b, obs in enumerate(first_observations):
             step.observation[b] = obs
-        step.action[:] = self._null_action
+        step.action[:] = null_action
         step.reward[:] = 0
         step.reset[:] = False
-        return step.observation, step.action, step.reward
+        return AgentInputs(step.observation, step.action, step.reward)
 
-    def get_actions(self, agent_inputs_pyt, t: int):
+    def act(self, agent_inputs_pyt: AgentInputs, action_out: np.ndarray):
+        # action_out is the step buffer's action array: the master writes it in place.
         self.sync.obs_ready.release()
         acquire_while_parent_alive(self.sync.act_ready, self._parent_pid, self.sync.get("stop"))
-        return self.step_buffer_np.action, self.step_buffer_np.agent_info
+        return self.step_buffer_np.agent_info
 
-    def reset_agent_one(self, b: int) -> None:
+    def reset_one(self, b: int) -> None:
         self.step_buffer_np.reset[b] = True
 
-    def start_batch_agent(self, itr: int) -> None:
+    def start_batch(self, itr: int) -> None:
         pass  # the master sets the agent's mode
 
-    def start_eval_agent(self, itr: int) -> None:
-        pass
-
-    def finish_batch(self, agent_inputs_pyt) -> None:
+    def finish_batch(self, agent_inputs_pyt: AgentInputs, samples_np) -> None:
         self.sync.obs_ready.release()  # last observations: the master may bootstrap from them
+
+    def start_evaluation(self, itr: int) -> None:
+        pass
 
     def finish_evaluation(self) -> None:
         self.sync.eval_done.value = True
         self.sync.obs_ready.release()
 
 
-class GpuResetCollector(ActionServerClient, ResetLoop, DecorrelatingStartCollector):
+class GpuResetCollector(TrainCollector):
     """Reset finished environments mid-batch (as CpuResetCollector), actions from the server."""
 
+    ActionsCls = ServerActions
     mid_batch_reset = True
-    skip_env = CpuResetCollector.skip_env
-    traj_reset = CpuResetCollector.traj_reset
-    on_done = CpuResetCollector.on_done
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._init_client()
 
 
-class GpuWaitResetCollector(ActionServerClient, CpuWaitResetCollector):
-    """Wait for the batch end to reset (as CpuWaitResetCollector), actions from the server.
+class GpuWaitResetCollector(TrainCollector):
+    """Wait for the batch end to reset (as CpuWaitResetCollector), actions from the server;
+    the resets run at the start of the next batch (see :class:`ServerActions`)."""
 
-    The resets run at the start of the next batch, not right after the last step: until the
-    master asks for new samples it may still read this worker's step-buffer rows (for the
-    bootstrap value and the pending agent-reset flags).
-    """
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._init_client()
-
-    def reset_if_needed(self, agent_inputs) -> None:
-        pass  # deferred to collect_batch, see the class docstring
-
-    def collect_batch(self, agent_inputs, traj_infos, itr):
-        CpuWaitResetCollector.reset_if_needed(self, agent_inputs)
-        return super().collect_batch(agent_inputs, traj_infos, itr)
+    ActionsCls = ServerActions
+    mid_batch_reset = False
 
 
-class GpuEvalCollector(ActionServerClient, BaseEvalCollector):
+class GpuEvalCollector(BaseEvalCollector):
     """Evaluation with actions from the server; signals the master when it has finished."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._init_client()
+    ActionsCls = ServerActions

@@ -1,0 +1,237 @@
+"""The one process supervisor: start, watch and stop child processes.
+
+Every multi-process part of rlfast (sampler workers today; the asynchronous sampler and the
+DDP ranks build on it too) starts its children through :class:`ProcessSupervisor`:
+
+- children start with one chosen start method (``fork`` where the OS has it);
+- each child gets one duplex pipe; the parent closes the child ends and each child closes the
+  parent ends, so the death of either side shows up on the other as end-of-file;
+- :meth:`ProcessSupervisor.gather` blocks in ``multiprocessing.connection.wait`` on the
+  pipes *and* the process sentinels together, so a child that raises (its traceback arrives on
+  the pipe, see :func:`child_main`) or dies outright (its sentinel fires) becomes an error in
+  the parent at once, never a hang;
+- :meth:`ProcessSupervisor.stop` asks every child to quit, joins, then terminates and kills
+  stragglers; it runs on every exit path, and a ``weakref.finalize`` runs it when the owner
+  is dropped without calling it (or at interpreter exit).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import traceback
+import weakref
+from multiprocessing.connection import wait as wait_connections
+from typing import Any, Callable, Sequence
+
+__all__ = ["ChildFailedError", "StopChild", "ProcessSupervisor", "mp_context", "child_main",
+           "acquire_while_parent_alive"]
+
+QUIT = ("quit",)
+
+
+class ChildFailedError(RuntimeError):
+    """A supervised child process raised or died; the message carries its traceback."""
+
+
+class StopChild(Exception):
+    """Raised inside a child to leave quietly (its parent is shutting it down)."""
+
+
+def mp_context(start_method: str | None = None):
+    """The multiprocessing context for ``start_method`` (default: fork where available)."""
+    methods = mp.get_all_start_methods()
+    if start_method is None:
+        start_method = "fork" if "fork" in methods else methods[0]
+    if start_method not in methods:
+        raise ValueError(f"start method {start_method!r} is not available here; "
+                         f"choose one of {methods}")
+    return mp.get_context(start_method)
+
+
+def child_main(target: Callable, conn, parent_conns: Sequence, kwargs: dict) -> None:
+    """Entry point of every supervised child: run ``target(conn, **kwargs)``.
+
+    Closes the parent's pipe ends first (so the parent's death reads as EOF here). Any
+    exception, except :class:`StopChild`, is sent to the parent as ``("error", traceback)``
+    before the child exits; the pipe is closed on every path.
+    """
+    for parent_end in parent_conns:
+        parent_end.close()
+    try:
+        target(conn, **kwargs)
+    except StopChild:
+        pass
+    except BaseException:  # noqa: BLE001 - every failure must reach the parent
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except (OSError, ValueError):
+            pass  # the parent is gone; nobody to tell
+    finally:
+        conn.close()
+
+
+def acquire_while_parent_alive(semaphore, parent_pid: int, stop_flag=None,
+                               poll_s: float = 1.0) -> None:
+    """In a child: block on ``semaphore``; raise :class:`StopChild` when ``stop_flag`` is set
+    (the parent is shutting down) and ``RuntimeError`` when the parent has gone away."""
+    while not semaphore.acquire(timeout=poll_s):
+        if stop_flag is not None and stop_flag.value:
+            raise StopChild("the parent is shutting down")
+        if os.getppid() != parent_pid:
+            raise RuntimeError("the parent process exited; child stopping")
+
+
+def _stop(processes: list, conns: list, stop_flags: list, join_s: float) -> None:
+    """Ask children to quit, join, then terminate / kill stragglers. Safe to call twice."""
+    for flag in stop_flags:
+        flag.value = True
+    for conn in conns:
+        try:
+            conn.send(QUIT)
+        except (OSError, ValueError):
+            pass
+    for p in processes:
+        p.join(timeout=join_s)
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=2)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    for conn in conns:
+        conn.close()
+    processes.clear()
+    conns.clear()
+
+
+class ProcessSupervisor:
+    """Starts children that each serve requests over one pipe, and watches them.
+
+    ``label`` names a child in errors (``"Sampler worker 3 (pid 123) raised: ..."``);
+    ``error_cls`` is the exception raised for a failed child. ``stop_flags`` are shared
+    boolean values set on stop, which release children blocked on something other than
+    their pipe (see :func:`acquire_while_parent_alive`).
+    """
+
+    def __init__(self, label: str = "Child", error_cls: type = ChildFailedError,
+                 start_method: str | None = None, stop_flags: Sequence = (),
+                 join_s: float = 5.0):
+        self.label = label
+        self.error_cls = error_cls
+        self.ctx = mp_context(start_method)
+        self.processes: list = []
+        self.conns: list = []
+        self.stop_flags = list(stop_flags)
+        self.join_s = float(join_s)
+        self._finalizer = None
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def start(self, target: Callable, kwargs_list: Sequence[dict], name: str = "rlfast-child",
+              owner: Any = None, daemon: bool = True) -> None:
+        """Start one child per entry of ``kwargs_list`` running ``target(conn, **kwargs)``.
+
+        With ``owner``, a finalizer stops the children when ``owner`` is garbage-collected
+        without :meth:`stop` having been called (nothing here refers back to ``owner``).
+        """
+        if self.processes:
+            raise RuntimeError(f"{self.label} processes already started")
+        pipes = [self.ctx.Pipe(duplex=True) for _ in kwargs_list]
+        self.conns.extend(parent for parent, _ in pipes)
+        self._finalizer = weakref.finalize(owner if owner is not None else self, _stop,
+                                           self.processes, self.conns, self.stop_flags,
+                                           self.join_s)
+        try:
+            for i, (kwargs, (_, child)) in enumerate(zip(kwargs_list, pipes)):
+                p = self.ctx.Process(target=child_main, name=f"{name}-{i}", daemon=daemon,
+                                     args=(target, child, self.conns, kwargs))
+                p.start()
+                self.processes.append(p)
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            for _, child in pipes:
+                child.close()
+
+    def stop(self) -> None:
+        """Stop and join every child (terminating any that do not exit). Idempotent."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    @property
+    def n(self) -> int:
+        return len(self.conns)
+
+    # ---- messages -----------------------------------------------------------------------
+    def send_all(self, message: tuple, indexes: Sequence[int] | None = None) -> None:
+        """Send ``message`` to every child (or those in ``indexes``); a dead child's broken
+        pipe is ignored here and reported by the next :meth:`gather`."""
+        for i in range(self.n) if indexes is None else indexes:
+            try:
+                self.conns[i].send(message)
+            except (OSError, ValueError):
+                pass
+
+    def gather(self, expected: str) -> list:
+        """Block until every child replied ``(expected, payload)``; return the payloads in
+        child order. A child that raised or died makes this stop all children and raise."""
+        replies: dict[int, Any] = {}
+        pending = {conn: i for i, conn in enumerate(self.conns)}
+        sentinels = {p.sentinel: i for i, p in enumerate(self.processes)}
+        while pending:
+            waiting = set(pending.values())
+            ready = wait_connections(list(pending) + [s for s, i in sentinels.items()
+                                                      if i in waiting])
+            for obj in ready:
+                if obj in pending:  # pipes first: a failing child writes, then exits
+                    i = pending.pop(obj)
+                    try:
+                        kind, payload = obj.recv()
+                    except (EOFError, OSError):
+                        self.fail(self._died(i))
+                    if kind == "error":
+                        self.fail(self._raised(i, payload))
+                    if kind != expected:
+                        self.fail(f"{self.label} {i} replied {kind!r}, expected {expected!r}")
+                    replies[i] = payload
+            for obj in ready:
+                i = sentinels.get(obj)
+                if i is not None and i in pending.values() and not self._has_data(i):
+                    self.fail(self._died(i))
+        return [replies[i] for i in range(len(replies))]
+
+    def check_alive(self) -> None:
+        """Raise (after stopping every child) if any child has exited, with its traceback
+        when it sent one."""
+        for i, p in enumerate(self.processes):
+            if not p.is_alive():
+                message = self._died(i)
+                if self._has_data(i):
+                    try:
+                        kind, payload = self.conns[i].recv()
+                        if kind == "error":
+                            message = self._raised(i, payload)
+                    except (EOFError, OSError):
+                        pass
+                self.fail(message)
+
+    def fail(self, message: str):
+        """Stop every child, then raise ``error_cls(message)``."""
+        self.stop()
+        raise self.error_cls(message)
+
+    # ---- helpers ------------------------------------------------------------------------
+    def _has_data(self, i: int) -> bool:
+        try:
+            return self.conns[i].poll(0)
+        except (OSError, EOFError):
+            return False
+
+    def _died(self, i: int) -> str:
+        p = self.processes[i]
+        p.join(timeout=1)
+        return f"{self.label} {i} died (exit code {p.exitcode}) without a Python traceback"
+
+    def _raised(self, i: int, payload: str) -> str:
+        return f"{self.label} {i} (pid {self.processes[i].pid}) raised:\n{payload}"

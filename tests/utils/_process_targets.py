@@ -1,0 +1,40 @@
+"""Child bodies for tests/utils/test_processes.py (module level, so `spawn` finds them)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from rlfast.utils.processes import StopChild
+
+
+def echo(conn, tag: str) -> None:
+    """Reply ``("ready", tag)``, then answer each ``("add", x)`` with ``("done", x + 1)``."""
+    conn.send(("ready", (tag, os.getpid())))
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message[0] == "quit":
+            return
+        if message[0] == "raise":
+            raise ValueError(f"child {tag} failed: {message[1]}")
+        if message[0] == "die":
+            os._exit(7)
+        if message[0] == "stop_quietly":
+            raise StopChild()
+        conn.send(("done", message[1] + 1))
+
+
+def ignores_quit(conn) -> None:
+    """Ready, then ignore SIGTERM and every message: only SIGKILL ends it."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    conn.send(("ready", os.getpid()))
+    while True:
+        time.sleep(0.05)
+
+
+def wrong_reply(conn) -> None:
+    conn.send(("surprise", None))
+    time.sleep(30)

@@ -1,0 +1,165 @@
+"""The process supervisor (rlfast.utils.processes) with real child processes and pipes."""
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+
+import psutil
+import pytest
+
+from rlfast.utils.processes import (ChildFailedError, ProcessSupervisor, StopChild,
+                                    acquire_while_parent_alive, mp_context)
+from tests.utils import _process_targets as targets
+
+
+def _gone(pids, timeout=5.0) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                   for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_start_gather_send_and_stop(start_method):
+    sup = ProcessSupervisor(label="Echo", start_method=start_method)
+    sup.start(targets.echo, [dict(tag="a"), dict(tag="b"), dict(tag="c")], name="echo")
+    try:
+        ready = sup.gather("ready")
+        assert [tag for tag, _ in ready] == ["a", "b", "c"]
+        pids = [pid for _, pid in ready]
+        assert pids == [p.pid for p in sup.processes]
+        assert [p.name for p in sup.processes] == ["echo-0", "echo-1", "echo-2"]
+        sup.send_all(("add", 41))
+        assert sup.gather("done") == [42, 42, 42]
+        sup.send_all(("add", 1), indexes=[1])
+        # Only child 1 was asked: gather over a one-child supervisor view is not needed here;
+        # read its pipe directly.
+        assert sup.conns[1].recv() == ("done", 2)
+    finally:
+        sup.stop()
+    assert sup.processes == [] and sup.conns == []
+    assert _gone(pids)
+    sup.stop()  # idempotent
+
+
+def test_child_traceback_reaches_parent_and_everyone_stops():
+    sup = ProcessSupervisor(label="Echo")
+    sup.start(targets.echo, [dict(tag="a"), dict(tag="b")])
+    pids = [pid for _, pid in sup.gather("ready")]
+    sup.send_all(("raise", "boom-55"), indexes=[1])
+    sup.send_all(("add", 0), indexes=[0])
+    with pytest.raises(ChildFailedError) as info:
+        sup.gather("done")
+    message = str(info.value)
+    assert "Echo 1" in message and "ValueError: child b failed: boom-55" in message
+    assert "Traceback" in message
+    assert sup.processes == [] and _gone(pids)
+
+
+def test_child_death_without_traceback_is_reported():
+    sup = ProcessSupervisor(label="Worker", error_cls=KeyError)
+    sup.start(targets.echo, [dict(tag="a")])
+    pids = [pid for _, pid in sup.gather("ready")]
+    sup.send_all(("die",))
+    with pytest.raises(KeyError, match="Worker 0 died \\(exit code 7\\)"):
+        sup.gather("done")
+    assert _gone(pids)
+
+
+def test_check_alive_reports_a_dead_child():
+    sup = ProcessSupervisor(label="Worker")
+    sup.start(targets.echo, [dict(tag="a"), dict(tag="b")])
+    pids = [pid for _, pid in sup.gather("ready")]
+    sup.check_alive()  # all alive: nothing raised
+    psutil.Process(pids[0]).kill()
+    sup.processes[0].join(5)
+    with pytest.raises(ChildFailedError, match="Worker 0 died"):
+        sup.check_alive()
+    assert _gone(pids)
+
+
+def test_unexpected_reply_is_an_error():
+    sup = ProcessSupervisor(label="Worker")
+    sup.start(targets.wrong_reply, [dict()])
+    with pytest.raises(ChildFailedError, match="replied 'surprise', expected 'ready'"):
+        sup.gather("ready")
+    assert sup.processes == []
+
+
+def test_stop_child_leaves_quietly():
+    sup = ProcessSupervisor()
+    sup.start(targets.echo, [dict(tag="a")])
+    sup.gather("ready")
+    proc = sup.processes[0]
+    sup.send_all(("stop_quietly",))
+    proc.join(5)
+    assert proc.exitcode == 0
+    with pytest.raises(EOFError):  # the child closed its end without sending an error
+        sup.conns[0].recv()
+    sup.stop()
+
+
+def test_stragglers_are_killed():
+    sup = ProcessSupervisor(join_s=0.5)
+    sup.start(targets.ignores_quit, [dict(), dict()])
+    pids = sup.gather("ready")
+    t0 = time.monotonic()
+    sup.stop()
+    assert time.monotonic() - t0 < 10
+    assert _gone(pids)
+
+
+class _Owner:
+    pass
+
+
+def test_finalizer_stops_children_of_a_dropped_owner():
+    owner = _Owner()
+    sup = ProcessSupervisor()
+    sup.start(targets.echo, [dict(tag="a"), dict(tag="b")], owner=owner)
+    pids = [pid for _, pid in sup.gather("ready")]
+    del owner
+    gc.collect()
+    assert _gone(pids)
+    assert sup.processes == []
+
+
+def test_parent_death_reads_as_eof_in_the_child():
+    """Each child closes the parent's pipe ends, so closing them in the parent ends the child."""
+    sup = ProcessSupervisor()
+    sup.start(targets.echo, [dict(tag="a")])
+    pid = sup.gather("ready")[0][1]
+    for conn in sup.conns:
+        conn.close()
+    assert _gone([pid])
+    sup.conns.clear()
+    sup.stop()
+
+
+def test_bad_start_method_and_double_start():
+    with pytest.raises(ValueError, match="start method 'no-such'"):
+        mp_context("no-such")
+    sup = ProcessSupervisor()
+    sup.start(targets.echo, [dict(tag="a")])
+    try:
+        with pytest.raises(RuntimeError, match="already started"):
+            sup.start(targets.echo, [dict(tag="b")])
+    finally:
+        sup.stop()
+
+
+def test_acquire_while_parent_alive_honours_stop_flag():
+    ctx = mp_context()
+    sem, flag = ctx.Semaphore(0), ctx.RawValue("b", False)
+    threading.Timer(0.1, lambda: setattr(flag, "value", True)).start()
+    with pytest.raises(StopChild):
+        acquire_while_parent_alive(sem, os.getppid(), flag, poll_s=0.05)
+    sem.release()
+    acquire_while_parent_alive(sem, os.getppid(), flag, poll_s=0.05)  # available: returns
+    with pytest.raises(RuntimeError, match="parent process exited"):
+        acquire_while_parent_alive(sem, -1, None, poll_s=0.05)
