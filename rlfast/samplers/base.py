@@ -4,9 +4,13 @@ from __future__ import annotations
 import abc
 import functools
 import math
+from typing import Callable
+
+from rlfast.agents.base import BaseAgent
 
 from rlfast.samplers.buffer import build_samples_buffer
-from rlfast.samplers.collections import BatchSpec, TrajInfo
+from rlfast.samplers.collections import BatchSpec, Samples, TrajInfo
+from rlfast.utils.collections import AttrDict
 
 # Seed offsets shared by every sampler, so that serial and parallel runs with one seed use the
 # same environment seeds: training env i gets ``seed + first_rank + i``; eval env k gets
@@ -75,8 +79,9 @@ class BaseSampler(abc.ABC):
             self.TrajInfoCls = functools.partial(
                 self.TrajInfoCls, **{"_" + k: v for k, v in traj_info_kwargs.items()})
 
-    def build_buffers(self, agent, seed: int | None, bootstrap_value: bool, shared: bool,
-                      init_agent=None):
+    def build_buffers(self, agent: BaseAgent, seed: int | None, bootstrap_value: bool,
+                      shared: bool, init_agent: Callable | None = None
+                      ) -> tuple[Samples, Samples, AttrDict]:
         """Allocate the samples buffer from one example step of a fresh environment (seeded
         ``seed + EXAMPLE_ENV_SEED_OFFSET``); ``init_agent(spaces)``, when given, first builds
         the agent from that environment's spaces. Returns (samples_pyt, samples_np, examples).
@@ -93,14 +98,15 @@ class BaseSampler(abc.ABC):
             example_env.close()
 
     @abc.abstractmethod
-    def initialize(self, agent, affinity: dict | None = None, seed: int | None = None,
-                   bootstrap_value: bool = False, traj_info_kwargs: dict | None = None,
-                   rank: int = 0, world_size: int = 1):
+    def initialize(self, agent: BaseAgent, affinity: dict | None = None,
+                   seed: int | None = None, bootstrap_value: bool = False,
+                   traj_info_kwargs: dict | None = None, rank: int = 0,
+                   world_size: int = 1) -> AttrDict:
         """Build the environments, the agent's model and the samples buffer (and start any
         worker processes); return the example outputs that size replay buffers."""
 
     @abc.abstractmethod
-    def obtain_samples(self, itr: int):
+    def obtain_samples(self, itr: int) -> tuple[Samples, list]:
         """Collect one ``[T, B]`` batch; return (samples, completed trajectory infos)."""
 
     @abc.abstractmethod

@@ -15,10 +15,12 @@ arrays in place, so nothing is allocated per step beyond what the environment re
 from __future__ import annotations
 
 import abc
+from typing import Any
 
 import numpy as np
 
 from rlfast.agents.base import AgentInputs
+from rlfast.samplers.collections import Samples
 from rlfast.utils.buffer import buffer_from_example, numpify_buffer, torchify_buffer
 
 
@@ -53,7 +55,7 @@ class ActionSource(abc.ABC):
         """The (observation, prev_action, prev_reward) arrays the collector steps in place."""
 
     @abc.abstractmethod
-    def act(self, agent_inputs_pyt: AgentInputs, action_out: np.ndarray):
+    def act(self, agent_inputs_pyt: AgentInputs, action_out: np.ndarray) -> Any:
         """Write this step's actions into ``action_out``; return the agent_info (numpy)."""
 
     @abc.abstractmethod
@@ -65,7 +67,7 @@ class ActionSource(abc.ABC):
         """Before a training batch."""
 
     @abc.abstractmethod
-    def finish_batch(self, agent_inputs_pyt: AgentInputs, samples_np) -> None:
+    def finish_batch(self, agent_inputs_pyt: AgentInputs, samples_np: Samples) -> None:
         """After a training batch (e.g. write the bootstrap value)."""
 
     @abc.abstractmethod
@@ -91,7 +93,7 @@ class AgentActions(ActionSource):
     def input_arrays(self, first_observations: list, null_action: np.ndarray) -> AgentInputs:
         return local_input_arrays(first_observations, null_action)
 
-    def act(self, agent_inputs_pyt: AgentInputs, action_out: np.ndarray):
+    def act(self, agent_inputs_pyt: AgentInputs, action_out: np.ndarray) -> Any:
         action, agent_info = self.agent.step(*agent_inputs_pyt)
         action_out[:] = numpify_buffer(action)
         return numpify_buffer(agent_info)
@@ -103,7 +105,7 @@ class AgentActions(ActionSource):
         # Workers hold their own agent copy: leave any eval mode set by evaluation.
         self.agent.sample_mode(itr)
 
-    def finish_batch(self, agent_inputs_pyt: AgentInputs, samples_np) -> None:
+    def finish_batch(self, agent_inputs_pyt: AgentInputs, samples_np: Samples) -> None:
         agent_buf = samples_np.agent
         if "bootstrap_value" in agent_buf:
             agent_buf.bootstrap_value[0] = self.agent.value(*agent_inputs_pyt).numpy()
@@ -134,10 +136,11 @@ class BaseCollector:
         self.actions = self.ActionsCls(agent=agent, sync=sync, step_buffer_np=step_buffer_np)
         self._null_action = np.asarray(envs[0].action_space.null_value())
 
-    def step_envs(self, action: np.ndarray, observation, reward: np.ndarray, traj_infos: list,
-                  completed: list, reset_now: bool = True, idle: np.ndarray | None = None,
-                  pending_reset: np.ndarray | None = None, reward_t=None, done_t=None,
-                  env_info_t=None) -> None:
+    def step_envs(self, action: np.ndarray, observation: Any, reward: np.ndarray,
+                  traj_infos: list, completed: list, reset_now: bool = True,
+                  idle: np.ndarray | None = None, pending_reset: np.ndarray | None = None,
+                  reward_t: np.ndarray | None = None, done_t: np.ndarray | None = None,
+                  env_info_t: Any = None) -> None:
         """Step every environment once with ``action``, in place; the one step body.
 
         A trajectory ends on ``env_info.traj_done`` when the env gives it (e.g. Atari episodic
@@ -199,7 +202,7 @@ class TrainCollector(BaseCollector):
         self.need_reset = np.zeros(n, dtype=bool)      # idle since its episode ended
         self.need_env_reset = np.zeros(n, dtype=bool)  # ... and its trajectory ended too
 
-    def start_envs(self, max_decorrelation_steps: int = 0):
+    def start_envs(self, max_decorrelation_steps: int = 0) -> tuple[AgentInputs, list]:
         """Reset every environment, then take a random number (1 to the maximum) of random
         actions in each, so that the environments of one batch are at different points of
         their episodes. Returns the agent inputs and the running trajectory infos."""
@@ -227,7 +230,7 @@ class TrainCollector(BaseCollector):
         """Let the agent set up per-collector state (e.g. vector epsilon) and reset it."""
         self.actions.start(self.global_B, self.env_ranks)
 
-    def reset_if_needed(self, agent_inputs) -> None:
+    def reset_if_needed(self, agent_inputs: AgentInputs) -> None:
         """Between batches (wait-reset): reset the environments whose episodes ended."""
         if not self.mid_batch_reset and not self.actions.defer_resets:
             self._apply_resets(agent_inputs)
@@ -243,7 +246,8 @@ class TrainCollector(BaseCollector):
         self.need_reset[:] = False
         self.need_env_reset[:] = False
 
-    def collect_batch(self, agent_inputs, traj_infos: list, itr: int):
+    def collect_batch(self, agent_inputs: AgentInputs, traj_infos: list,
+                      itr: int) -> tuple[AgentInputs, list, list]:
         """Step ``batch_T`` times, writing into the samples buffer; returns the new agent
         inputs, the running trajectory infos and the infos of trajectories completed."""
         agent_buf, env_buf = self.samples_np.agent, self.samples_np.env

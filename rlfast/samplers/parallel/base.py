@@ -11,6 +11,9 @@ step their environments.
 """
 from __future__ import annotations
 
+from rlfast.agents.base import BaseAgent
+from rlfast.samplers.collections import Samples
+from rlfast.utils.collections import AttrDict
 from rlfast.samplers.base import (EVAL_ENV_SEED_OFFSET, WORKER_SEED_STRIDE, BaseSampler)
 from rlfast.samplers.parallel.worker import sampling_process
 from rlfast.utils.misc import available_cpus
@@ -43,9 +46,10 @@ class ParallelSamplerBase(BaseSampler):
 
     ActionServerCls: type | None = None
 
-    def initialize(self, agent, affinity: dict | None = None, seed: int | None = None,
-                   bootstrap_value: bool = False, traj_info_kwargs: dict | None = None,
-                   rank: int = 0, world_size: int = 1):
+    def initialize(self, agent: BaseAgent, affinity: dict | None = None,
+                   seed: int | None = None, bootstrap_value: bool = False,
+                   traj_info_kwargs: dict | None = None, rank: int = 0,
+                   world_size: int = 1) -> AttrDict:
         """Build the agent's model (in shared memory when the workers run it), the shared
         samples buffer and, for the GPU samplers, the action server; then start the workers
         (pinned to ``affinity["workers_cpus"]``) and wait until each has built its
@@ -141,7 +145,7 @@ class ParallelSamplerBase(BaseSampler):
     def _before_batch(self) -> None:
         """Hook: make the latest parameters visible to the workers (CPU sampler)."""
 
-    def obtain_samples(self, itr: int):
+    def obtain_samples(self, itr: int) -> tuple[Samples, list]:
         """Have every worker collect its share of the batch (the action server serving their
         actions meanwhile, for the GPU samplers); returns (samples, completed trajectory
         infos). A failed worker raises :class:`SamplerWorkerError` with its traceback."""

@@ -1,6 +1,9 @@
 """The serial sampler: environments and agent all in the master process."""
 from __future__ import annotations
 
+from rlfast.agents.base import BaseAgent
+from rlfast.samplers.collections import Samples
+from rlfast.utils.collections import AttrDict
 from rlfast.samplers.base import EVAL_ENV_SEED_OFFSET, BaseSampler, make_envs
 from rlfast.samplers.parallel.cpu.collectors import CpuResetCollector
 from rlfast.samplers.serial.collectors import SerialEvalCollector
@@ -17,9 +20,10 @@ class SerialSampler(BaseSampler):
         super().__init__(*args, **kwargs)
         self.envs, self.eval_envs = [], []
 
-    def initialize(self, agent, affinity: dict | None = None, seed: int | None = None,
-                   bootstrap_value: bool = False, traj_info_kwargs: dict | None = None,
-                   rank: int = 0, world_size: int = 1):
+    def initialize(self, agent: BaseAgent, affinity: dict | None = None,
+                   seed: int | None = None, bootstrap_value: bool = False,
+                   traj_info_kwargs: dict | None = None, rank: int = 0,
+                   world_size: int = 1) -> AttrDict:
         """Build the ``batch_B`` environments (env ``i`` seeded ``seed + rank * B + i``), the
         agent's model (not in shared memory), the samples buffer and the collectors; take the
         decorrelating random steps. ``affinity`` is accepted for a uniform signature and
@@ -48,7 +52,7 @@ class SerialSampler(BaseSampler):
         self.collector.start_agent()
         return examples
 
-    def obtain_samples(self, itr: int):
+    def obtain_samples(self, itr: int) -> tuple[Samples, list]:
         """Reset idle environments (wait-reset collectors), then collect one batch in this
         process; returns (samples, completed trajectory infos)."""
         self.collector.reset_if_needed(self.agent_inputs)

@@ -8,10 +8,12 @@ in the step buffer that the master applies to its batched agent.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
 from rlfast.agents.base import AgentInputs
+from rlfast.samplers.collections import Samples
 from rlfast.samplers.collectors import ActionSource, BaseEvalCollector, TrainCollector
 from rlfast.utils.processes import acquire_while_parent_alive
 
@@ -43,7 +45,7 @@ class ServerActions(ActionSource):
         step.reset[:] = False
         return AgentInputs(step.observation, step.action, step.reward)
 
-    def act(self, agent_inputs_pyt: AgentInputs, action_out: np.ndarray):
+    def act(self, agent_inputs_pyt: AgentInputs, action_out: np.ndarray) -> Any:
         # action_out is the step buffer's action array: the master writes it in place.
         self.sync.obs_ready.release()
         acquire_while_parent_alive(self.sync.act_ready, self._parent_pid, self.sync.get("stop"))
@@ -55,7 +57,7 @@ class ServerActions(ActionSource):
     def start_batch(self, itr: int) -> None:
         pass  # the master sets the agent's mode
 
-    def finish_batch(self, agent_inputs_pyt: AgentInputs, samples_np) -> None:
+    def finish_batch(self, agent_inputs_pyt: AgentInputs, samples_np: Samples) -> None:
         self.sync.obs_ready.release()  # last observations: the master may bootstrap from them
 
     def start_evaluation(self, itr: int) -> None:
