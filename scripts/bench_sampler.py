@@ -11,7 +11,6 @@ Usage: python scripts/bench_sampler.py [--seconds 8] [--envs 8] [--batch-T 64] [
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import numpy as np
@@ -21,10 +20,9 @@ FRAME_SKIP = 4
 
 
 def n_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    from rlfast.utils.misc import available_cpus
+
+    return len(available_cpus())
 
 
 def bench_rlfast(sampler_name: str, agent_name: str, n_envs: int, batch_T: int,
