@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
 from rlfast.experiments.config import ConfigError, apply_overrides
 from rlfast.experiments.presets import (PRESETS, SAMPLERS, build_experiment, default_sampler,
                                        get_preset)
+from rlfast.runners import MinibatchRlEval
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The argument parser of ``rlfast`` and its ``train`` subcommand."""
     parser = argparse.ArgumentParser(prog="rlfast", description="High-throughput deep RL.")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train an agent from a preset",
@@ -40,8 +43,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_config(args) -> dict:
-    """Preset for (algo, env), then the named options, then --set overrides."""
+@dataclasses.dataclass
+class TrainRun:
+    """A fully configured ``rlfast train`` run, built but not started: the runner, the
+    resolved configuration and what the logger records about it."""
+
+    args: argparse.Namespace
+    config: dict
+    runner: MinibatchRlEval
+    log_params: dict
+
+
+def resolve_config(args: argparse.Namespace) -> dict:
+    """The configuration of one run: the preset for (algo, env), then the named options
+    (``--steps``, ``--n-envs``), then the ``--set`` overrides, later ones winning."""
     config = get_preset(args.algo, args.env)
     if args.steps is not None:
         config["runner"]["n_steps"] = args.steps
@@ -51,7 +66,11 @@ def resolve_config(args) -> dict:
 
 
 def affinity_for_run(code: str | None) -> dict | None:
-    """The affinity dict of one single-process run from an affinity code, or None."""
+    """The affinity dict of one single-process run from an affinity code, or None.
+
+    A code without a run-slot token means slot 0. Codes that describe several processes
+    (multi-GPU or asynchronous runs) are refused: ``rlfast train`` runs one.
+    """
     if code is None:
         return None
     from rlfast.utils.launching import affinity_from_code, prepend_run_slot
@@ -65,9 +84,13 @@ def affinity_for_run(code: str | None) -> dict | None:
     return dict(affinity)
 
 
-def train(args) -> dict:
-    from rlfast.utils.logging import logger, logger_context
+def configure_train(args: argparse.Namespace) -> TrainRun:
+    """Resolve and build everything ``rlfast train`` needs, starting nothing.
 
+    Preset lookup, overrides, affinity parsing and experiment construction all happen
+    here, so that a mistake in the command line is reported (as ``ConfigError`` or
+    ``ValueError``) before any process starts or any directory is written.
+    """
     if args.sampler is None:
         args.sampler = default_sampler(args.algo)
     config = resolve_config(args)
@@ -77,16 +100,26 @@ def train(args) -> dict:
     runner.progress_bar = not args.no_progress
     log_params = dict(algo=args.algo, env=args.env, sampler=args.sampler, seed=args.seed,
                       affinity=args.affinity, config=config)
+    return TrainRun(args=args, config=config, runner=runner, log_params=log_params)
+
+
+def run_train(run: TrainRun) -> dict:
+    """Train a configured run inside its logger context and print where the logs went and
+    the final (and best) evaluation return. Returns the runner's result dict; errors
+    raised while training propagate unchanged."""
+    from rlfast.utils.logging import logger, logger_context
+
+    args = run.args
     if args.log_dir is not None:
         context = logger_context(os.path.abspath(args.log_dir), 0, f"{args.algo}_{args.env}",
-                                 log_params, snapshot_mode=args.snapshot_mode,
+                                 run.log_params, snapshot_mode=args.snapshot_mode,
                                  override_prefix=True)
     else:
         context = logger_context(f"{args.algo}_{args.env}", 0, f"{args.algo}_{args.env}",
-                                 log_params, snapshot_mode=args.snapshot_mode)
+                                 run.log_params, snapshot_mode=args.snapshot_mode)
     with context as exp_dir:
         logger.log(f"rlfast train {args.algo} {args.env}: logging to {exp_dir}")
-        result = runner.train()
+        result = run.runner.train()
     scored = [(steps, ret) for steps, ret in result["eval_returns"] if ret == ret]  # not NaN
     print(f"Logs: {exp_dir}")
     if scored:
@@ -99,14 +132,30 @@ def train(args) -> dict:
     return result
 
 
+def train(args: argparse.Namespace) -> dict:
+    """``rlfast train``: configure the run, then train it (``configure_train`` then
+    ``run_train``)."""
+    return run_train(configure_train(args))
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``rlfast`` console script; returns the exit status.
+
+    Only configuration errors are short: a ``ConfigError`` or ``ValueError`` while the run
+    is being configured prints ``rlfast: error: ...`` and returns 2. Once training has
+    started, an exception propagates with its full traceback (a bug there must not be
+    mistaken for a typo in the command line); Ctrl-C returns 130.
+    """
     args = _parser().parse_args(argv)
+    if args.command != "train":
+        return 0
     try:
-        if args.command == "train":
-            train(args)
-    except (ConfigError, ValueError) as e:
-        print(f"rlfast: error: {e}", file=sys.stderr)
-        return 2
+        try:
+            run = configure_train(args)
+        except (ConfigError, ValueError) as e:
+            print(f"rlfast: error: {e}", file=sys.stderr)
+            return 2
+        run_train(run)
     except KeyboardInterrupt:
         print("rlfast: interrupted", file=sys.stderr)
         return 130

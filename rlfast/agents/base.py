@@ -6,31 +6,36 @@ read ``parameters()``; runners call ``to_device``, ``data_parallel`` and the mod
 """
 from __future__ import annotations
 
-from typing import Any
+from abc import ABC, abstractmethod
 
 import numpy as np
 import torch
 
+from rlfast.agents.recurrent import (AlternatingRecurrentAgentMixin, RecurrentAgentMixin, RnnStateStore,
+                                     rnn_state_for_storage, stored_rnn_state)
 from rlfast.models.utils import strip_ddp_state_dict
-from rlfast.utils.buffer import buffer_func, buffer_method, buffer_to
+from rlfast.utils.buffer import buffer_to
 from rlfast.utils.collections import namedarraytuple
+
+__all__ = ["AgentInputs", "AgentStep", "BaseAgent", "RandomAgent", "RecurrentAgentMixin",
+           "AlternatingRecurrentAgentMixin", "rnn_state_for_storage", "stored_rnn_state"]
 
 AgentInputs = namedarraytuple("AgentInputs", ["observation", "prev_action", "prev_reward"])
 AgentStep = namedarraytuple("AgentStep", ["action", "agent_info"])
 
-_MODES = ("train", "sample", "eval")
 
-
-class BaseAgent:
+class BaseAgent(ABC):
     """Holds one model (``ModelCls(**env_kwargs, **model_kwargs)``) and moves it between roles.
 
     Constructor arguments are saved; the model is built in :meth:`initialize`, once the
-    environment spaces are known. Subclasses define ``step``, ``__call__`` and, for
-    actor-critic agents, ``value``.
+    environment spaces are known. Subclasses define ``step`` (abstract here), ``__call__``
+    and, for actor-critic agents, ``value``.  With a recurrent mixin the agent keeps the
+    sampler's recurrent state in ``rnn_states`` (see ``rlfast.agents.recurrent``).
     """
 
     recurrent = False
     alternating = False
+    rnn_groups = 1  # recurrent states kept (the alternating mixin keeps two)
 
     def __init__(self, ModelCls: type | None = None, model_kwargs: dict | None = None,
                  initial_model_state_dict: dict | None = None):
@@ -44,6 +49,7 @@ class BaseAgent:
         self.env_spaces = None
         self.env_model_kwargs: dict = {}
         self._mode: str | None = None
+        self.rnn_states = RnnStateStore(self.rnn_groups) if self.recurrent else None
 
     # ---- construction -------------------------------------------------------------------
     def make_env_to_model_kwargs(self, env_spaces) -> dict:
@@ -99,12 +105,15 @@ class BaseAgent:
 
     # ---- parameters -----------------------------------------------------------------------
     def parameters(self):
+        """The model's parameters (what the algorithm optimizes)."""
         return self.model.parameters()
 
     def state_dict(self) -> dict:
+        """The model's state dict, without a DistributedDataParallel ``module.`` prefix."""
         return strip_ddp_state_dict(self.model.state_dict())
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Load a (possibly DDP-prefixed) model state dict."""
         model = self.model.module if hasattr(self.model, "module") else self.model
         model.load_state_dict(strip_ddp_state_dict(state_dict))
 
@@ -120,27 +129,51 @@ class BaseAgent:
         if self.model.training != training:
             self.model.train(training)
 
+    def _switch_mode(self, mode: str, training: bool) -> None:
+        if self.rnn_states is not None:  # stash / restore the sampling state
+            self.rnn_states.switch_mode(self._mode, mode)
+        self._set_training(training)
+        self._mode = mode
+
     def train_mode(self, itr: int) -> None:
-        self._set_training(True)
-        self._mode = "train"
+        """Switch to training (the algorithm's forward passes, with gradient)."""
+        self._switch_mode("train", training=True)
 
     def sample_mode(self, itr: int) -> None:
-        self._set_training(False)
-        self._mode = "sample"
+        """Switch to sampling (exploratory actions for training data)."""
+        self._switch_mode("sample", training=False)
 
     def eval_mode(self, itr: int) -> None:
-        self._set_training(False)
-        self._mode = "eval"
+        """Switch to evaluation (e.g. greedy or low-epsilon actions)."""
+        self._switch_mode("eval", training=False)
 
-    # ---- sampler hooks (feedforward agents keep no per-env state) -------------------------
+    # ---- sampler hooks (recurrent agents keep per-environment state) ------------------------
+    @abstractmethod
+    def step(self, observation, prev_action, prev_reward) -> AgentStep:
+        """Actions (and agent_info) for one step of every environment; CPU tensors in and out."""
+
     def reset(self) -> None:
-        pass
+        """Called by samplers when all environments reset: forget the recurrent state."""
+        if self.rnn_states is not None:
+            self.rnn_states.clear()
 
     def reset_one(self, idx: int) -> None:
-        pass
+        """Called by samplers when environment ``idx`` resets: zero its recurrent state."""
+        if self.rnn_states is not None:
+            self.rnn_states.zero_env(idx)
+
+    @property
+    def prev_rnn_state(self):
+        """The recurrent state the next step starts from (``None``: zeros; always ``None`` for
+        feedforward agents)."""
+        return None if self.rnn_states is None else self.rnn_states.current
+
+    def advance_rnn_state(self, new_rnn_state) -> None:
+        """Keep the state a recurrent step returned for the next step (of the next group)."""
+        self.rnn_states.advance(new_rnn_state)
 
     def collector_initialize(self, global_B: int = 1, env_ranks: list | None = None) -> None:
-        pass
+        """Called in each sampler worker with its environments' ranks; nothing to do here."""
 
     # ---- settings the algorithm gives the agent after sampler workers forked ----------------
     def sampling_state(self) -> dict:
@@ -155,6 +188,7 @@ class BaseAgent:
             setattr(self, name, value)
 
     def to_model_inputs(self, *inputs) -> tuple:
+        """``inputs`` moved to the model's device."""
         return buffer_to(inputs, device=self.device)
 
 
@@ -170,11 +204,13 @@ class RandomAgent(BaseAgent):
 
     def initialize(self, env_spaces, share_memory: bool = False, global_B: int = 1,
                    env_ranks: list | None = None) -> None:
+        """Keep the spaces; the model is an empty module, so the mode switches still work."""
         self.env_spaces = env_spaces
         self.model = torch.nn.Module()  # parameter-free, so the mode switches still work
         self.share_memory = share_memory
 
     def to_device(self, cuda_idx: int | None = None) -> None:
+        """Only record the device: there is no model to move."""
         if cuda_idx is not None:
             self.device = torch.device("cuda", index=cuda_idx)
 
@@ -193,123 +229,14 @@ class RandomAgent(BaseAgent):
                                      if lead else samples[0])
         return AgentStep(action=action, agent_info=None)
 
-    def value(self, observation, prev_action, prev_reward):
+    def value(self, observation, prev_action, prev_reward) -> torch.Tensor:
+        """Zeros with the leading dims of ``prev_reward`` (a random agent has no critic)."""
         lead = prev_reward.shape
         return torch.zeros(lead)
 
     def state_dict(self) -> dict:
+        """Empty: a random agent has no parameters."""
         return {}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        pass
-
-
-class RecurrentAgentMixin:
-    """Keeps the recurrent state between sampler steps so samplers stay agnostic of it.
-
-    The state has cudnn layout ``[N, B, H]`` (any namedarraytuple of such tensors); ``None``
-    means zeros. Sample-mode state is stashed while training or evaluating and restored after.
-    Use as ``class MyAgent(RecurrentAgentMixin, MyBaseAgent)``.
-    """
-
-    recurrent = True
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._prev_rnn_state = None
-        self._sample_rnn_state = None
-
-    def reset(self) -> None:
-        self._prev_rnn_state = None
-
-    def reset_one(self, idx: int) -> None:
-        if self._prev_rnn_state is not None:
-            # Zero one environment's slot in place (B is dim 1 of every leaf).
-            buffer_func(self._prev_rnn_state, _zero_column, idx)
-
-    def advance_rnn_state(self, new_rnn_state) -> None:
-        self._prev_rnn_state = new_rnn_state
-
-    @property
-    def prev_rnn_state(self):
-        return self._prev_rnn_state
-
-    def train_mode(self, itr: int) -> None:
-        if self._mode == "sample":
-            self._sample_rnn_state = self._prev_rnn_state
-        self._prev_rnn_state = None
-        super().train_mode(itr)
-
-    def sample_mode(self, itr: int) -> None:
-        if self._mode != "sample":
-            self._prev_rnn_state = self._sample_rnn_state
-        super().sample_mode(itr)
-
-    def eval_mode(self, itr: int) -> None:
-        if self._mode == "sample":
-            self._sample_rnn_state = self._prev_rnn_state
-        self._prev_rnn_state = None
-        super().eval_mode(itr)
-
-
-def _zero_column(x: torch.Tensor, idx: int) -> None:
-    x[:, idx] = 0
-
-
-class AlternatingRecurrentAgentMixin(RecurrentAgentMixin):
-    """Two recurrent states, one per half of the environments, for alternating samplers.
-
-    Each ``advance_rnn_state`` stores the new state for the group that just stepped and swaps
-    in the other group's, so the agent otherwise behaves like a plain recurrent agent.
-    """
-
-    alternating = True
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._alt = 0
-        self._prev_rnn_state_pair = [None, None]
-        self._sample_rnn_state_pair = [None, None]
-
-    def reset(self) -> None:
-        self._prev_rnn_state_pair = [None, None]
-        self._prev_rnn_state = None
-        self._alt = 0
-
-    def use_group(self, group: int) -> None:
-        """Point the agent at one group's state (the action server calls this per group)."""
-        self._alt = group
-        self._prev_rnn_state = self._prev_rnn_state_pair[group]
-
-    def advance_rnn_state(self, new_rnn_state) -> None:
-        self._prev_rnn_state_pair[self._alt] = new_rnn_state
-        self._alt ^= 1
-        self._prev_rnn_state = self._prev_rnn_state_pair[self._alt]
-
-    def train_mode(self, itr: int) -> None:
-        if self._mode == "sample":
-            self._sample_rnn_state_pair = self._prev_rnn_state_pair
-        self._prev_rnn_state_pair = [None, None]
-        self._prev_rnn_state = None
-        self._alt = 0
-        BaseAgent.train_mode(self, itr)
-
-    def sample_mode(self, itr: int) -> None:
-        if self._mode != "sample":
-            self._prev_rnn_state_pair = self._sample_rnn_state_pair
-            self._alt = 0
-            self._prev_rnn_state = self._prev_rnn_state_pair[0]
-        BaseAgent.sample_mode(self, itr)
-
-    def eval_mode(self, itr: int) -> None:
-        if self._mode == "sample":
-            self._sample_rnn_state_pair = self._prev_rnn_state_pair
-        self._prev_rnn_state_pair = [None, None]
-        self._prev_rnn_state = None
-        self._alt = 0
-        BaseAgent.eval_mode(self, itr)
-
-
-def rnn_state_for_storage(rnn_state):
-    """[N, B, H] -> [B, N, H] so the state can be stored per environment in the samples buffer."""
-    return buffer_method(rnn_state, "transpose", 0, 1)
+        """Nothing to load."""

@@ -7,17 +7,20 @@ torch tensors; the result is of the same kind as ``reward`` (or ``done`` for
 :func:`valid_from_done`), on the same device.  ``done`` and ``timeout`` may be bool or
 float; they are converted internally and never modified.  Optional ``*_dest`` buffers are
 written in place and returned, so a caller can keep pre-allocated output storage.
+:func:`discount_return` and :func:`generalized_advantage_estimation` bootstrap through
+time-limit ends when given ``timeout``; the ``*_tl`` names are shorthands for that.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Optional, Tuple, Union
+from typing import Any
 
 import numpy as np
 import torch
 
-Array = Union[np.ndarray, torch.Tensor]
+from rlfast.utils.checks import check_fraction, check_int
+
+Array = np.ndarray | torch.Tensor
 
 __all__ = [
     "discount_return",
@@ -65,7 +68,7 @@ def _not(flag: Any, like: Array) -> Array:
     return 1 - _as_float(flag, like)
 
 
-def _empty(shape: Tuple[int, ...], like: Array, dtype: Any = None) -> Array:
+def _empty(shape: tuple[int, ...], like: Array, dtype: Any = None) -> Array:
     if dtype is None:
         dtype = _float_dtype(like)
     if isinstance(like, torch.Tensor):
@@ -83,7 +86,7 @@ def _check_same_shape(x: Any, name: str, reward: Array) -> None:
                          f"got {tuple(x.shape)}")
 
 
-def _check_dest(dest: Optional[Array], name: str, shape: Tuple[int, ...], like: Array) -> None:
+def _check_dest(dest: Array | None, name: str, shape: tuple[int, ...], like: Array) -> None:
     if dest is None:
         return
     _check_array(dest, name)
@@ -92,16 +95,6 @@ def _check_dest(dest: Optional[Array], name: str, shape: Tuple[int, ...], like: 
                         f"got {type(dest).__name__}")
     if tuple(dest.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(dest.shape)}")
-
-
-def _check_fraction(x: Any, name: str) -> float:
-    try:
-        value = float(x)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number in [0, 1], got {x!r}") from None
-    if not (0.0 <= value <= 1.0) or math.isnan(value):
-        raise ValueError(f"{name} must be in [0, 1], got {value}")
-    return value
 
 
 def _bootstrap(bootstrap_value: Any, reward: Array) -> Array:
@@ -120,7 +113,7 @@ def _bootstrap(bootstrap_value: Any, reward: Array) -> Array:
 def _check_common(reward: Array, done: Array, discount: Any) -> float:
     _check_array(reward, "reward")
     _check_same_shape(done, "done", reward)
-    return _check_fraction(discount, "discount")
+    return check_fraction(discount, "discount")
 
 
 # --------------------------------------------------------------------------------------
@@ -132,23 +125,44 @@ def discount_return(
     done: Array,
     bootstrap_value: Any,
     discount: float,
-    return_dest: Optional[Array] = None,
+    timeout: Array | None = None,
+    value: Array | None = None,
+    return_dest: Array | None = None,
 ) -> Array:
     """Discounted sum of future rewards within the batch, bootstrapped at the end.
 
     With ``nd = 1 - done``: ``ret[T-1] = r[T-1] + discount * bootstrap * nd[T-1]`` and
     ``ret[t] = r[t] + discount * ret[t+1] * nd[t]``, so the sum resets wherever an episode
     ended.  ``bootstrap_value`` has the shape of ``reward[0]`` (``[]`` or ``[B]``).
-    Writes into ``return_dest`` when given and returns it.
+    With ``timeout`` (the env horizon ended the episode at ``t``; ``done[t]`` is then also
+    true) a time-limit cut is not a terminal: the return there is the estimate ``value[t]``
+    (required with ``timeout``), which step ``t-1`` then bootstraps from,
+    ``ret[t] = to[t] * value[t] + (1 - to[t]) * (r[t] + discount * ret[t+1] * nd[t])``;
+    the algorithm should not train on timeout steps.  Writes into ``return_dest`` when given
+    and returns it.
     """
     discount = _check_common(reward, done, discount)
+    if timeout is not None:
+        _check_same_shape(timeout, "timeout", reward)
+        if value is None:
+            raise ValueError("discount_return with timeout needs value (the estimates a "
+                             "time-limit cut bootstraps from); got value=None")
+    if value is not None:
+        _check_same_shape(value, "value", reward)
     _check_dest(return_dest, "return_dest", tuple(reward.shape), reward)
     not_done = _not(done, reward)
     reward_f = _as_float(reward, reward)
+    if timeout is not None:
+        timeout_f = _as_float(timeout, reward)
+        not_timeout = 1 - timeout_f
+        value_f = _as_float(value, reward)
     ret = _empty(tuple(reward.shape), reward) if return_dest is None else return_dest
     next_return = _bootstrap(bootstrap_value, reward)
     for t in reversed(range(reward.shape[0])):
-        ret[t] = reward_f[t] + discount * next_return * not_done[t]
+        step_return = reward_f[t] + discount * next_return * not_done[t]
+        if timeout is not None:
+            step_return = timeout_f[t] * value_f[t] + not_timeout[t] * step_return
+        ret[t] = step_return
         next_return = ret[t]
     return ret
 
@@ -160,21 +174,46 @@ def generalized_advantage_estimation(
     bootstrap_value: Any,
     discount: float,
     gae_lambda: float,
-    advantage_dest: Optional[Array] = None,
-    return_dest: Optional[Array] = None,
-) -> Tuple[Array, Array]:
+    timeout: Array | None = None,
+    advantage_dest: Array | None = None,
+    return_dest: Array | None = None,
+) -> tuple[Array, Array]:
     """Generalized Advantage Estimation (Schulman et al. 2016); returns (advantage, return_).
 
     With ``nd = 1 - done`` and ``V[T] := bootstrap_value``:
     ``delta[t] = r[t] + discount * V[t+1] * nd[t] - V[t]``,
     ``adv[t] = delta[t] + discount * gae_lambda * nd[t] * adv[t+1]`` (``adv[T] := 0``),
-    ``return_ = adv + value``.  Writes into the dest buffers when given and returns them.
+    ``return_ = adv + value``.  With ``timeout``, a time-limit cut at ``t`` is not a
+    terminal: ``adv[t] = 0`` (so ``return_[t] = value[t]``) and step ``t-1`` bootstraps from
+    ``V[t]``, i.e. ``adv[t] = (1 - to[t]) * (delta[t] + discount * gae_lambda * nd[t] *
+    adv[t+1])``; the algorithm should not train on timeout steps.  Writes into the dest
+    buffers when given and returns them.
     """
     discount = _check_common(reward, done, discount)
-    gae_lambda = _check_fraction(gae_lambda, "gae_lambda")
+    gae_lambda = check_fraction(gae_lambda, "gae_lambda")
     _check_same_shape(value, "value", reward)
-    return _gae(reward, value, done, bootstrap_value, discount, gae_lambda, None,
-                advantage_dest, return_dest)
+    if timeout is not None:
+        _check_same_shape(timeout, "timeout", reward)
+    shape = tuple(reward.shape)
+    _check_dest(advantage_dest, "advantage_dest", shape, reward)
+    _check_dest(return_dest, "return_dest", shape, reward)
+    not_done = _not(done, reward)
+    not_timeout = None if timeout is None else _not(timeout, reward)
+    reward_f = _as_float(reward, reward)
+    value_f = _as_float(value, reward)
+    adv = _empty(shape, reward) if advantage_dest is None else advantage_dest
+    ret = _empty(shape, reward) if return_dest is None else return_dest
+    next_value = _bootstrap(bootstrap_value, reward)
+    next_adv: Any = 0.0
+    decay = discount * gae_lambda
+    for t in reversed(range(shape[0])):
+        delta = reward_f[t] + discount * next_value * not_done[t] - value_f[t]
+        step_adv = delta + decay * not_done[t] * next_adv
+        adv[t] = step_adv if not_timeout is None else step_adv * not_timeout[t]
+        next_adv = adv[t]
+        next_value = value_f[t]
+    ret[...] = adv + value_f
+    return adv, ret
 
 
 def discount_return_n_step(
@@ -182,10 +221,10 @@ def discount_return_n_step(
     done: Array,
     n_step: int,
     discount: float,
-    return_dest: Optional[Array] = None,
-    done_n_dest: Optional[Array] = None,
+    return_dest: Array | None = None,
+    done_n_dest: Array | None = None,
     do_truncated: bool = False,
-) -> Tuple[Array, Array]:
+) -> tuple[Array, Array]:
     """n-step discounted returns inside the batch, and n-step done flags; returns both.
 
     ``return_[t] = sum_{k=0}^{n-1} discount**k * r[t+k]``, stopping after (and including)
@@ -196,8 +235,7 @@ def discount_return_n_step(
     ``done_n`` has ``done``'s dtype.  Loops over the window, vectorized over time.
     """
     discount = _check_common(reward, done, discount)
-    if isinstance(n_step, bool) or not isinstance(n_step, (int, np.integer)) or n_step < 1:
-        raise ValueError(f"n_step must be an integer >= 1, got {n_step!r}")
+    n_step = check_int(n_step, "n_step", minimum=1)
     T = reward.shape[0]
     T_out = T if do_truncated else T - n_step + 1
     if T_out < 1:
@@ -256,32 +294,10 @@ def discount_return_tl(
     discount: float,
     timeout: Array,
     value: Array,
-    return_dest: Optional[Array] = None,
+    return_dest: Array | None = None,
 ) -> Array:
-    """Like :func:`discount_return`, but episodes cut by a time limit bootstrap from value.
-
-    Where ``timeout[t]`` (the env horizon ended the episode at ``t``, so ``done[t]`` is
-    also true) the return at ``t`` is replaced by ``value[t]``, and step ``t-1`` then
-    bootstraps from that estimate instead of treating the cut as a true terminal:
-    ``ret[t] = to[t] * value[t] + (1 - to[t]) * (r[t] + discount * ret[t+1] * nd[t])``
-    with ``ret[T] = bootstrap_value``.  The algorithm should not train on timeout steps.
-    """
-    discount = _check_common(reward, done, discount)
-    _check_same_shape(timeout, "timeout", reward)
-    _check_same_shape(value, "value", reward)
-    _check_dest(return_dest, "return_dest", tuple(reward.shape), reward)
-    not_done = _not(done, reward)
-    timeout_f = _as_float(timeout, reward)
-    not_timeout = 1 - timeout_f
-    reward_f = _as_float(reward, reward)
-    value_f = _as_float(value, reward)
-    ret = _empty(tuple(reward.shape), reward) if return_dest is None else return_dest
-    next_return = _bootstrap(bootstrap_value, reward)
-    for t in reversed(range(reward.shape[0])):
-        ret[t] = (timeout_f[t] * value_f[t]
-                  + not_timeout[t] * (reward_f[t] + discount * next_return * not_done[t]))
-        next_return = ret[t]
-    return ret
+    """:func:`discount_return` with time-limit bootstrapping (``timeout`` and ``value``)."""
+    return discount_return(reward, done, bootstrap_value, discount, timeout, value, return_dest)
 
 
 def generalized_advantage_estimation_tl(
@@ -292,45 +308,9 @@ def generalized_advantage_estimation_tl(
     discount: float,
     gae_lambda: float,
     timeout: Array,
-    advantage_dest: Optional[Array] = None,
-    return_dest: Optional[Array] = None,
-) -> Tuple[Array, Array]:
-    """Like :func:`generalized_advantage_estimation`, but time-limit cuts bootstrap.
-
-    At a timeout step ``t``: ``adv[t] = 0`` (so ``return_[t] = value[t]``); step ``t-1``
-    then uses ``V[t]`` as its bootstrap and ``adv[t] = 0`` as the carried advantage, i.e.
-    ``adv[t] = (1 - to[t]) * (delta[t] + discount * gae_lambda * nd[t] * adv[t+1])``.
-    The algorithm should not train on timeout steps.  Returns (advantage, return_).
-    """
-    discount = _check_common(reward, done, discount)
-    gae_lambda = _check_fraction(gae_lambda, "gae_lambda")
-    _check_same_shape(value, "value", reward)
-    _check_same_shape(timeout, "timeout", reward)
-    return _gae(reward, value, done, bootstrap_value, discount, gae_lambda, timeout,
-                advantage_dest, return_dest)
-
-
-def _gae(reward: Array, value: Array, done: Array, bootstrap_value: Any, discount: float,
-         gae_lambda: float, timeout: Optional[Array], advantage_dest: Optional[Array],
-         return_dest: Optional[Array]) -> Tuple[Array, Array]:
-    """Shared GAE recursion; ``timeout=None`` is plain GAE (inputs already checked)."""
-    shape = tuple(reward.shape)
-    _check_dest(advantage_dest, "advantage_dest", shape, reward)
-    _check_dest(return_dest, "return_dest", shape, reward)
-    not_done = _not(done, reward)
-    not_timeout = None if timeout is None else _not(timeout, reward)
-    reward_f = _as_float(reward, reward)
-    value_f = _as_float(value, reward)
-    adv = _empty(shape, reward) if advantage_dest is None else advantage_dest
-    ret = _empty(shape, reward) if return_dest is None else return_dest
-    next_value = _bootstrap(bootstrap_value, reward)
-    next_adv: Any = 0.0
-    decay = discount * gae_lambda
-    for t in reversed(range(shape[0])):
-        delta = reward_f[t] + discount * next_value * not_done[t] - value_f[t]
-        step_adv = delta + decay * not_done[t] * next_adv
-        adv[t] = step_adv if not_timeout is None else step_adv * not_timeout[t]
-        next_adv = adv[t]
-        next_value = value_f[t]
-    ret[...] = adv + value_f
-    return adv, ret
+    advantage_dest: Array | None = None,
+    return_dest: Array | None = None,
+) -> tuple[Array, Array]:
+    """:func:`generalized_advantage_estimation` with time-limit bootstrapping (``timeout``)."""
+    return generalized_advantage_estimation(reward, value, done, bootstrap_value, discount,
+                                            gae_lambda, timeout, advantage_dest, return_dest)

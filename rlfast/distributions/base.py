@@ -9,7 +9,7 @@ perplexities and likelihood ratio below are derived from those.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -53,7 +53,7 @@ class Distribution:
         """p_new(x) / p_old(x), computed as exp of the log-likelihood difference."""
         return torch.exp(self.log_likelihood(x, new_dist_info) - self.log_likelihood(x, old_dist_info))
 
-    def mean_kl(self, old_dist_info: Any, new_dist_info: Any, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def mean_kl(self, old_dist_info: Any, new_dist_info: Any, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Mean KL over a batch, ignoring entries where ``valid`` is 0."""
         return valid_mean(self.kl(old_dist_info, new_dist_info), valid)
 
@@ -61,10 +61,10 @@ class Distribution:
         """exp(entropy): the effective number of equally likely outcomes."""
         return torch.exp(self.entropy(dist_info))
 
-    def mean_entropy(self, dist_info: Any, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def mean_entropy(self, dist_info: Any, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Mean entropy over a batch, ignoring entries where ``valid`` is 0."""
         return valid_mean(self.entropy(dist_info), valid)
 
-    def mean_perplexity(self, dist_info: Any, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def mean_perplexity(self, dist_info: Any, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Mean perplexity over a batch, ignoring entries where ``valid`` is 0."""
         return valid_mean(self.perplexity(dist_info), valid)

@@ -1,10 +1,10 @@
 """One-hot conversions shared by discrete distributions."""
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 
+from rlfast.utils.checks import check_positive
 from rlfast.utils.tensor import from_onehot, to_onehot
 
 __all__ = ["DiscreteMixin"]
@@ -19,9 +19,7 @@ class DiscreteMixin:
     """
 
     def __init__(self, dim: int, dtype: torch.dtype = torch.long, onehot_dtype: torch.dtype = torch.float):
-        if int(dim) != dim or dim < 1:
-            raise ValueError(f"Discrete distribution dim must be a positive integer, got {dim!r}.")
-        self._dim = int(dim)
+        self._dim = check_positive(dim, "dim", integer=True, owner=type(self).__name__)
         self.dtype = dtype
         self.onehot_dtype = onehot_dtype
 
@@ -30,10 +28,10 @@ class DiscreteMixin:
         """Number of discrete outcomes."""
         return self._dim
 
-    def to_onehot(self, indexes: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    def to_onehot(self, indexes: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Integer indexes ``[...]`` to one-hot ``[..., dim]`` (``onehot_dtype`` by default)."""
         return to_onehot(indexes, self._dim, dtype=dtype or self.onehot_dtype)
 
-    def from_onehot(self, onehot: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    def from_onehot(self, onehot: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """One-hot ``[..., dim]`` to integer indexes ``[...]`` (``dtype`` by default)."""
         return from_onehot(onehot, dtype=dtype or self.dtype)

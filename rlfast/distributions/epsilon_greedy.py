@@ -9,7 +9,6 @@ first reduces a distribution over return atoms to its expected value,
 """
 from __future__ import annotations
 
-from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -19,7 +18,7 @@ from rlfast.distributions.discrete import DiscreteMixin
 
 __all__ = ["EpsilonGreedy", "CategoricalEpsilonGreedy"]
 
-EpsilonLike = Union[float, int, np.ndarray, torch.Tensor, list, tuple]
+EpsilonLike = float | int | np.ndarray | torch.Tensor | list | tuple
 
 
 def _as_epsilon(epsilon: EpsilonLike) -> torch.Tensor:
@@ -102,13 +101,13 @@ class CategoricalEpsilonGreedy(EpsilonGreedy):
     epsilon of length ``B`` applies across the ``B`` dim as in ``EpsilonGreedy``.
     """
 
-    def __init__(self, z: Optional[torch.Tensor] = None, **kwargs):
+    def __init__(self, z: torch.Tensor | None = None, **kwargs):
         super().__init__(**kwargs)
         self.z = None
         if z is not None:
             self.set_z(z)
 
-    def set_z(self, z: Union[torch.Tensor, np.ndarray, list]) -> None:
+    def set_z(self, z: torch.Tensor | np.ndarray | list) -> None:
         """Assign the atom values (the distributional support), a vector of length ``P``."""
         z = torch.as_tensor(np.asarray(z) if isinstance(z, (list, tuple)) else z, dtype=torch.float32)
         if z.dim() != 1 or z.numel() < 1:
@@ -117,7 +116,7 @@ class CategoricalEpsilonGreedy(EpsilonGreedy):
         self.z = z
         self._z_on = {}
 
-    def _z_for(self, p: torch.Tensor, z: Optional[torch.Tensor]) -> torch.Tensor:
+    def _z_for(self, p: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
         if z is None:
             if self.z is None:
                 raise ValueError("CategoricalEpsilonGreedy: no atom values; call set_z(z) or pass z to sample().")
@@ -135,7 +134,7 @@ class CategoricalEpsilonGreedy(EpsilonGreedy):
             )
         return z
 
-    def sample(self, p: torch.Tensor, z: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def sample(self, p: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         """Epsilon-greedy actions from atom probabilities ``p`` ``[..., A, P]``."""
         q = torch.tensordot(p, self._z_for(p, z), dims=1)
         return super().sample(q)

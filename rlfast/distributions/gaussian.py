@@ -11,12 +11,13 @@ and adds the change-of-variables correction, which avoids an unstable arctanh.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Tuple, Union
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from rlfast.distributions.base import Distribution
+from rlfast.utils.checks import check_positive
 from rlfast.utils.collections import namedarraytuple
 
 __all__ = ["Gaussian", "DistInfo", "DistInfoStd"]
@@ -27,15 +28,11 @@ DistInfoStd = namedarraytuple("DistInfoStd", ["mean", "log_std"])
 _LOG_2PI = math.log(2 * math.pi)
 _LOG_2 = math.log(2.0)
 
-StdLike = Union[float, torch.Tensor, None]
+StdLike = float | torch.Tensor | None
 
 
-def _check_positive_or_none(name: str, value) -> None:
-    if value is None:
-        return
-    tensor = torch.as_tensor(value, dtype=torch.float64)
-    if not bool(torch.all(tensor > 0)):
-        raise ValueError(f"Gaussian: {name} must be positive or None, got {value!r}.")
+def _positive_or_none(value: float | None, name: str) -> float | None:
+    return None if value is None else check_positive(value, name, owner="Gaussian")
 
 
 class Gaussian(Distribution):
@@ -55,17 +52,15 @@ class Gaussian(Distribution):
         self,
         dim: int,
         std: StdLike = None,
-        clip: Optional[float] = None,
-        noise_clip: Optional[float] = None,
-        min_std: Optional[float] = None,
-        max_std: Optional[float] = None,
-        squash: Optional[float] = None,
+        clip: float | None = None,
+        noise_clip: float | None = None,
+        min_std: float | None = None,
+        max_std: float | None = None,
+        squash: float | None = None,
     ):
-        if int(dim) != dim or dim < 1:
-            raise ValueError(f"Gaussian dim must be a positive integer, got {dim!r}.")
-        self._dim = int(dim)
-        _check_positive_or_none("min_std", min_std)
-        _check_positive_or_none("max_std", max_std)
+        self._dim = check_positive(dim, "dim", integer=True, owner="Gaussian")
+        min_std = _positive_or_none(min_std, "min_std")
+        max_std = _positive_or_none(max_std, "max_std")
         if min_std is not None and max_std is not None and min_std > max_std:
             raise ValueError(f"Gaussian: min_std ({min_std}) must not exceed max_std ({max_std}).")
         self.min_std = min_std
@@ -81,7 +76,9 @@ class Gaussian(Distribution):
     def set_std(self, std: StdLike) -> None:
         """Fix the std (scalar or broadcastable to ``[dim]``), or None to use ``dist_info.log_std``."""
         if std is not None:
-            _check_positive_or_none("std", std)
+            # A scalar, or one std per action dimension.
+            if not bool(torch.all(torch.as_tensor(std, dtype=torch.float64) > 0)):
+                raise ValueError(f"Gaussian: std must be > 0 (every entry) or None; got {std!r}")
             std_tensor = torch.as_tensor(std, dtype=torch.float32)
             try:
                 torch.broadcast_shapes(tuple(std_tensor.shape), (self._dim,))
@@ -93,20 +90,17 @@ class Gaussian(Distribution):
             std = std_tensor
         self.std = std
 
-    def set_clip(self, clip: Optional[float]) -> None:
+    def set_clip(self, clip: float | None) -> None:
         """Clamp samples to ``[-clip, clip]``; None turns it off."""
-        _check_positive_or_none("clip", clip)
-        self.clip = clip
+        self.clip = _positive_or_none(clip, "clip")
 
-    def set_noise_clip(self, noise_clip: Optional[float]) -> None:
+    def set_noise_clip(self, noise_clip: float | None) -> None:
         """Clamp sampling noise to ``[-noise_clip, noise_clip]``; None turns it off."""
-        _check_positive_or_none("noise_clip", noise_clip)
-        self.noise_clip = noise_clip
+        self.noise_clip = _positive_or_none(noise_clip, "noise_clip")
 
-    def set_squash(self, squash: Optional[float]) -> None:
+    def set_squash(self, squash: float | None) -> None:
         """Squash samples to ``squash * tanh(x)`` (usually 1); None turns it off."""
-        _check_positive_or_none("squash", squash)
-        self.squash = squash
+        self.squash = _positive_or_none(squash, "squash")
 
     # ---- helpers ---------------------------------------------------------
     def _mean(self, dist_info: Any) -> torch.Tensor:
@@ -178,7 +172,7 @@ class Gaussian(Distribution):
         """p_new(x) / p_old(x) (the squash correction cancels)."""
         return torch.exp(self.log_likelihood(x, new_dist_info) - self.log_likelihood(x, old_dist_info))
 
-    def sample_loglikelihood(self, dist_info: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+    def sample_loglikelihood(self, dist_info: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw a differentiable sample and its log-likelihood (e.g. for SAC).
 
         The log-likelihood is computed on the pre-squash sample (with the squash

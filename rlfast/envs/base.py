@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import namedtuple
-from typing import Any, Optional
+from typing import Any
 
 EnvStep = namedtuple("EnvStep", ["observation", "reward", "done", "env_info"])
 EnvSpaces = namedtuple("EnvSpaces", ["observation", "action"])
@@ -44,11 +44,11 @@ class Env(ABC):
         return EnvSpaces(observation=self.observation_space, action=self.action_space)
 
     @property
-    def horizon(self) -> Optional[int]:
+    def horizon(self) -> int | None:
         """Maximum episode length (steps before a time-limit cut), or None if unlimited."""
         return None
 
-    def seed(self, seed: Optional[int]) -> None:
+    def seed(self, seed: int | None) -> None:
         """Seed the environment's randomness; the base environment has none, so this does
         nothing. Subclasses with stochastic dynamics override it."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import keyword
 import warnings
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -132,7 +132,7 @@ class _InfoLayout:
                        f"e.g. with rlfast.envs.EnvInfoWrapper)")
 
 
-def _as_numeric(value: Any) -> Optional[np.ndarray]:
+def _as_numeric(value: Any) -> np.ndarray | None:
     """``value`` as a numeric numpy array, or None if it is not numeric."""
     if value is None or isinstance(value, (str, bytes)):
         return None
@@ -143,7 +143,7 @@ def _as_numeric(value: Any) -> Optional[np.ndarray]:
     return arr if arr.dtype.kind in _KIND_CLASS else None
 
 
-def _find_horizon(env: Any) -> Optional[int]:
+def _find_horizon(env: Any) -> int | None:
     """Max episode steps of the first ``TimeLimit`` in the wrapper chain, else the spec's."""
     layer = env
     while layer is not None:
@@ -182,7 +182,7 @@ class GymEnvWrapper(Env):
                                                   force_float32=force_float32)
         self._revert_action = self._action_space.revert
         self._convert_observation = self._observation_space.convert
-        self._info_layout: Optional[_InfoLayout] = None
+        self._info_layout: _InfoLayout | None = None
         self._final_zero = None
         if final_observation:
             null = self._observation_space.null_value()
@@ -191,7 +191,7 @@ class GymEnvWrapper(Env):
                 raise ValueError(f"final_observation=True needs an array observation space; got "
                                  f"{env.observation_space!r}")
             self._final_zero = np.zeros_like(zero)
-        self._pending_seed: Optional[int] = None
+        self._pending_seed: int | None = None
         self._horizon = _find_horizon(env)
 
     def step(self, action: Any) -> EnvStep:
@@ -225,7 +225,7 @@ class GymEnvWrapper(Env):
             obs, _ = self.env.reset()
         return self._convert_observation(obs)
 
-    def seed(self, seed: Optional[int]) -> None:
+    def seed(self, seed: int | None) -> None:
         """Seed the next ``reset`` and the gym action space (for gym-side action sampling)."""
         if seed is not None and not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int or None, got {seed!r}")
@@ -234,7 +234,7 @@ class GymEnvWrapper(Env):
             self.env.action_space.seed(int(seed))
 
     @property
-    def horizon(self) -> Optional[int]:
+    def horizon(self) -> int | None:
         """The time limit (``max_episode_steps``) of the wrapped env, or None."""
         return self._horizon
 
@@ -275,12 +275,12 @@ class EnvInfoWrapper(gymnasium.Wrapper, RecordConstructorArgs):
         obs, reward, terminated, truncated, info = self.env.step(action)
         return obs, reward, terminated, truncated, _infill(info, self.info_example)
 
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple:
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
         obs, info = self.env.reset(seed=seed, options=options)
         return obs, _infill(info, self.info_example)
 
 
-def make(id: Any, info_example: Optional[Mapping] = None, seed: Optional[int] = None,
+def make(id: Any, info_example: Mapping | None = None, seed: int | None = None,
          final_observation: bool = False, **kwargs: Any) -> GymEnvWrapper:
     """``gymnasium.make(id, **kwargs)``, wrapped in ``EnvInfoWrapper(info_example)`` if one is
     given, then in ``GymEnvWrapper`` (``final_observation`` passed on); seeded with ``seed``

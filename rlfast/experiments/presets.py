@@ -7,23 +7,24 @@ and the convolutional Atari agent for ``atari:<game>`` (rlfast's own AtariEnv).
 """
 from __future__ import annotations
 
-import copy
-import os
+from collections.abc import Callable
 
 import torch
 
 from rlfast.agents import (AlternatingRecurrentCategoricalPgAgent, CategoricalPgAgent,
                            MujocoFfAgent, MujocoLstmAgent, RecurrentCategoricalPgAgent)
-from rlfast.algos import A2C, PPO
+from rlfast.algos import A2C, PPO, RLAlgorithm
 from rlfast.algos.dqn import DQN, R2D1, CategoricalDQN
 from rlfast.algos.qpg import DDPG, SAC, TD3
 from rlfast.envs import make as make_gym_env
-from rlfast.experiments.qpg_presets import ENV_TUNED, QPG_ALGOS, QPG_PRESETS, merge
+from rlfast.experiments.qpg_presets import ENV_TUNED, QPG_ALGOS, QPG_PRESETS
 from rlfast.runners import MinibatchRlEval
 from rlfast.samplers import (AlternatingSampler, CpuEvalCollector, CpuResetCollector, CpuSampler,
                              CpuWaitResetCollector, GpuEvalCollector, GpuResetCollector,
                              GpuSampler, GpuWaitResetCollector, SerialEvalCollector,
                              SerialSampler, TrajInfo)
+from rlfast.utils.checks import check_choice
+from rlfast.utils.misc import available_cpus, deep_merge
 
 # Evaluation: 8 greedy episodes, one per eval env, each allowed its full 500 steps.
 _COMMON_SAMPLER = dict(max_decorrelation_steps=100, eval_n_envs=8, eval_max_steps=8 * 500,
@@ -120,17 +121,6 @@ _ATARI_DQN_AGENT = dict(model_kwargs=dict(dueling=False), eps_init=1.0, eps_fina
 _RUN_CLASSIC = dict(n_steps=100_000, log_interval_steps=10_000)
 _RUN_ATARI = dict(n_steps=10_000_000, log_interval_steps=100_000)
 
-
-def _with(base: dict, **changes) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _with(out[key], **value)
-        else:
-            out[key] = value
-    return out
-
-
 _RAINBOW = dict(n_step_return=3, double_dqn=True, prioritized_replay=True)
 PRESETS["dqn"] = dict(
     discrete=dict(agent=_DQN_AGENT, algo=_DQN_ALGO, sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
@@ -138,23 +128,26 @@ PRESETS["dqn"] = dict(
                algo=_ATARI_DQN_ALGO, sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
 )
 PRESETS["cat_dqn"] = dict(
-    discrete=dict(agent=_with(_DQN_AGENT, n_atoms=51),
-                  algo=_with(_DQN_ALGO, V_min=0.0, V_max=100.0, learning_rate=1e-3),
+    discrete=dict(agent=deep_merge(_DQN_AGENT, dict(n_atoms=51)),
+                  algo=deep_merge(_DQN_ALGO, dict(V_min=0.0, V_max=100.0, learning_rate=1e-3)),
                   sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
-    atari=dict(agent=_with(_ATARI_DQN_AGENT, n_atoms=51), env=dict(PRESETS["ppo"]["atari"]["env"]),
-               algo=_with(_ATARI_DQN_ALGO, V_min=-10.0, V_max=10.0), sampler=_ATARI_DQN_SAMPLER,
-               runner=_RUN_ATARI),
+    atari=dict(agent=deep_merge(_ATARI_DQN_AGENT, dict(n_atoms=51)),
+               env=dict(PRESETS["ppo"]["atari"]["env"]),
+               algo=deep_merge(_ATARI_DQN_ALGO, dict(V_min=-10.0, V_max=10.0)),
+               sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
 )
 PRESETS["rainbow"] = dict(
-    discrete=dict(agent=_with(_DQN_AGENT, n_atoms=51, eps_init=0.0, eps_final=0.0,
-                              model_kwargs=dict(dueling=True, noisy=True)),
-                  algo=_with(_DQN_ALGO, V_min=0.0, V_max=100.0, **_RAINBOW),
+    discrete=dict(agent=deep_merge(_DQN_AGENT, dict(n_atoms=51, eps_init=0.0, eps_final=0.0,
+                                                    model_kwargs=dict(dueling=True, noisy=True))),
+                  algo=deep_merge(_DQN_ALGO, dict(V_min=0.0, V_max=100.0, **_RAINBOW)),
                   sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
-    atari=dict(agent=_with(_ATARI_DQN_AGENT, n_atoms=51, eps_init=0.0, eps_final=0.0,
-                           model_kwargs=dict(dueling=True, noisy=True)),
+    atari=dict(agent=deep_merge(_ATARI_DQN_AGENT,
+                                dict(n_atoms=51, eps_init=0.0, eps_final=0.0,
+                                     model_kwargs=dict(dueling=True, noisy=True))),
                env=dict(PRESETS["ppo"]["atari"]["env"]),
-               algo=_with(_ATARI_DQN_ALGO, V_min=-10.0, V_max=10.0, learning_rate=6.25e-5,
-                          replay_ratio=4, target_update_interval=2000, **_RAINBOW),
+               algo=deep_merge(_ATARI_DQN_ALGO,
+                               dict(V_min=-10.0, V_max=10.0, learning_rate=6.25e-5,
+                                    replay_ratio=4, target_update_interval=2000, **_RAINBOW)),
                sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
 )
 
@@ -195,7 +188,12 @@ ATARI_PREFIX = "atari:"
 
 
 def env_kind(env_id: str) -> str:
-    """'atari' for ``atari:<game>``; else 'discrete' or 'continuous' from the action space."""
+    """Which preset family fits ``env_id``: ``"atari"`` for ``atari:<game>``, else
+    ``"discrete"`` or ``"continuous"`` from the action space of a freshly made environment.
+
+    Presets differ by action space (categorical vs Gaussian policies, DQN vs QPG), so the
+    environment is made once here, inspected and closed again.
+    """
     if env_id.startswith(ATARI_PREFIX):
         return "atari"
     env = make_gym_env(env_id)
@@ -207,35 +205,40 @@ def env_kind(env_id: str) -> str:
 
 
 def get_preset(algo: str, env_id: str) -> dict:
-    """The preset for ``algo`` matched to ``env_id`` (a deep copy)."""
+    """The preset for ``algo`` matched to ``env_id``: a fresh nested dict that the caller
+    may change freely.
+
+    The family preset (``env_kind``) comes first, then any per-environment tuning from
+    ``ENV_TUNED``; an unknown algorithm, or one without a preset for this kind of action
+    space, is a ``ValueError`` naming the valid choices.
+    """
     if algo not in PRESETS:
         raise ValueError(f"unknown algorithm {algo!r}; choose from {sorted(PRESETS)}")
     kind = env_kind(env_id)
     if kind not in PRESETS[algo]:
         raise ValueError(f"{algo!r} has no preset for {kind} action spaces ({env_id}); "
                          f"it supports: {sorted(PRESETS[algo])}")
-    preset = copy.deepcopy(PRESETS[algo][kind])
-    return merge(preset, copy.deepcopy(ENV_TUNED.get((algo, env_id), {})))
-
-
-def _available_cpus() -> list:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:
-        return list(range(os.cpu_count() or 1))
+    return deep_merge(PRESETS[algo][kind], ENV_TUNED.get((algo, env_id), {}))
 
 
 def default_sampler(algo: str) -> str:
-    """The sampler ``rlfast train`` uses without ``--sampler``: serial for the replay-based
-    continuous-control algorithms (one environment, many updates per step), else cpu."""
+    """The sampler ``rlfast train`` uses without ``--sampler``.
+
+    Serial for the replay-based continuous-control algorithms (one environment and many
+    updates per step leave nothing for parallel workers to hide), else ``"cpu"``.
+    """
     return "serial" if algo in QPG_ALGOS else "cpu"
 
 
 def default_affinity(n_envs: int, sampler: str, master_threads: int | None = None) -> dict:
-    """Use every available core: one worker per core (at most one per env); the agent goes on
-    GPU 0 for the GPU-agent samplers when CUDA is available. ``master_threads`` sets the
-    master's torch threads (default 1: small policy networks gain nothing from more)."""
-    cpus = _available_cpus()
+    """The affinity dict of a single-machine run that uses every available core.
+
+    One worker per core (at most one per environment; the alternating sampler needs two),
+    and the agent on GPU 0 for the GPU-agent samplers when CUDA is available.
+    ``master_threads`` sets the master's torch threads (default 1: small policy networks
+    gain nothing from more, and extra threads contend with the workers).
+    """
+    cpus = available_cpus()
     cuda_idx = 0 if sampler in ("gpu", "alternating") and torch.cuda.is_available() else None
     if sampler == "serial":
         return dict(master_cpus=cpus, master_torch_threads=master_threads or 1, cuda_idx=None)
@@ -245,17 +248,27 @@ def default_affinity(n_envs: int, sampler: str, master_threads: int | None = Non
                 worker_torch_threads=1, cuda_idx=cuda_idx)
 
 
-def _env_factory(env_id: str, env_cfg: dict):
+def _env_factory(env_id: str, env_cfg: dict) -> tuple[type | Callable, dict, type]:
+    """(EnvCls, env_kwargs, TrajInfoCls) for the samplers. An unknown Atari game is a
+    ``ValueError`` here, while the run is still being configured, not in a worker later."""
     if env_id.startswith(ATARI_PREFIX):
         from rlfast.envs import AtariEnv, AtariTrajInfo
-        return AtariEnv, dict(game=env_id[len(ATARI_PREFIX):], **env_cfg), AtariTrajInfo
+        from rlfast.envs.atari import resolve_game
+        game = env_id[len(ATARI_PREFIX):]
+        resolve_game(game)
+        return AtariEnv, dict(game=game, **env_cfg), AtariTrajInfo
     return make_gym_env, dict(id=env_id, **env_cfg), TrajInfo
 
 
-def _value_agent_class(algo_name: str, kind: str):
+def _value_agent_class(algo_name: str, kind: str, sampler: str) -> type:
+    """The DQN-family agent class; R2D1 under the alternating sampler gets the variant that
+    keeps one recurrent state per worker group."""
     from rlfast.agents import (AtariCatDqnAgent, AtariDqnAgent, AtariR2d1Agent, CatDqnAgent,
                                DqnAgent, R2d1Agent)
     if algo_name == "r2d1":
+        if sampler == "alternating":
+            from rlfast.agents import AlternatingAtariR2d1Agent, AlternatingR2d1Agent
+            return AlternatingAtariR2d1Agent if kind == "atari" else AlternatingR2d1Agent
         return AtariR2d1Agent if kind == "atari" else R2d1Agent
     categorical = algo_name in ("cat_dqn", "rainbow")
     if kind == "atari":
@@ -263,7 +276,9 @@ def _value_agent_class(algo_name: str, kind: str):
     return CatDqnAgent if categorical else DqnAgent
 
 
-def _agent_class(kind: str, recurrent: bool, sampler: str):
+def _agent_class(kind: str, recurrent: bool, sampler: str) -> type:
+    """The policy-gradient agent class for the action space; recurrent agents under the
+    alternating sampler get the variant that keeps one recurrent state per worker group."""
     alternating = sampler == "alternating"
     if kind == "atari":
         from rlfast.agents import AlternatingAtariLstmAgent, AtariFfAgent, AtariLstmAgent
@@ -281,7 +296,8 @@ def _agent_class(kind: str, recurrent: bool, sampler: str):
     return MujocoFfAgent
 
 
-def _algo(algo_name: str, algo_cfg: dict):
+def _algo(algo_name: str, algo_cfg: dict) -> RLAlgorithm:
+    """The algorithm object; ``OptimCls`` is given by name (``"RMSprop"``) in presets."""
     algo_cfg = dict(algo_cfg)
     optim = algo_cfg.pop("OptimCls", None)
     if optim is not None:
@@ -291,9 +307,14 @@ def _algo(algo_name: str, algo_cfg: dict):
 
 def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "cpu",
                      seed: int | None = None, affinity: dict | None = None) -> MinibatchRlEval:
-    """Assemble sampler, agent, algorithm and runner from a (possibly overridden) preset."""
-    if sampler not in SAMPLERS:
-        raise ValueError(f"unknown sampler {sampler!r}; choose from {list(SAMPLERS)}")
+    """Assemble sampler, agent, algorithm and runner from a (possibly overridden) preset.
+
+    Everything is constructed but nothing is started: no process, environment step or
+    gradient step happens until ``runner.train()``. Errors in the configuration (unknown
+    sampler, unknown Atari game, a combination without an agent) surface here. Without
+    ``affinity`` the run uses every available core (``default_affinity``).
+    """
+    check_choice(sampler, "sampler", SAMPLERS)
     kind = env_kind(env_id)
     agent_cfg = dict(config["agent"])
     recurrent = agent_cfg.pop("recurrent", False)
@@ -301,7 +322,7 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
         from rlfast.agents import DdpgAgent, SacAgent, Td3Agent
         agent = dict(ddpg=DdpgAgent, td3=Td3Agent, sac=SacAgent)[algo_name](**agent_cfg)
     elif algo_name in VALUE_BASED:
-        agent = _value_agent_class(algo_name, kind)(**agent_cfg)
+        agent = _value_agent_class(algo_name, kind, sampler)(**agent_cfg)
     else:
         agent = _agent_class(kind, recurrent, sampler)(**agent_cfg)
     EnvCls, env_kwargs, TrajInfoCls = _env_factory(env_id, config.get("env", {}))
@@ -323,7 +344,7 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
         # A preset's "affinity" section may set the master's torch threads (0: every core).
         threads = config.get("affinity", {}).get("master_torch_threads")
         if threads == 0:
-            threads = len(_available_cpus())
+            threads = len(available_cpus())
         affinity = default_affinity(sampler_cfg["batch_B"], sampler, master_threads=threads)
     return MinibatchRlEval(algo=_algo(algo_name, config["algo"]), agent=agent,
                            sampler=sampler_obj, seed=seed, affinity=affinity, **config["runner"])

@@ -26,6 +26,8 @@ _QPG_REPLAY = dict(discount=0.99, batch_size=256, min_steps_learn=10_000, replay
 
 
 def _qpg_preset(hidden_sizes: list, agent: dict, algo: dict) -> dict:
+    """The ``continuous`` preset of one QPG algorithm: its networks, agent and algorithm
+    settings on top of the shared replay, sampler, runner and affinity sections."""
     nets = dict(model_kwargs=dict(hidden_sizes=list(hidden_sizes)),
                 q_model_kwargs=dict(hidden_sizes=list(hidden_sizes)))
     return dict(continuous=dict(agent=dict(nets, **agent), algo=dict(_QPG_REPLAY, **algo),
@@ -65,13 +67,3 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
                                   **_PENDULUM_RUN),
 }
 
-
-def merge(base: dict, changes: dict) -> dict:
-    """``base`` with ``changes`` merged in, nested dicts recursively (inputs unchanged)."""
-    out = dict(base)
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
-    return out

@@ -1,7 +1,7 @@
 """2-D convolutional building blocks, optionally followed by an MLP head."""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, Type
+from collections.abc import Sequence
 
 import torch
 
@@ -28,10 +28,10 @@ class Conv2dModel(torch.nn.Module):
         channels: Sequence[int],
         kernel_sizes: Sequence[int],
         strides: Sequence[int],
-        paddings: Optional[Sequence[int]] = None,
-        nonlinearity: Type[torch.nn.Module] = torch.nn.ReLU,
+        paddings: Sequence[int] | None = None,
+        nonlinearity: type[torch.nn.Module] = torch.nn.ReLU,
         use_maxpool: bool = False,
-        head_sizes: Optional[Sequence[int]] = None,
+        head_sizes: Sequence[int] | None = None,
     ):
         super().__init__()
         if head_sizes is not None:
@@ -70,7 +70,7 @@ class Conv2dModel(torch.nn.Module):
         """Compute the convolution stack on ``input`` shaped ``[B, C, H, W]``."""
         return self.conv(input)
 
-    def conv_out_shape(self, h: int, w: int) -> Tuple[int, int, int]:
+    def conv_out_shape(self, h: int, w: int) -> tuple[int, int, int]:
         """(C, H, W) of the output for an (h, w) input, computed without a forward pass."""
         for kernel, stride, padding in zip(self.kernel_sizes, self.strides, self.paddings):
             if self.use_maxpool:
@@ -82,7 +82,7 @@ class Conv2dModel(torch.nn.Module):
         c = self.channels[-1] if self.channels else self.in_channels
         return c, h, w
 
-    def conv_out_size(self, h: int, w: int, c: Optional[int] = None) -> int:
+    def conv_out_size(self, h: int, w: int, c: int | None = None) -> int:
         """Flattened output size (C*H*W) for an input of height ``h`` and width ``w``.
 
         ``c``, if given, is the input channel count and is checked against
@@ -111,10 +111,10 @@ class Conv2dHeadModel(torch.nn.Module):
         channels: Sequence[int],
         kernel_sizes: Sequence[int],
         strides: Sequence[int],
-        hidden_sizes: Optional[Sequence[int]],
-        output_size: Optional[int] = None,
-        paddings: Optional[Sequence[int]] = None,
-        nonlinearity: Type[torch.nn.Module] = torch.nn.ReLU,
+        hidden_sizes: Sequence[int] | None,
+        output_size: int | None = None,
+        paddings: Sequence[int] | None = None,
+        nonlinearity: type[torch.nn.Module] = torch.nn.ReLU,
         use_maxpool: bool = False,
     ):
         super().__init__()

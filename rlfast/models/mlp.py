@@ -1,11 +1,23 @@
 """Multilayer perceptron building block."""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Type, Union
+from collections.abc import Sequence
 
 import torch
 
-__all__ = ["MlpModel"]
+from rlfast.utils.checks import check_int
+
+__all__ = ["MlpModel", "size_list"]
+
+
+def size_list(sizes: int | Sequence[int] | None) -> list[int]:
+    """Layer sizes as a list of ints: an int is one layer, None means none (non-integral
+    sizes are refused here; the layers check that sizes are positive)."""
+    if sizes is None:
+        return []
+    if isinstance(sizes, int):
+        return [sizes]
+    return [check_int(s, "layer size") for s in sizes]
 
 
 class MlpModel(torch.nn.Module):
@@ -26,9 +38,9 @@ class MlpModel(torch.nn.Module):
     def __init__(
         self,
         input_size: int,
-        hidden_sizes: Union[int, Sequence[int], None],
-        output_size: Optional[int] = None,
-        nonlinearity: Type[torch.nn.Module] = torch.nn.ReLU,
+        hidden_sizes: int | Sequence[int] | None,
+        output_size: int | None = None,
+        nonlinearity: type[torch.nn.Module] = torch.nn.ReLU,
     ):
         super().__init__()
         if isinstance(hidden_sizes, int):

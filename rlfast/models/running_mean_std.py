@@ -1,7 +1,7 @@
 """Running mean and variance of a stream of tensors, kept as module buffers."""
 from __future__ import annotations
 
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import torch
 
@@ -18,7 +18,7 @@ class RunningMeanStdModel(torch.nn.Module):
     Chan et al.; before any update, mean is 0 and var is 1.
     """
 
-    def __init__(self, shape: Union[int, Sequence[int]]):
+    def __init__(self, shape: int | Sequence[int]):
         super().__init__()
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         self.shape = shape

@@ -1,4 +1,4 @@
-"""Small model utilities: conv output shapes, gradient scaling, state-dict updates.
+"""Small model utilities: conv output shapes, orthogonal init, gradient scaling, state-dict updates.
 
 ``update_state_dict`` is how target networks track online ones (hard copy or
 Polyak averaging) and how sampler models receive new parameters;
@@ -7,17 +7,22 @@ plain (unwrapped) sampler models.
 """
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
-from typing import Mapping, Tuple, Union
+from collections.abc import Mapping
 
 import torch
 
-__all__ = ["conv2d_output_shape", "ScaleGrad", "scale_grad", "update_state_dict", "strip_ddp_state_dict"]
+__all__ = ["conv2d_output_shape", "orthogonal_init_", "HIDDEN_GAIN", "ScaleGrad", "scale_grad",
+           "update_state_dict", "strip_ddp_state_dict"]
 
-IntOrPair = Union[int, Tuple[int, int]]
+IntOrPair = int | tuple[int, int]
+
+# Gain of orthogonal init for layers followed by a ReLU (or tanh) nonlinearity.
+HIDDEN_GAIN = math.sqrt(2.0)
 
 
-def _pair(value: IntOrPair, name: str) -> Tuple[int, int]:
+def _pair(value: IntOrPair, name: str) -> tuple[int, int]:
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
             raise ValueError(f"conv2d_output_shape: {name} must be an int or a pair, got {value!r}.")
@@ -27,7 +32,7 @@ def _pair(value: IntOrPair, name: str) -> Tuple[int, int]:
 
 def conv2d_output_shape(
     h: int, w: int, kernel_size: IntOrPair = 1, stride: IntOrPair = 1, padding: IntOrPair = 0, dilation: IntOrPair = 1
-) -> Tuple[int, int]:
+) -> tuple[int, int]:
     """Output (H, W) of a convolution or pooling layer on an (h, w) input.
 
     Same arithmetic as ``torch.nn.Conv2d`` / ``MaxPool2d``:
@@ -41,6 +46,14 @@ def conv2d_output_shape(
     h_out = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
     w_out = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     return h_out, w_out
+
+
+def orthogonal_init_(layer: torch.nn.Module, gain: float) -> torch.nn.Module:
+    """Orthogonal weights scaled by ``gain``, zero bias; returns the layer."""
+    torch.nn.init.orthogonal_(layer.weight, gain=gain)
+    if layer.bias is not None:
+        torch.nn.init.zeros_(layer.bias)
+    return layer
 
 
 class ScaleGrad(torch.autograd.Function):
@@ -64,7 +77,7 @@ class ScaleGrad(torch.autograd.Function):
 scale_grad = ScaleGrad.apply
 
 
-def strip_ddp_state_dict(state_dict: Mapping[str, torch.Tensor]) -> "OrderedDict[str, torch.Tensor]":
+def strip_ddp_state_dict(state_dict: Mapping[str, torch.Tensor]) -> OrderedDict[str, torch.Tensor]:
     """Remove one leading ``"module."`` from each key (DistributedDataParallel's prefix).
 
     Keys without the prefix are kept as they are; the value tensors are not copied.

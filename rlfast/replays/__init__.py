@@ -3,15 +3,16 @@ transitions or sequences, with plain or frame-wise observation storage.
 
 Every buffer pre-allocates ``[T, B]`` arrays (``T = ceil(size / B)``), appends ``[T_in, B]``
 samples at a wrapping cursor, computes n-step returns as data arrives, and never replays a step
-whose inputs or targets are not (or no longer) in the buffer. Layer: imports rlfast.utils only.
+whose inputs or targets are not (or no longer) in the buffer. :func:`make_replay_buffer` picks
+the class from what the algorithm needs. Layer: imports rlfast.utils only.
 """
 from rlfast.replays.collections import (AgentInputs, PrioritiesSamplesToBuffer,
                                         SamplesFromReplay, SamplesFromReplayPri,
                                         SamplesFromReplayTL, SamplesFromReplayTLPri,
                                         SequenceSamplesFromReplay, SequenceSamplesFromReplayPri)
+from rlfast.replays.factory import make_replay_buffer, replay_buffer_class
 from rlfast.replays.non_sequence import (PrioritizedReplayBuffer, PrioritizedReplayFrameBuffer,
                                          UniformReplayBuffer, UniformReplayFrameBuffer)
-from rlfast.replays.sampling import beta_schedule
 from rlfast.replays.sequence import (PrioritizedSequenceReplayBuffer,
                                      PrioritizedSequenceReplayFrameBuffer,
                                      UniformSequenceReplayBuffer,
@@ -24,7 +25,7 @@ __all__ = [
     "PrioritizedReplayFrameBuffer", "UniformSequenceReplayBuffer",
     "PrioritizedSequenceReplayBuffer", "UniformSequenceReplayFrameBuffer",
     "PrioritizedSequenceReplayFrameBuffer", "TlUniformReplayBuffer", "TlPrioritizedReplayBuffer",
-    "beta_schedule", "AgentInputs", "SamplesFromReplay",
+    "make_replay_buffer", "replay_buffer_class", "AgentInputs", "SamplesFromReplay",
     "SamplesFromReplayPri", "SequenceSamplesFromReplay", "SequenceSamplesFromReplayPri",
     "PrioritiesSamplesToBuffer", "SamplesFromReplayTL", "SamplesFromReplayTLPri",
 ]

@@ -18,6 +18,7 @@ from rlfast.replays.collections import (SamplesFromReplay, SamplesFromReplayPri,
 from rlfast.replays.sampling import PrioritizedSampling, UniformSampling
 from rlfast.replays.storage import ReplayStorage
 from rlfast.utils.buffer import torchify_buffer
+from rlfast.utils.checks import check_int
 
 __all__ = ["ReplayBufferBase", "split_priorities"]
 
@@ -55,11 +56,14 @@ class ReplayBufferBase(abc.ABC):
     B = property(lambda self: self.storage.B, doc="Number of environments (columns).")
     size = property(lambda self: self.storage.size, doc="Capacity in transitions (T * B).")
     t = property(lambda self: self.storage.t, doc="Cursor: the next row to be written.")
-    n_step_return = property(lambda self: self.storage.n_step_return)
-    discount = property(lambda self: self.storage.discount)
+    n_step_return = property(lambda self: self.storage.n_step_return,
+                             doc="Steps summed into each replayed return.")
+    discount = property(lambda self: self.storage.discount, doc="Discount of those returns.")
     samples = property(lambda self: self.storage.samples, doc="The stored [T, B] arrays.")
-    samples_return_ = property(lambda self: self.storage.samples_return_)
-    samples_done_n = property(lambda self: self.storage.samples_done_n)
+    samples_return_ = property(lambda self: self.storage.samples_return_,
+                               doc="The [T, B] n-step returns (the rewards when n is 1).")
+    samples_done_n = property(lambda self: self.storage.samples_done_n,
+                              doc="The [T, B] n-step done flags (the dones when n is 1).")
     nbytes = property(lambda self: self.storage.nbytes + self._tree_nbytes(),
                       doc="Bytes of all storage, sum tree included.")
 
@@ -68,7 +72,7 @@ class ReplayBufferBase(abc.ABC):
         return 0 if tree is None else int(tree.tree.nbytes + tree._kept.nbytes)
 
     @property
-    def priority_tree(self):
+    def priority_tree(self) -> Any:
         """The :class:`~rlfast.replays.sum_tree.SumTree` (None for uniform buffers)."""
         return getattr(self.scheme, "tree", None)
 
@@ -82,14 +86,13 @@ class ReplayBufferBase(abc.ABC):
         return T_in, rows
 
     def sample_idxs(self, batch_B: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """``(T_idxs, B_idxs, is_weights or None)`` of a batch of valid starts."""
-        if isinstance(batch_B, bool) or not isinstance(batch_B, (int, np.integer)) \
-                or batch_B < 1:
-            raise ValueError(f"batch_B must be an integer >= 1; got {batch_B!r}")
-        return self.scheme.sample(int(batch_B))
+        """``(T_idxs, B_idxs, is_weights or None)`` of a batch of valid starts, drawn by the
+        buffer's sampling scheme (uniform or by priority) among steps that may be replayed."""
+        return self.scheme.sample(check_int(batch_B, "batch_B", minimum=1))
 
     def sample_batch(self, batch_B: int) -> Any:
-        """A batch of ``batch_B`` samples as torch tensors (plus ``is_weights`` if prioritized)."""
+        """A batch of ``batch_B`` samples as torch tensors (plus ``is_weights`` if prioritized):
+        what the algorithm trains on; see each buffer's module for the fields."""
         T_idxs, B_idxs, is_weights = self.sample_idxs(batch_B)
         batch = self.extract_batch(T_idxs, B_idxs)
         if is_weights is not None:
@@ -98,7 +101,8 @@ class ReplayBufferBase(abc.ABC):
 
     @abc.abstractmethod
     def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> Any:
-        """The numpy batch at these start indexes."""
+        """The numpy batch at these start indexes; what each buffer kind replays (transitions,
+        sequences, time-limit fields) is defined here."""
 
     def update_batch_priorities(self, priorities: Any) -> None:
         """New priorities (raw, e.g. |TD error|; stored as ``p ** alpha``) for the batch last
@@ -106,15 +110,18 @@ class ReplayBufferBase(abc.ABC):
         self._prioritized("update_batch_priorities").update_batch_priorities(priorities)
 
     def set_beta(self, beta: float) -> None:
-        """Importance-sampling exponent for the next batches (see ``beta_schedule``)."""
+        """Importance-sampling exponent for the next batches, in [0, 1]; algorithms anneal it
+        towards 1 (full correction of the sampling bias) as training goes on."""
         self._prioritized("set_beta").set_beta(beta)
 
     @property
     def beta(self) -> float:
+        """The current importance-sampling exponent (prioritized buffers only)."""
         return self._prioritized("beta").beta
 
     @property
     def alpha(self) -> float:
+        """The priority exponent: priorities are stored as ``p ** alpha`` (prioritized only)."""
         return self._prioritized("alpha").alpha
 
     def _prioritized(self, what: str) -> PrioritizedSampling:

@@ -53,6 +53,7 @@ class FrameStore:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the frames and the history bits."""
         return int(self.frames.nbytes + self.history_ok.nbytes)
 
     def write(self, start: int, observation: np.ndarray) -> None:

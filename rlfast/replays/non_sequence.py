@@ -61,6 +61,7 @@ class UniformReplayBuffer(ReplayBufferBase):
         super().__init__(storage, UniformSampling(storage, off_backward=n_step_return))
 
     def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SamplesFromReplay:
+        """The numpy transitions at these steps (see :func:`extract_transitions`)."""
         return extract_transitions(self.storage, T_idxs, B_idxs)
 
 
@@ -95,6 +96,7 @@ class PrioritizedReplayBuffer(ReplayBufferBase):
         super().__init__(storage, scheme)
 
     def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SamplesFromReplay:
+        """The numpy transitions at these steps (see :func:`extract_transitions`)."""
         return extract_transitions(self.storage, T_idxs, B_idxs)
 
 

@@ -15,29 +15,11 @@ from typing import Any
 import numpy as np
 
 from rlfast.replays.ring import rows_from_ages, valid_age_range, valid_rows
-from rlfast.replays.storage import ReplayStorage, check_int
+from rlfast.replays.storage import ReplayStorage
 from rlfast.replays.sum_tree import SumTree, check_priorities
+from rlfast.utils.checks import check_fraction, check_int
 
-__all__ = ["UniformSampling", "PrioritizedSampling", "beta_schedule"]
-
-
-def _check_fraction(value: Any, name: str) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number in [0, 1]; got {value!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1]; got {value}")
-    return value
-
-
-def beta_schedule(itr: int, beta_init: float, beta_final: float, anneal_itr: int) -> float:
-    """Importance-sampling exponent for iteration ``itr``: linear from ``beta_init`` at 0 to
-    ``beta_final`` at ``anneal_itr``, constant after (the algorithm calls ``set_beta``)."""
-    if anneal_itr <= 0 or itr >= anneal_itr:
-        return float(beta_final)
-    frac = max(0.0, itr / anneal_itr)
-    return float(beta_init + frac * (beta_final - beta_init))
+__all__ = ["UniformSampling", "PrioritizedSampling"]
 
 
 class UniformSampling:
@@ -45,8 +27,8 @@ class UniformSampling:
 
     def __init__(self, storage: ReplayStorage, off_backward: int, stride: int = 1):
         self.storage = storage
-        self.off_backward = check_int(off_backward, "off_backward", 0)
-        self.stride = check_int(stride, "stride", 1)
+        self.off_backward = check_int(off_backward, "off_backward", minimum=0)
+        self.stride = check_int(stride, "stride", minimum=1)
         if storage.T % self.stride:
             raise ValueError(f"stride {self.stride} must divide T={storage.T}")
         if self.off_backward + storage.off_forward >= storage.T:
@@ -90,8 +72,8 @@ class PrioritizedSampling:
                  unique: bool = False, input_priorities: bool = False,
                  input_priority_shift: int = 0):
         self.storage = storage
-        off_backward = check_int(off_backward, "off_backward", 0)
-        self.stride = check_int(stride, "stride", 1)
+        off_backward = check_int(off_backward, "off_backward", minimum=0)
+        self.stride = check_int(stride, "stride", minimum=1)
         if storage.T % self.stride:
             raise ValueError(f"stride {self.stride} must divide T={storage.T}")
         if off_backward + storage.off_forward >= storage.T:
@@ -102,7 +84,7 @@ class PrioritizedSampling:
             raise TypeError(f"alpha must be a number >= 0; got {alpha!r}") from None
         if not self.alpha >= 0:
             raise ValueError(f"alpha must be >= 0; got {alpha}")
-        self.beta = _check_fraction(beta, "beta")
+        self.beta = check_fraction(beta, "beta")
         default = float(check_priorities(default_priority, "default_priority"))
         self.unique = bool(unique)
         self.input_priorities = bool(input_priorities)
@@ -126,7 +108,7 @@ class PrioritizedSampling:
 
     def set_beta(self, beta: float) -> None:
         """Set the importance-sampling exponent (annealed by the algorithm)."""
-        self.beta = _check_fraction(beta, "beta")
+        self.beta = check_fraction(beta, "beta")
 
     def advance(self, T_in: int, priorities: Any = None) -> None:
         """Move the tree over the starts the last append wrote (``priorities`` raw)."""

@@ -18,8 +18,9 @@ import numpy as np
 from rlfast.replays.base import ReplayBufferBase
 from rlfast.replays.collections import AgentInputs, SequenceSamplesFromReplay
 from rlfast.replays.sampling import PrioritizedSampling, UniformSampling
-from rlfast.replays.storage import ReplayStorage, check_int
+from rlfast.replays.storage import ReplayStorage
 from rlfast.utils.buffer import buffer_func
+from rlfast.utils.checks import check_int
 from rlfast.utils.misc import extract_sequences
 
 __all__ = ["UniformSequenceReplayBuffer", "UniformSequenceReplayFrameBuffer",
@@ -56,8 +57,8 @@ def _sequence_setup(cls_name: str, example: Any, size: int, B: int, rnn_state_in
                     batch_T: int, discount: float, n_step_return: int,
                     frame_based: bool) -> tuple[ReplayStorage, int, int]:
     """Storage, plus the backward window (steps) and stride shared by both schemes."""
-    batch_T = check_int(batch_T, f"{cls_name} batch_T", 1)
-    n_step_return = check_int(n_step_return, "n_step_return", 1)
+    batch_T = check_int(batch_T, "batch_T", minimum=1, owner=cls_name)
+    n_step_return = check_int(n_step_return, "n_step_return", minimum=1, owner=cls_name)
     storage = ReplayStorage(example, size, B, discount, n_step_return, frame_based=frame_based,
                             rnn_state_interval=rnn_state_interval)
     # The last of the batch_T + n rows must have its own n-step window written.
@@ -80,6 +81,7 @@ class UniformSequenceReplayBuffer(ReplayBufferBase):
         super().__init__(storage, UniformSampling(storage, off_backward, stride))
 
     def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SequenceSamplesFromReplay:
+        """The numpy sequences of ``batch_T + n_step_return`` steps from these starts."""
         return extract_sequence_batch(self.storage, T_idxs, B_idxs,
                                       self.batch_T + self.n_step_return)
 
@@ -116,6 +118,7 @@ class PrioritizedSequenceReplayBuffer(ReplayBufferBase):
         super().__init__(storage, scheme)
 
     def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SequenceSamplesFromReplay:
+        """The numpy sequences of ``batch_T + n_step_return`` steps from these starts."""
         return extract_sequence_batch(self.storage, T_idxs, B_idxs,
                                       self.batch_T + self.n_step_return)
 

@@ -9,7 +9,6 @@ scheme) nor of what a batch looks like (that is the buffer class).
 from __future__ import annotations
 
 import math
-import operator
 from collections import namedtuple
 from typing import Any
 
@@ -18,22 +17,12 @@ import numpy as np
 from rlfast.replays.frames import FrameStore
 from rlfast.replays.ring import ring_rows, ring_slices
 from rlfast.utils.buffer import buffer_from_example, numpify_buffer
+from rlfast.utils.checks import check_fraction, check_int
 
-__all__ = ["ReplayStorage", "REQUIRED_FIELDS", "check_int"]
+__all__ = ["ReplayStorage", "REQUIRED_FIELDS"]
 
 REQUIRED_FIELDS = ("observation", "action", "reward", "done")
 _NOT_STORED = ("priorities", "prev_rnn_state")  # handled separately
-
-
-def check_int(value: Any, name: str, minimum: int) -> int:
-    """``value`` as an int, or an error naming it and the allowed range."""
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer >= {minimum}; got {value!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value}")
-    return value
 
 
 def _assign(dest: Any, dest_idx: Any, src: Any, src_idx: Any, name: str) -> None:
@@ -79,16 +68,11 @@ class ReplayStorage:
         if missing:
             raise ValueError(f"example lacks fields {missing}; it needs {REQUIRED_FIELDS} "
                              f"(has {tuple(example._fields)})")
-        size = check_int(size, "size", 1)
-        self.B = check_int(B, "B", 1)
-        self.n_step_return = check_int(n_step_return, "n_step_return", 1)
-        try:
-            self.discount = float(discount)
-        except (TypeError, ValueError):
-            raise TypeError(f"discount must be a number in [0, 1]; got {discount!r}") from None
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError(f"discount must be in [0, 1]; got {self.discount}")
-        self.rnn_state_interval = check_int(rnn_state_interval, "rnn_state_interval", 0)
+        size = check_int(size, "size", minimum=1)
+        self.B = check_int(B, "B", minimum=1)
+        self.n_step_return = check_int(n_step_return, "n_step_return", minimum=1)
+        self.discount = check_fraction(discount, "discount")
+        self.rnn_state_interval = check_int(rnn_state_interval, "rnn_state_interval", minimum=0)
         T = math.ceil(size / self.B)
         if self.rnn_state_interval > 0:
             T = math.ceil(T / self.rnn_state_interval) * self.rnn_state_interval

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlfast.replays.ring import ring_rows, valid_age_range, valid_rows
-from rlfast.replays.storage import check_int
+from rlfast.utils.checks import check_int
 
 __all__ = ["SumTree"]
 
@@ -47,16 +47,17 @@ class SumTree:
     def __init__(self, T: int, B: int, off_backward: int, off_forward: int,
                  default_value: float = 1, enable_input_priorities: bool = False,
                  input_priority_shift: int = 0):
-        self.T = check_int(T, "T", 1)
-        self.B = check_int(B, "B", 1)
-        self.off_backward = check_int(off_backward, "off_backward", 0)
-        self.off_forward = check_int(off_forward, "off_forward", 0)
+        self.T = check_int(T, "T", minimum=1)
+        self.B = check_int(B, "B", minimum=1)
+        self.off_backward = check_int(off_backward, "off_backward", minimum=0)
+        self.off_forward = check_int(off_forward, "off_forward", minimum=0)
         if self.off_backward + self.off_forward >= self.T:
             raise ValueError(f"off_backward + off_forward ({self.off_backward} + "
                              f"{self.off_forward}) must be < T ({self.T}), else no row is valid")
         self.default_value = float(check_priorities(default_value, "default_value"))
         self.enable_input_priorities = bool(enable_input_priorities)
-        self.input_priority_shift = check_int(input_priority_shift, "input_priority_shift", 0)
+        self.input_priority_shift = check_int(input_priority_shift, "input_priority_shift",
+                                              minimum=0)
         if self.input_priority_shift >= self.T:
             raise ValueError(f"input_priority_shift must be < T ({self.T}); "
                              f"got {self.input_priority_shift}")
@@ -84,6 +85,7 @@ class SumTree:
 
     @property
     def full(self) -> bool:
+        """Whether the cursor has wrapped at least once (every row holds data)."""
         return self._full
 
     def n_valid_rows(self) -> int:
@@ -95,7 +97,7 @@ class SumTree:
     def advance(self, T: int, priorities: Any = None) -> None:
         """Move the cursor over ``T`` new rows; ``priorities`` (scalar, ``[B]`` or ``[T, B]``,
         only with ``enable_input_priorities``) go to the rows ``input_priority_shift`` back."""
-        T = check_int(T, "T", 0)
+        T = check_int(T, "T", minimum=0)
         if T > self.T:
             raise ValueError(f"cannot advance by T={T}: more rows than the tree has ({self.T})")
         old = self.t
@@ -159,7 +161,7 @@ class SumTree:
         """Draw ``n`` leaves with probability proportional to priority, with replacement
         unless ``unique``; returns ``(T_idxs, B_idxs, priorities)`` and remembers the leaves
         for :meth:`update_batch_priorities`."""
-        n = check_int(n, "n", 1)
+        n = check_int(n, "n", minimum=1)
         if not self.tree[1] > 0:
             raise RuntimeError("SumTree.sample: no valid leaves yet (all priorities are zero); "
                                "append more data before sampling")

@@ -85,6 +85,8 @@ class _TimeLimitExtraction:
                                                           dtype=np.float64)
 
     def append_samples(self, samples: Any) -> tuple[int, np.ndarray]:
+        """Append as every buffer does, then update the n-step windows the new rows touch
+        (whether each was cut by a time limit, and where it ends)."""
         start = self.storage.t
         T_in, rows = super().append_samples(samples)
         if T_in:
@@ -93,9 +95,13 @@ class _TimeLimitExtraction:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of all storage, the per-step window facts included."""
         return super().nbytes + self.windows.nbytes
 
     def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SamplesFromReplayTL:
+        """The numpy transitions at these steps, with ``timeout``, ``timeout_n`` and the
+        ``bootstrap_discount`` of each target (see the module docstring); windows cut by a
+        time limit bootstrap from the stored final observation when there is one."""
         s = self.storage
         batch = extract_transitions(s, T_idxs, B_idxs)
         timeout_n = self.windows.timeout_n[T_idxs, B_idxs]

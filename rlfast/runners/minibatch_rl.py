@@ -1,36 +1,47 @@
 """Single-process runners: alternate ``sampler.obtain_samples`` and ``algo.optimize_agent``."""
 from __future__ import annotations
 
+import abc
 import math
 import time
 from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psutil
 import torch
 
+from rlfast.utils.checks import check_int
 from rlfast.utils.logging import logger
 from rlfast.utils.prog_bar import ProgBarCounter
 from rlfast.utils.seed import make_seed, set_seed
 
+if TYPE_CHECKING:
+    from rlfast.agents import BaseAgent
+    from rlfast.algos import RLAlgorithm
+    from rlfast.samplers.base import BaseSampler
 
-class MinibatchRlBase:
+TrajInfos = Sequence[Mapping[str, Any]]
+
+
+class MinibatchRlBase(abc.ABC):
     """Startup, logging and snapshots shared by the minibatch runners.
 
     ``affinity`` (dict) may hold ``master_cpus``, ``master_torch_threads``, ``cuda_idx``,
     ``workers_cpus`` and ``set_affinity``; the sampler reads the worker entries.
     ``shutdown`` runs on every exit path, so no worker process outlives the run.
+    Subclasses decide how performance is tracked (``before_loop``, ``log_and_snapshot``,
+    ``final_result``).
     """
 
-    _eval = False
-
-    def __init__(self, algo, agent, sampler, n_steps, seed: int | None = None,
-                 affinity: dict | None = None, log_interval_steps: float = 1e5,
-                 progress_bar: bool = True):
-        n_steps, log_interval_steps = int(n_steps), int(log_interval_steps)
-        if n_steps < 1 or log_interval_steps < 1:
-            raise ValueError(f"n_steps and log_interval_steps must be >= 1; got {n_steps}, "
-                             f"{log_interval_steps}")
+    def __init__(self, algo: RLAlgorithm, agent: BaseAgent, sampler: BaseSampler,
+                 n_steps: int, seed: int | None = None, affinity: dict | None = None,
+                 log_interval_steps: int = 100_000, progress_bar: bool = True):
+        owner = type(self).__name__
+        n_steps = check_int(n_steps, "n_steps", minimum=1, owner=owner)
+        log_interval_steps = check_int(log_interval_steps, "log_interval_steps", minimum=1,
+                                       owner=owner)
         self.algo, self.agent, self.sampler = algo, agent, sampler
         self.n_steps = n_steps
         self.seed = seed
@@ -40,9 +51,17 @@ class MinibatchRlBase:
         self.rank, self.world_size = 0, 1
         self.stop_requested = False
         self.itrs_done = 0
+        self._pbar: ProgBarCounter | None = None
 
     # ---- startup / shutdown ------------------------------------------------------------------
     def startup(self) -> int:
+        """Prepare a run and return its number of iterations.
+
+        Pins the master process, seeds every RNG (a fresh seed when none was given),
+        starts the sampler (workers get ``seed + 1``), moves the agent to its device and
+        initializes the algorithm with the sampler's examples, then the logging state.
+        The order is fixed: seeded runs depend on it.
+        """
         self._set_master_affinity()
         if self.seed is None:
             self.seed = make_seed()
@@ -81,41 +100,55 @@ class MinibatchRlBase:
             torch.set_num_threads(int(threads))
 
     def shutdown(self) -> None:
-        logger.log("Training complete.")
+        """Stop the progress bar and the sampler (joining its workers).
+
+        Called by ``train`` on every exit path, success, error or Ctrl-C, so that no worker
+        process or shared memory outlives the run.
+        """
         if self._pbar is not None:
             self._pbar.stop()
         self.sampler.shutdown()
 
     def get_traj_info_kwargs(self) -> dict:
+        """Keyword arguments for the sampler's trajectory infos: the algorithm's discount,
+        so that ``DiscountedReturn`` matches what the algorithm optimizes."""
         return dict(discount=getattr(self.algo, "discount", 1.0))
 
     def get_n_itr(self) -> int:
-        """Iterations needed for ``n_steps``; logging happens every ``log_interval_itrs``."""
+        """Iterations needed for ``n_steps`` (at least one); also sets ``log_interval_itrs``,
+        the iterations between log rows (at least one)."""
         self.log_interval_itrs = max(self.log_interval_steps // self.itr_batch_size, 1)
         self.n_itr = max(math.ceil(self.n_steps / self.itr_batch_size), 1)
         return self.n_itr
 
     # ---- snapshots ---------------------------------------------------------------------------
     def get_itr_snapshot(self, itr: int) -> dict:
+        """What a snapshot after iteration ``itr`` holds: iteration, environment steps so
+        far, agent and optimizer state, enough to inspect or resume the run."""
         return dict(itr=itr, cum_steps=(itr + 1) * self.itr_batch_size,
                     agent_state_dict=self.agent.state_dict(),
                     optimizer_state_dict=self.algo.optim_state_dict())
 
     def save_itr_snapshot(self, itr: int) -> None:
+        """Hand the snapshot of iteration ``itr`` to the logger, which saves it (or not)
+        according to the run's snapshot mode."""
         logger.log("saving snapshot...")
         logger.save_itr_params(itr, self.get_itr_snapshot(itr))
 
     # ---- diagnostics -------------------------------------------------------------------------
     def initialize_logging(self) -> None:
+        """Reset the running diagnostics (optimizer infos, timers, trajectory counts) at the
+        start of a run."""
         self._opt_infos = {k: [] for k in self.algo.opt_info_fields}
         self._start_time = self._last_time = time.time()
         self._cum_time = 0.0
         self._cum_completed_trajs = 0
         self._last_update_counter = 0
-        self.pbar = None
         self._pbar = None
 
-    def store_diagnostics(self, itr: int, traj_infos: list, opt_info) -> None:
+    def store_diagnostics(self, itr: int, traj_infos: TrajInfos, opt_info: Any) -> None:
+        """Accumulate one iteration's completed trajectories and optimizer infos until the
+        next log row, and advance the progress bar."""
         self._cum_completed_trajs += len(traj_infos)
         for k, v in self._opt_infos.items():
             new = getattr(opt_info, k, [])
@@ -123,8 +156,12 @@ class MinibatchRlBase:
         if self._pbar is not None:
             self._pbar.update((itr + 1) % self.log_interval_itrs)
 
-    def log_diagnostics(self, itr: int, traj_infos=None, eval_time: float = 0.0,
-                        prefix: str = "Diagnostics/") -> None:
+    def log_diagnostics(self, itr: int, traj_infos: TrajInfos | None = None,
+                        eval_time: float = 0.0, prefix: str = "Diagnostics/") -> None:
+        """Write the log row of iteration ``itr``: progress and timing under ``prefix``,
+        statistics of ``traj_infos`` (default: the runner's own choice, see
+        ``_traj_infos_for_log``) and of the optimizer infos gathered since the last row.
+        ``eval_time`` is left out of the training time and speed."""
         if self._pbar is not None:
             self._pbar.stop()
         now = time.time()
@@ -146,7 +183,7 @@ class MinibatchRlBase:
         if itr < self.n_itr - 1 and self.progress_bar:
             self._pbar = ProgBarCounter(self.log_interval_itrs)
 
-    def _log_infos(self, traj_infos=None) -> None:
+    def _log_infos(self, traj_infos: Iterable[Mapping[str, Any]] | None = None) -> None:
         traj_infos = list(self._traj_infos_for_log() if traj_infos is None else traj_infos)
         keys = ["Return", "Length", "NonzeroRewards", "DiscountedReturn"]
         if traj_infos:
@@ -158,7 +195,7 @@ class MinibatchRlBase:
             logger.record_tabular_misc_stat(k, np.asarray(v, dtype=np.float64))
             v.clear()
 
-    def _traj_infos_for_log(self):
+    def _traj_infos_for_log(self) -> Iterable[Mapping[str, Any]]:
         return []
 
     def _start_progress(self) -> None:
@@ -179,45 +216,73 @@ class MinibatchRlBase:
                     if self.stop_requested:
                         break
 
-    def train(self):
-        """Run startup, the training loop and shutdown (which also runs on error / Ctrl-C)."""
+    def train(self) -> dict:
+        """Run a whole experiment: startup, the training loop, shutdown; return
+        ``final_result()``.
+
+        ``shutdown`` also runs when the loop raises (an error or Ctrl-C), and the exception
+        propagates; "Training complete." is logged only when the loop finished.
+        """
         self._pbar = None
         try:
             n_itr = self.startup()
             self.before_loop()
             self._start_progress()
             self._run_loop(n_itr)
-        finally:
+        except BaseException:
             self.shutdown()
+            raise
+        logger.log("Training complete.")
+        self.shutdown()
         return self.final_result()
+
+    # ---- what subclasses decide --------------------------------------------------------------
+    @abc.abstractmethod
+    def before_loop(self) -> None:
+        """Work before the first iteration (e.g. the pre-training evaluation)."""
+
+    @abc.abstractmethod
+    def log_and_snapshot(self, itr: int) -> None:
+        """At a log interval after iteration ``itr``: save the snapshot and write the log
+        row; may set ``stop_requested`` to end training early."""
+
+    @abc.abstractmethod
+    def final_result(self) -> dict:
+        """The summary ``train`` returns: at least ``final_return``, ``n_itr`` and
+        ``cum_steps``."""
 
 
 class MinibatchRl(MinibatchRlBase):
     """Tracks performance online: statistics of the last ``log_traj_window`` training
-    trajectories are logged at each interval."""
+    trajectories are logged at each interval, which costs no extra environment steps."""
 
-    def __init__(self, log_traj_window: int = 100, **kwargs):
+    def __init__(self, log_traj_window: int = 100, **kwargs: Any):
         super().__init__(**kwargs)
-        self.log_traj_window = int(log_traj_window)
+        self.log_traj_window = check_int(log_traj_window, "log_traj_window", minimum=1,
+                                         owner=type(self).__name__)
 
     def initialize_logging(self) -> None:
+        """Reset the shared diagnostics and the window of recent training trajectories."""
         super().initialize_logging()
         self._traj_window = deque(maxlen=self.log_traj_window)
         self._new_completed = 0
         self.last_return = float("nan")
 
-    def store_diagnostics(self, itr, traj_infos, opt_info) -> None:
+    def store_diagnostics(self, itr: int, traj_infos: TrajInfos, opt_info: Any) -> None:
+        """Add the iteration's completed training trajectories to the window, then
+        accumulate as the base runner does."""
         self._traj_window.extend(traj_infos)
         self._new_completed += len(traj_infos)
         super().store_diagnostics(itr, traj_infos, opt_info)
 
-    def _traj_infos_for_log(self):
+    def _traj_infos_for_log(self) -> Iterable[Mapping[str, Any]]:
         return self._traj_window
 
     def before_loop(self) -> None:
-        pass
+        """Nothing: online tracking needs no evaluation before training."""
 
     def log_and_snapshot(self, itr: int) -> None:
+        """Save the snapshot, then log the window of recent training trajectories."""
         self.save_itr_snapshot(itr)
         logger.record_tabular("Diagnostics/NewCompletedTrajs", self._new_completed)
         self._new_completed = 0
@@ -226,6 +291,8 @@ class MinibatchRl(MinibatchRlBase):
         self.log_diagnostics(itr)
 
     def final_result(self) -> dict:
+        """``final_return`` (mean return of the window at the last log row), ``n_itr`` and
+        ``cum_steps``."""
         return dict(final_return=self.last_return, n_itr=self.n_itr,
                     cum_steps=self.n_itr * self.itr_batch_size)
 
@@ -238,18 +305,23 @@ class MinibatchRlEval(MinibatchRlBase):
     average return reaches it, e.g. for "reach score X within N steps" checks and sweeps.
     """
 
-    _eval = True
-
-    def __init__(self, *args, stop_return: float | None = None, **kwargs):
+    def __init__(self, *args: Any, stop_return: float | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.stop_return = None if stop_return is None else float(stop_return)
 
     def initialize_logging(self) -> None:
+        """Reset the shared diagnostics and the record of evaluation returns."""
         super().initialize_logging()
         self.last_eval_return = float("nan")
         self.eval_returns: list[tuple[int, float]] = []
 
-    def evaluate_agent(self, itr: int):
+    def evaluate_agent(self, itr: int) -> tuple[list, float]:
+        """Run the sampler's evaluation with the agent in eval mode; return the completed
+        trajectory infos and the seconds it took.
+
+        The average return (NaN when no episode completed) is kept as ``last_eval_return``
+        and appended, with the environment steps so far, to ``eval_returns``.
+        """
         if itr > 0 and self._pbar is not None:
             self._pbar.stop()
         logger.log("Evaluating agent...")
@@ -265,10 +337,12 @@ class MinibatchRlEval(MinibatchRlBase):
         return traj_infos, eval_time
 
     def before_loop(self) -> None:
+        """Evaluate the untrained agent and log it as the first row (no steps yet)."""
         traj_infos, eval_time = self.evaluate_agent(0)
         self._log_eval_row(0, traj_infos, eval_time, steps_override=0)
 
-    def _log_eval_row(self, itr, traj_infos, eval_time, steps_override=None) -> None:
+    def _log_eval_row(self, itr: int, traj_infos: TrajInfos, eval_time: float,
+                      steps_override: int | None = None) -> None:
         logger.record_tabular("Diagnostics/NumEvalTrajs", len(traj_infos))
         if steps_override is not None:
             # The pre-training evaluation: no steps or time have elapsed yet.
@@ -286,6 +360,8 @@ class MinibatchRlEval(MinibatchRlBase):
             self.log_diagnostics(itr, traj_infos, eval_time)
 
     def log_and_snapshot(self, itr: int) -> None:
+        """Evaluate, save the snapshot, log the evaluation row; request a stop once the
+        evaluation return reaches ``stop_return``."""
         traj_infos, eval_time = self.evaluate_agent(itr)
         self.save_itr_snapshot(itr)
         self._log_eval_row(itr, traj_infos, eval_time)
@@ -295,5 +371,7 @@ class MinibatchRlEval(MinibatchRlBase):
             self.stop_requested = True
 
     def final_result(self) -> dict:
+        """``final_return`` (the last evaluation's average return), every
+        ``(steps, return)`` in ``eval_returns``, ``n_itr`` and the ``cum_steps`` trained."""
         return dict(final_return=self.last_eval_return, eval_returns=list(self.eval_returns),
                     n_itr=self.n_itr, cum_steps=self.itrs_done * self.itr_batch_size)

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 
-SeedLike = Union[int, np.random.SeedSequence, None]
+SeedLike = int | np.random.SeedSequence | None
 
 
 class Space(ABC):
@@ -17,7 +17,7 @@ class Space(ABC):
     Subclasses draw random numbers only through the ``_integers``/``_uniform``/``_normal``/
     ``_exponential`` helpers so that both sources behave the same way."""
 
-    _rng: Optional[np.random.Generator] = None
+    _rng: np.random.Generator | None = None
 
     @abstractmethod
     def sample(self) -> Any:

@@ -1,7 +1,8 @@
 """A space made of named sub-spaces, whose values are namedtuples."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

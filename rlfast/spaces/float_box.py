@@ -1,16 +1,17 @@
 """A box of real numbers: continuous actions and vector observations."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from rlfast.spaces.base import Space
+from rlfast.spaces.box import Box, shape_tuple
 
-Bound = Union[float, int, Sequence[float], np.ndarray]
+Bound = float | int | Sequence[float] | np.ndarray
 
 
-class FloatBox(Space):
+class FloatBox(Box):
     """A box in R^n with bounds ``[low, high]`` (inclusive). Two input forms: scalar
     ``low``/``high`` with a ``shape`` (``FloatBox(-1., 1., (3, 4))``), or arrays of bounds whose
     shape is the space's shape (``FloatBox(np.array([-1., -2.]), np.array([2., 4.]))``).
@@ -18,13 +19,15 @@ class FloatBox(Space):
     infinite, and a shifted exponential where only one side is bounded, so every sample lies
     inside the box. Bounds are kept as float64 for exact comparisons; values are ``dtype``."""
 
+    value_kinds = "biuf"
+
     def __init__(
         self,
         low: Bound,
         high: Bound,
-        shape: Optional[Sequence[int]] = None,
-        null_value: Union[float, np.ndarray] = 0.0,
-        dtype: Union[str, np.dtype, type] = "float32",
+        shape: Sequence[int] | None = None,
+        null_value: float | np.ndarray = 0.0,
+        dtype: str | np.dtype | type = "float32",
     ) -> None:
         self.dtype = np.dtype(dtype)
         if self.dtype.kind != "f":
@@ -43,9 +46,7 @@ class FloatBox(Space):
                     f"and high {high_arr.shape}"
                 )
             shape = np.broadcast_shapes(low_arr.shape, high_arr.shape)
-        elif isinstance(shape, (int, np.integer)):
-            shape = (int(shape),)
-        self.shape = tuple(int(d) for d in shape)
+        self.shape = shape_tuple(shape)
         try:
             low_arr = np.broadcast_to(low_arr, self.shape)
             high_arr = np.broadcast_to(high_arr, self.shape)
@@ -89,32 +90,9 @@ class FloatBox(Space):
             out = np.where(self._upper_only, self._full_high - self._exponential(self.shape), out)
         return np.asarray(out).astype(self.dtype)
 
-    def null_value(self) -> np.ndarray:
-        """Return an array of shape ``shape`` filled with the null value (default 0)."""
-        null = np.empty(self.shape, dtype=self.dtype)
-        null[...] = self._null_value
-        return null
-
-    def contains(self, x: Any) -> bool:
-        """True if ``x`` is a numeric array of this shape with every entry in ``[low, high]``."""
-        arr = np.asarray(x)
-        if arr.shape != self.shape or arr.dtype.kind not in "biuf":
-            return False
+    def _in_bounds(self, arr: np.ndarray) -> bool:
+        """Every entry in ``[low, high]`` (``contains`` accepts integer and float arrays)."""
         return bool(np.all(arr >= self._full_low) and np.all(arr <= self._full_high))
 
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, FloatBox)
-            and self.shape == other.shape
-            and self.dtype == other.dtype
-            and np.array_equal(self._full_low, other._full_low)
-            and np.array_equal(self._full_high, other._full_high)
-        )
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        return (
-            f"FloatBox(low={self.low!r}, high={self.high!r}, shape={self.shape}, "
-            f"dtype={self.dtype.name})"
-        )
+    def _bound_arrays(self) -> tuple:
+        return self._full_low, self._full_high

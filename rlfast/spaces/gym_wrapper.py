@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import keyword
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces as gym_spaces
 
-from rlfast.spaces.base import SeedLike, Space
+from rlfast.spaces.base import SeedLike
 from rlfast.spaces.composite import Composite
 from rlfast.spaces.float_box import FloatBox
 from rlfast.spaces.int_box import IntBox

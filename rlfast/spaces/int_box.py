@@ -1,13 +1,14 @@
 """A box of integers: discrete actions, multi-discrete actions and uint8 image observations."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from rlfast.spaces.base import Space
+from rlfast.spaces.box import Box, shape_tuple
 
-Bound = Union[int, np.integer, Sequence[int], np.ndarray]
+Bound = int | np.integer | Sequence[int] | np.ndarray
 
 
 def _integer_bound(value: Bound, name: str) -> np.ndarray:
@@ -20,7 +21,7 @@ def _integer_bound(value: Bound, name: str) -> np.ndarray:
     raise ValueError(f"IntBox {name} must be integer-valued, got {value!r}")
 
 
-class IntBox(Space):
+class IntBox(Box):
     """A box in Z^n whose valid values are ``range(low, high)`` in every dimension (``high`` is
     exclusive). ``low``/``high`` are scalars applied across ``shape`` (a categorical action is
     ``IntBox(0, n)``), or arrays giving per-dimension bounds (a multi-discrete action, or an
@@ -32,9 +33,9 @@ class IntBox(Space):
         self,
         low: Bound,
         high: Bound,
-        shape: Optional[Sequence[int]] = None,
-        dtype: Union[str, np.dtype, type] = "int32",
-        null_value: Optional[Union[int, np.ndarray]] = None,
+        shape: Sequence[int] | None = None,
+        dtype: str | np.dtype | type = "int32",
+        null_value: int | np.ndarray | None = None,
     ) -> None:
         self.dtype = np.dtype(dtype)
         if self.dtype.kind not in "biu":
@@ -50,11 +51,7 @@ class IntBox(Space):
             raise ValueError(
                 f"IntBox low shape {low_arr.shape} and high shape {high_arr.shape} do not broadcast"
             ) from err
-        if shape is None:
-            shape = bound_shape
-        elif isinstance(shape, (int, np.integer)):
-            shape = (int(shape),)
-        self.shape = tuple(int(d) for d in shape)
+        self.shape = shape_tuple(bound_shape if shape is None else shape)
         try:
             np.broadcast_shapes(bound_shape, self.shape)
             low_arr = np.broadcast_to(low_arr, self.shape)
@@ -87,7 +84,7 @@ class IntBox(Space):
         self.null_value()
 
     @property
-    def n(self) -> Union[int, np.ndarray]:
+    def n(self) -> int | np.ndarray:
         """Number of valid values: ``high - low`` (per dimension for array bounds)."""
         return self.high - self.low
 
@@ -95,32 +92,6 @@ class IntBox(Space):
         """Return a uniform sample in ``[low, high)`` of shape ``shape`` and dtype ``dtype``."""
         return np.asarray(self._integers(self.low, self.high, self.shape, self.dtype))
 
-    def null_value(self) -> np.ndarray:
-        """Return an array of shape ``shape`` filled with the null value."""
-        null = np.empty(self.shape, dtype=self.dtype)
-        null[...] = self._null_value
-        return null
-
-    def contains(self, x: Any) -> bool:
-        """True if ``x`` is an integer array of this shape with every entry in ``[low, high)``."""
-        arr = np.asarray(x)
-        if arr.shape != self.shape or arr.dtype.kind not in "biu":
-            return False
+    def _in_bounds(self, arr: np.ndarray) -> bool:
+        """Every entry in ``[low, high)`` (``contains`` accepts integer arrays only)."""
         return bool(np.all(arr >= self.low) and np.all(arr < self.high))
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, IntBox)
-            and self.shape == other.shape
-            and self.dtype == other.dtype
-            and np.array_equal(self.low, other.low)
-            and np.array_equal(self.high, other.high)
-        )
-
-    __hash__ = None  # mutable-looking value object; compare, don't hash
-
-    def __repr__(self) -> str:
-        return (
-            f"IntBox(low={self.low!r}, high={self.high!r}, shape={self.shape}, "
-            f"dtype={self.dtype.name})"
-        )

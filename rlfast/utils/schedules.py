@@ -13,6 +13,8 @@ def linear_schedule(itr: float, itr_start: float, itr_end: float, start: float,
     progress 0 and ``end`` at 1, with no float cancellation). When ``itr_end <= itr_start`` the schedule is a step
     to ``end`` at ``itr_end``.
     """
+    if start == end:
+        return start  # a constant schedule stays exact
     if itr_end <= itr_start:
         return end if itr >= itr_end else start
     progress = min(max((itr - itr_start) / (itr_end - itr_start), 0.0), 1.0)

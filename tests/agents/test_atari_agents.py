@@ -6,7 +6,7 @@ import torch
 
 from rlfast.agents import (AgentInfo, AgentInfoRnn, AlternatingAtariLstmAgent, AtariFfAgent,
                            AtariLstmAgent)
-from rlfast.agents.pg.atari import AtariMixin
+from rlfast.agents.pg import CategoricalPolicy
 from rlfast.distributions import DistInfo
 from rlfast.envs import EnvSpaces
 from rlfast.models.pg import AtariFfModel, AtariLstmModel
@@ -55,7 +55,7 @@ def test_model_kwargs_and_distribution_come_from_spaces(name):
     assert dict(agent.env_model_kwargs) == dict(image_shape=IMAGE_SHAPE, output_size=N_ACTIONS)
     assert agent.model.image_shape == IMAGE_SHAPE and agent.model.output_size == N_ACTIONS
     assert agent.distribution.dim == N_ACTIONS
-    assert isinstance(agent, AtariMixin)
+    assert isinstance(agent.policy, CategoricalPolicy) and agent.policy.image_model
     assert agent.recurrent == (name in RECURRENT)
     assert agent.alternating == (name == "alternating")
 

@@ -39,6 +39,9 @@ class TinyAgent(BaseAgent):
     def make_env_to_model_kwargs(self, env_spaces):
         return dict(observation_size=int(np.prod(env_spaces.observation.shape)))
 
+    def step(self, observation, prev_action, prev_reward):
+        return AgentStep(action=self.model(observation).argmax(-1), agent_info=None)
+
 
 class TinyRecurrentAgent(RecurrentAgentMixin, TinyAgent):
     pass
@@ -261,3 +264,83 @@ def test_alternating_agent_keeps_two_states(cartpole_spaces):
     assert agent.prev_rnn_state is None
     agent.advance_rnn_state(a1)
     assert agent.prev_rnn_state is None  # the pair was cleared too
+
+
+class ModeRecordingAgent(TinyAgent):
+    """Records every mode switch that reaches it, like EpsilonGreedyAgentMixin reacts to them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.switches = []
+
+    def train_mode(self, itr):
+        super().train_mode(itr)
+        self.switches.append(("train", itr))
+
+    def sample_mode(self, itr):
+        super().sample_mode(itr)
+        self.switches.append(("sample", itr))
+
+    def eval_mode(self, itr):
+        super().eval_mode(itr)
+        self.switches.append(("eval", itr))
+
+
+class AlternatingRecordingAgent(AlternatingRecurrentAgentMixin, ModeRecordingAgent):
+    pass
+
+
+class RecurrentRecordingAgent(RecurrentAgentMixin, ModeRecordingAgent):
+    pass
+
+
+@pytest.mark.parametrize("Agent", [AlternatingRecordingAgent, RecurrentRecordingAgent])
+def test_recurrent_mixins_mode_switches_reach_the_rest_of_the_agent(cartpole_spaces, Agent):
+    # The alternating mixin used to call BaseAgent's mode switches directly, skipping the
+    # classes between (an alternating R2D1 agent never set its epsilon).
+    agent = Agent(ModelCls=TinyModel)
+    agent.initialize(cartpole_spaces)
+    agent.sample_mode(3)
+    agent.advance_rnn_state(_state(B=2, value=1.0))
+    agent.train_mode(4)
+    agent.eval_mode(5)
+    agent.sample_mode(6)
+    assert agent.switches == [("sample", 3), ("train", 4), ("eval", 5), ("sample", 6)]
+    assert agent._mode == "sample" and not agent.model.training
+    assert torch.all(agent.prev_rnn_state.h == 1.0)  # the sampling state came back
+
+
+def test_mixins_do_not_stack():
+    assert not issubclass(AlternatingRecurrentAgentMixin, RecurrentAgentMixin)
+    assert AlternatingRecurrentAgentMixin.rnn_groups == 2 and RecurrentAgentMixin.rnn_groups == 1
+
+
+def test_use_group_points_at_each_groups_state(cartpole_spaces):
+    agent = TinyAlternatingAgent(ModelCls=TinyModel)
+    agent.initialize(cartpole_spaces)
+    agent.sample_mode(0)
+    a, b = _state(B=2, value=1.0), _state(B=2, value=2.0)
+    agent.advance_rnn_state(a)
+    agent.advance_rnn_state(b)
+    agent.use_group(1)
+    assert agent.prev_rnn_state is b
+    agent.use_group(0)
+    assert agent.prev_rnn_state is a
+    assert not hasattr(TinyRecurrentAgent(ModelCls=TinyModel), "use_group")
+
+
+def test_feedforward_agents_keep_no_recurrent_state(cartpole_spaces):
+    agent = TinyAgent(ModelCls=TinyModel)
+    agent.initialize(cartpole_spaces)
+    assert agent.rnn_states is None and agent.prev_rnn_state is None
+    agent.reset()
+    agent.reset_one(0)  # nothing to forget, no error
+
+
+def test_base_agent_step_is_abstract():
+    class NoStep(BaseAgent):
+        pass
+
+    with pytest.raises(TypeError, match="step"):
+        NoStep(ModelCls=TinyModel)
+    RandomAgent()  # defines step: instantiates

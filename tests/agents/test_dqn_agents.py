@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlfast.agents import (AgentStep, AtariCatDqnAgent, AtariDqnAgent, AtariR2d1Agent, CatDqnAgent, DqnAgent,
-                           EpsilonGreedyAgentMixin, R2d1Agent)
-from rlfast.agents.dqn import AgentInfo, AgentInfoRnn, CatAgentInfo
+from rlfast.agents import (AgentStep, AlternatingAtariR2d1Agent, AlternatingR2d1Agent, AtariCatDqnAgent,
+                           AtariDqnAgent, AtariR2d1Agent, CatDqnAgent, DqnAgent, EpsilonGreedyAgentMixin,
+                           R2d1Agent)
+from rlfast.agents.dqn import AgentInfo, AgentInfoRnn, CatAgentInfo, CategoricalQPolicy
 from rlfast.distributions import CategoricalEpsilonGreedy, EpsilonGreedy
 from rlfast.envs import EnvSpaces
 from rlfast.models.dqn import (AtariCatDqnModel, AtariDqnModel, AtariR2d1Model, CatDqnMlpModel, DqnMlpModel,
@@ -205,8 +206,9 @@ def test_default_models_and_env_kwargs():
         agent = Agent()
         assert agent.ModelCls is Model
         assert agent.make_env_to_model_kwargs(SPACES) == dict(observation_shape=OBS_SHAPE, output_size=A)
+    assert AlternatingR2d1Agent().ModelCls is R2d1MlpModel
     for Agent, Model in [(AtariDqnAgent, AtariDqnModel), (AtariCatDqnAgent, AtariCatDqnModel),
-                         (AtariR2d1Agent, AtariR2d1Model)]:
+                         (AtariR2d1Agent, AtariR2d1Model), (AlternatingAtariR2d1Agent, AtariR2d1Model)]:
         agent = Agent()
         assert agent.ModelCls is Model
         assert agent.make_env_to_model_kwargs(ATARI_SPACES) == dict(image_shape=IMAGE_SHAPE, output_size=A)
@@ -368,3 +370,81 @@ def test_atari_agents_step(Agent, model_kwargs, field):
     out = getattr(step.agent_info, field)
     assert out.shape[:2] == (2, A)
     assert math.isfinite(float(out.sum()))
+
+
+# ---- alternating R2D1 ----------------------------------------------------------------------------
+def make_alternating_r2d1(**kwargs):
+    agent = AlternatingR2d1Agent(model_kwargs=dict(hidden_sizes=[8], lstm_size=LSTM, head_size=8), **kwargs)
+    agent.initialize(SPACES)
+    return agent
+
+
+def test_alternating_r2d1_sets_epsilon_in_every_mode():
+    agent = make_alternating_r2d1(eps_init=1.0, eps_final=0.1, eps_itr_min=0, eps_itr_max=10, eps_eval=0.05)
+    assert isinstance(agent, EpsilonGreedyAgentMixin) and agent.recurrent and agent.alternating
+    agent.sample_mode(5)
+    assert float(agent.distribution.epsilon) == pytest.approx(0.55)
+    agent.eval_mode(5)
+    assert float(agent.distribution.epsilon) == pytest.approx(0.05)
+    agent.eval_mode(0)  # pre-training evaluation: uniformly random
+    assert float(agent.distribution.epsilon) == 1.0
+    agent.sample_mode(20)
+    assert float(agent.distribution.epsilon) == pytest.approx(0.1)
+
+
+def test_alternating_r2d1_keeps_one_state_per_group():
+    agent = make_alternating_r2d1()
+    agent.sample_mode(0)
+    group_a, group_b = inputs((2,), seed=1), inputs((2,), seed=2)
+    step_a = agent.step(*group_a)
+    assert agent.prev_rnn_state is None  # group B has not stepped yet
+    step_b = agent.step(*group_b)
+    assert torch.count_nonzero(step_a.agent_info.prev_rnn_state.h) == 0
+    assert torch.count_nonzero(step_b.agent_info.prev_rnn_state.h) == 0
+    state_b = agent.rnn_states.states[1]
+    # Back at group A: its second step starts from its own first step's state.
+    step_a2 = agent.step(*inputs((2,), seed=3))
+    _, expected_a = agent(*group_a, None)
+    torch.testing.assert_close(step_a2.agent_info.prev_rnn_state.h, expected_a.h.transpose(0, 1))
+    agent.use_group(1)
+    assert agent.prev_rnn_state is state_b
+    # The same two groups through a plain R2D1 agent with the same weights give the same values.
+    single = make_r2d1()
+    single.load_state_dict(agent.state_dict())
+    single.sample_mode(0)
+    torch.testing.assert_close(single.step(*group_a).agent_info.q, step_a.agent_info.q)
+
+
+def test_alternating_atari_r2d1_steps():
+    agent = AlternatingAtariR2d1Agent(model_kwargs=dict(fc_size=16, lstm_size=LSTM, head_size=8, **SMALL_CONV))
+    agent.initialize(ATARI_SPACES)
+    agent.sample_mode(0)
+    for seed in range(3):
+        step = agent.step(*atari_inputs((2,), seed=seed))
+        assert step.action.shape == (2,) and step.agent_info.q.shape == (2, A)
+    assert agent.rnn_states.n_groups == 2 and all(s is not None for s in agent.rnn_states.states)
+
+
+# ---- policies ---------------------------------------------------------------------------------
+def test_value_agents_refuse_distributional_calls():
+    agent = make_dqn()
+    assert agent.n_atoms is None and agent.z is None
+    with pytest.raises(TypeError, match="give_V_min_max"):
+        agent.give_V_min_max(-1.0, 1.0)
+    with pytest.raises(ValueError, match="log_probs"):
+        agent(*inputs((2,)), log_probs=True)
+    with pytest.raises(TypeError, match="init_rnn_state"):
+        agent(*inputs((2,)), torch.zeros(1))
+    with pytest.raises(TypeError, match="recurrent"):
+        R2d1Agent(policy=CategoricalQPolicy(5))
+
+
+def test_atari_cat_dqn_support_and_n_atoms_checks():
+    agent = AtariCatDqnAgent(n_atoms=5, model_kwargs=dict(fc_sizes=16, **SMALL_CONV))
+    agent.initialize(ATARI_SPACES)
+    assert agent.n_atoms == 5 and agent.model.n_atoms == 5
+    agent.give_V_min_max(0.0, 4.0)
+    torch.testing.assert_close(agent.distribution.z, torch.arange(5.0))
+    assert (agent.V_min, agent.V_max) == (0.0, 4.0)
+    with pytest.raises(ValueError, match="n_atoms"):
+        AtariCatDqnAgent(n_atoms=1)

@@ -352,3 +352,35 @@ def test_wrong_action_space_raises():
         MujocoFfAgent().initialize(spaces_of("CartPole-v1"))
     with pytest.raises(ValueError, match="ModelCls"):
         GaussianPgAgent().initialize(spaces_of("Pendulum-v1"))
+
+
+# ---- policy strategies ------------------------------------------------------------------------
+def test_policies_name_model_kwargs_and_build_distributions():
+    from rlfast.agents.pg import CategoricalPolicy, GaussianPolicy
+    from rlfast.distributions import Categorical, Gaussian
+    cartpole, pendulum = spaces_of("CartPole-v1"), spaces_of("Pendulum-v1")
+    assert CategoricalPolicy().make_env_to_model_kwargs(cartpole) == dict(observation_shape=(4,), action_size=2)
+    assert CategoricalPolicy(image_model=True).make_env_to_model_kwargs(cartpole) == dict(
+        image_shape=(4,), output_size=2)
+    assert isinstance(CategoricalPolicy().make_distribution(cartpole), Categorical)
+    gaussian = GaussianPolicy().make_distribution(pendulum)
+    assert isinstance(gaussian, Gaussian) and gaussian.dim == 1 and gaussian.clip == 2.0
+    with pytest.raises(TypeError, match="flat continuous"):
+        GaussianPolicy().make_env_to_model_kwargs(cartpole)
+
+
+def test_pg_agent_takes_a_policy_object():
+    from rlfast.agents.pg import GaussianPolicy, PgAgent
+    torch.manual_seed(7)
+    agent = PgAgent(ModelCls=MujocoFfModel, model_kwargs=SMALL_FF, policy=GaussianPolicy())
+    agent.initialize(spaces_of("Pendulum-v1"))
+    torch.manual_seed(7)
+    reference = MujocoFfAgent(model_kwargs=SMALL_FF)
+    reference.initialize(spaces_of("Pendulum-v1"))
+    x = inputs(spaces_of("Pendulum-v1"), (3,), False)
+    (dist_info, value), (ref_dist_info, ref_value) = agent(*x), reference(*x)
+    torch.testing.assert_close(dist_info.mean, ref_dist_info.mean)
+    torch.testing.assert_close(dist_info.log_std, ref_dist_info.log_std)
+    torch.testing.assert_close(value, ref_value)
+    with pytest.raises(ValueError, match="policy"):
+        PgAgent(ModelCls=MujocoFfModel)

@@ -7,7 +7,7 @@ import torch
 
 from rlfast.algos.dqn import DQN, CategoricalDQN
 from rlfast.algos.dqn.cat_dqn import project_distribution
-from rlfast.algos.dqn.dqn import huber, linear_schedule
+from rlfast.algos.dqn.dqn import huber
 from rlfast.replays import AgentInputs, SamplesFromReplay
 
 
@@ -18,10 +18,28 @@ def test_huber_matches_piecewise_definition():
     assert torch.allclose(huber(d, None), 0.5 * d ** 2)
 
 
-def test_linear_schedule():
-    assert linear_schedule(0, 10, 20, 1.0, 0.0) == 1.0
-    assert linear_schedule(15, 10, 20, 1.0, 0.0) == pytest.approx(0.5)
-    assert linear_schedule(25, 10, 20, 1.0, 0.0) == 0.0
+def test_prioritized_beta_anneals_linearly_from_the_first_learning_iteration():
+    """The PER exponent follows the shared linear schedule: pri_beta_init until learning
+    starts, linear to pri_beta_final over pri_beta_steps, constant after."""
+    class BetaRecorder:
+        def __init__(self):
+            self.betas = []
+
+        def set_beta(self, beta):
+            self.betas.append(beta)
+
+    algo = DQN(prioritized_replay=True, pri_beta_init=0.4, pri_beta_final=1.0)
+    algo.replay_buffer = BetaRecorder()
+    algo.min_itr_learn, algo.pri_beta_itr = 10, 10
+    for itr in (0, 10, 15, 20, 25):
+        algo.update_itr_hyperparams(itr)
+    betas = algo.replay_buffer.betas
+    assert betas[0] == 0.4 and betas[1] == 0.4
+    assert betas[2] == pytest.approx(0.7, abs=1e-12)
+    assert betas[3] == 1.0 and betas[4] == 1.0
+    algo.prioritized_replay = False  # uniform replay has no beta to set
+    algo.update_itr_hyperparams(15)
+    assert len(betas) == 5
 
 
 def _reference_projection(p, r, not_done, gamma_n, z):

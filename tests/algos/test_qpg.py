@@ -464,7 +464,7 @@ def test_initialize_checks_collector_and_env_info():
 
 
 @pytest.mark.parametrize("make", [
-    lambda: DDPG(discount=1.5), lambda: DDPG(batch_size=0), lambda: DDPG(batch_size=2.5),
+    lambda: DDPG(discount=1.5), lambda: DDPG(batch_size=0),
     lambda: DDPG(target_update_tau=0), lambda: DDPG(target_update_interval=0),
     lambda: DDPG(learning_rate=0), lambda: DDPG(q_learning_rate=-1),
     lambda: DDPG(q_target_clip=0), lambda: DDPG(n_step_return=0), lambda: DDPG(replay_ratio=0),
@@ -474,6 +474,15 @@ def test_initialize_checks_collector_and_env_info():
 ])
 def test_bad_algorithm_arguments_raise_value_error(make):
     with pytest.raises(ValueError):
+        make()
+
+
+@pytest.mark.parametrize("make,name", [
+    (lambda: DDPG(batch_size=2.5), "batch_size"), (lambda: TD3(replay_size="big"), "replay_size"),
+    (lambda: SAC(n_step_return=True), "n_step_return"),
+])
+def test_non_integer_counts_raise_type_error_naming_the_value(make, name):
+    with pytest.raises(TypeError, match=name):
         make()
 
 

@@ -147,3 +147,66 @@ def test_affinity_code_pins_the_run(tmp_path):
                  "--n-envs", "2", "--affinity", "0slt_2cpu_0gpu_0hto", "--log-dir",
                  str(log_dir), "--no-progress", "--set", "sampler.batch_T=64"]) == 0
     assert json.loads((log_dir / "params.json").read_text())["affinity"] == "0slt_2cpu_0gpu_0hto"
+
+
+def test_r2d1_with_alternating_sampler_runs(tmp_path, capsys):
+    log_dir = tmp_path / "r2d1_alt"
+    code = main(["train", "r2d1", "CartPole-v1", "--sampler", "alternating", "--steps", "960",
+                 "--n-envs", "4", "--log-dir", str(log_dir), "--no-progress",
+                 "--set", "runner.log_interval_steps=320", "--set", "algo.min_steps_learn=320",
+                 "--set", "sampler.eval_max_steps=400", "--set", "sampler.eval_n_envs=2"])
+    assert code == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("Final evaluation return")
+    assert json.loads((log_dir / "params.json").read_text())["sampler"] == "alternating"
+    rows = _rows(log_dir / "progress.csv")
+    assert int(rows[-1]["Diagnostics/CumSteps"]) == 960  # 80 steps per itr, 12 itrs
+    assert float(rows[-1]["Diagnostics/CumUpdates"]) > 0
+
+
+def _internal_error(self, itr, samples=None, sampler_itr=None):
+    raise ValueError(f"internal error in optimize_agent at itr {itr}")
+
+
+def test_error_during_training_propagates(tmp_path, capsys, monkeypatch):
+    from rlfast.algos import PPO
+    monkeypatch.setattr(PPO, "optimize_agent", _internal_error)
+    with pytest.raises(ValueError, match="internal error in optimize_agent at itr 0"):
+        main(["train", "ppo", "CartPole-v1", "--steps", "512", "--sampler", "serial",
+              "--log-dir", str(tmp_path / "x"), "--no-progress"])
+    assert "rlfast: error" not in capsys.readouterr().err
+
+
+# The CLI as a user runs it, with one internal error planted in the algorithm.
+_PLANTED = """
+import sys
+from rlfast.algos import PPO
+def optimize_agent(self, itr, samples=None, sampler_itr=None):
+    raise ValueError("internal error in optimize_agent")
+PPO.optimize_agent = optimize_agent
+from rlfast.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_training_error_exits_with_traceback_config_error_is_short(tmp_path):
+    train = ["train", "ppo", "CartPole-v1", "--steps", "512", "--sampler", "serial",
+             "--no-progress"]
+    failed = subprocess.run([sys.executable, "-c", _PLANTED, *train,
+                             "--log-dir", str(tmp_path / "a")],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert failed.returncode not in (0, 2)
+    assert "Traceback (most recent call last)" in failed.stderr
+    assert "in optimize_agent" in failed.stderr
+    assert "ValueError: internal error in optimize_agent" in failed.stderr
+    assert "rlfast: error" not in failed.stderr
+    assert "Training complete." not in (tmp_path / "a" / "debug.log").read_text()
+
+    for bad in (["--set", "algo.no_such_key=1"], ["--affinity", "2cpu_1zzz"],
+                ["--set", "sampler.batch_T=many"]):
+        short = subprocess.run([sys.executable, "-m", "rlfast", *train, *bad,
+                                "--log-dir", str(tmp_path / "b")],
+                               capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert short.returncode == 2, bad
+        assert short.stderr.startswith("rlfast: error: "), short.stderr
+        assert "Traceback" not in short.stderr
+    assert not (tmp_path / "b").exists()

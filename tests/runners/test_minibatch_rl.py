@@ -7,7 +7,7 @@ import torch
 from rlfast.agents import CategoricalPgAgent
 from rlfast.algos import A2C, PPO
 from rlfast.envs import make
-from rlfast.runners import MinibatchRl, MinibatchRlEval
+from rlfast.runners import MinibatchRl, MinibatchRlBase, MinibatchRlEval
 from rlfast.samplers import SerialSampler
 from rlfast.utils.logging import logger_context
 
@@ -89,3 +89,31 @@ def test_error_in_loop_still_shuts_down(tmp_path):
         with pytest.raises(RuntimeError, match="optimizer exploded"):
             runner.train()
     assert closed == [True]
+
+
+def test_training_complete_is_logged_only_on_success(tmp_path):
+    _train(tmp_path, "ok", n_steps=256)
+    assert "Training complete." in (tmp_path / "ok" / "debug.log").read_text()
+    runner = _runner(algo=_Boom(minibatches=1, epochs=1))
+    with logger_context(str(tmp_path / "err"), 0, "err", {}, override_prefix=True):
+        with pytest.raises(RuntimeError, match="optimizer exploded"):
+            runner.train()
+    debug_log = (tmp_path / "err" / "debug.log").read_text()
+    assert "itr #1" in debug_log  # it logged until the failing iteration (itr 2)
+    assert "Training complete." not in debug_log
+
+
+def test_no_dead_attributes(tmp_path):
+    runner, _, _ = _train(tmp_path, "d", n_steps=256)
+    assert not hasattr(runner, "pbar")
+    for cls in (MinibatchRlBase, MinibatchRl, MinibatchRlEval):
+        assert "_eval" not in vars(cls)
+
+
+def test_base_runner_is_abstract_and_checks_its_arguments():
+    with pytest.raises(TypeError, match="abstract"):
+        MinibatchRlBase(algo=None, agent=None, sampler=None, n_steps=10)
+    with pytest.raises(ValueError, match="n_steps"):
+        _runner(n_steps=0)
+    with pytest.raises(ValueError, match="log_interval_steps"):
+        MinibatchRl(algo=None, agent=None, sampler=None, n_steps=10, log_interval_steps=0)

@@ -3,15 +3,15 @@
 ``agent_info`` layouts: ``DqnAgent`` -> ``AgentInfo(q)``, ``CatDqnAgent`` -> ``CatAgentInfo(p)``
 (its module calls it ``AgentInfo``), ``R2d1Agent`` -> ``AgentInfoRnn(q, prev_rnn_state)``.
 """
-from rlfast.agents.dqn.atari import AtariCatDqnAgent, AtariDqnAgent, AtariDqnAgentMixin, AtariR2d1Agent
+from rlfast.agents.dqn.atari import AlternatingAtariR2d1Agent, AtariCatDqnAgent, AtariDqnAgent, AtariR2d1Agent
 from rlfast.agents.dqn.catdqn_agent import AgentInfo as CatAgentInfo
-from rlfast.agents.dqn.catdqn_agent import CatDqnAgent
-from rlfast.agents.dqn.dqn_agent import AgentInfo, DqnAgent
+from rlfast.agents.dqn.catdqn_agent import CatDqnAgent, CategoricalQPolicy
+from rlfast.agents.dqn.dqn_agent import AgentInfo, AgentInfoRnn, DqnAgent, QValuePolicy
 from rlfast.agents.dqn.epsilon_greedy import EpsilonGreedyAgentMixin
-from rlfast.agents.dqn.r2d1_agent import AgentInfoRnn, R2d1Agent, R2d1AgentBase
+from rlfast.agents.dqn.r2d1_agent import AlternatingR2d1Agent, R2d1Agent
 
 __all__ = [
-    "EpsilonGreedyAgentMixin", "DqnAgent", "CatDqnAgent", "R2d1AgentBase", "R2d1Agent",
-    "AtariDqnAgentMixin", "AtariDqnAgent", "AtariCatDqnAgent", "AtariR2d1Agent",
-    "AgentInfo", "CatAgentInfo", "AgentInfoRnn",
+    "EpsilonGreedyAgentMixin", "DqnAgent", "CatDqnAgent", "R2d1Agent", "AlternatingR2d1Agent",
+    "AtariDqnAgent", "AtariCatDqnAgent", "AtariR2d1Agent", "AlternatingAtariR2d1Agent",
+    "QValuePolicy", "CategoricalQPolicy", "AgentInfo", "CatAgentInfo", "AgentInfoRnn",
 ]

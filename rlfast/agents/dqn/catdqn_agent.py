@@ -9,21 +9,63 @@ index's mean), so sampler workers forked earlier still act greedily on the right
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
-from rlfast.agents.base import AgentStep
 from rlfast.agents.dqn.dqn_agent import DqnAgent
 from rlfast.distributions import CategoricalEpsilonGreedy
 from rlfast.models.dqn import CatDqnMlpModel
+from rlfast.utils.checks import check_int
 from rlfast.utils.collections import namedarraytuple
 
-__all__ = ["CatDqnAgent", "AgentInfo"]
+__all__ = ["CatDqnAgent", "CategoricalQPolicy", "AgentInfo"]
 
 AgentInfo = namedarraytuple("AgentInfo", ["p"])
 
 PLACEHOLDER_V_MIN, PLACEHOLDER_V_MAX = -10.0, 10.0
+
+
+class CategoricalQPolicy:
+    """Epsilon-greedy on the expected values of per-action return distributions.
+
+    Holds ``n_atoms`` (passed to the model) and the support ``z`` once ``set_support`` gave it;
+    ``agent_info`` is ``AgentInfo(p)``.  ``image_model`` as in ``QValuePolicy``.
+    """
+
+    def __init__(self, n_atoms: int = 51, image_model: bool = False):
+        self.n_atoms = check_int(n_atoms, "n_atoms", minimum=2, owner="CategoricalQPolicy")
+        self.image_model = bool(image_model)
+        self.V_min: float | None = None
+        self.V_max: float | None = None
+        self.z: torch.Tensor | None = None
+
+    def model_kwargs(self, model_kwargs: dict, owner: str) -> dict:
+        """``model_kwargs`` with ``n_atoms``; refuses a different ``n_atoms`` given there."""
+        given = model_kwargs.get("n_atoms", self.n_atoms)
+        if given != self.n_atoms:
+            raise ValueError(f"{owner}: model_kwargs n_atoms={given!r} differs from n_atoms={self.n_atoms!r}; "
+                             "give it once, as the agent's n_atoms.")
+        return dict(model_kwargs, n_atoms=self.n_atoms)
+
+    def make_distribution(self, n_actions: int, epsilon: float) -> CategoricalEpsilonGreedy:
+        """Epsilon-greedy on expected values, over the support (or the placeholder one)."""
+        z = self.z if self.z is not None else torch.linspace(PLACEHOLDER_V_MIN, PLACEHOLDER_V_MAX, self.n_atoms)
+        return CategoricalEpsilonGreedy(dim=n_actions, z=z, epsilon=epsilon)
+
+    def forward_kwargs(self, log_probs: bool, owner: str) -> dict:
+        """``log_probs`` for the model: probabilities or log-probabilities."""
+        return dict(log_probs=log_probs)
+
+    def agent_info(self, p: torch.Tensor) -> AgentInfo:
+        """``AgentInfo(p=p)``."""
+        return AgentInfo(p=p)
+
+    def set_support(self, V_min: float, V_max: float, owner: str) -> None:
+        """``z = linspace(V_min, V_max, n_atoms)``."""
+        if not float(V_max) > float(V_min):
+            raise ValueError(f"{owner}.give_V_min_max: need V_min < V_max, got V_min={V_min!r}, "
+                             f"V_max={V_max!r}.")
+        self.V_min, self.V_max = float(V_min), float(V_max)
+        self.z = torch.linspace(self.V_min, self.V_max, self.n_atoms)
 
 
 class CatDqnAgent(DqnAgent):
@@ -33,50 +75,8 @@ class CatDqnAgent(DqnAgent):
     log_probs=False) -> p`` ``[..., A, n_atoms]`` atom probabilities (log-probabilities with
     ``log_probs=True``) on the model's device, with gradient; ``target(...)`` the same from the
     target model without gradient.  ``step`` returns ``AgentStep(action,
-    agent_info=AgentInfo(p=p))`` on the CPU.
+    agent_info=AgentInfo(p=p))`` on the CPU.  ``give_V_min_max`` sets the support ``z``.
     """
 
     def __init__(self, n_atoms: int = 51, ModelCls: type = CatDqnMlpModel, **kwargs):
-        super().__init__(ModelCls=ModelCls, **kwargs)
-        if int(n_atoms) != n_atoms or n_atoms < 2:
-            raise ValueError(f"CatDqnAgent: n_atoms must be an int >= 2, got {n_atoms!r}.")
-        given = self.model_kwargs.get("n_atoms", n_atoms)
-        if given != n_atoms:
-            raise ValueError(f"CatDqnAgent: model_kwargs n_atoms={given!r} differs from n_atoms={n_atoms!r}; "
-                             "give it once, as the agent's n_atoms.")
-        self.n_atoms = int(n_atoms)
-        self.model_kwargs["n_atoms"] = self.n_atoms
-        self.V_min: Optional[float] = None
-        self.V_max: Optional[float] = None
-        self.z: Optional[torch.Tensor] = None
-
-    def make_distribution(self, n_actions: int) -> CategoricalEpsilonGreedy:
-        z = self.z if self.z is not None else torch.linspace(PLACEHOLDER_V_MIN, PLACEHOLDER_V_MAX, self.n_atoms)
-        return CategoricalEpsilonGreedy(dim=n_actions, z=z, epsilon=self.eps_init)
-
-    def give_V_min_max(self, V_min: float, V_max: float) -> None:
-        """Set the support ``z = linspace(V_min, V_max, n_atoms)`` (the algorithm calls this)."""
-        if not float(V_max) > float(V_min):
-            raise ValueError(f"CatDqnAgent.give_V_min_max: need V_min < V_max, got V_min={V_min!r}, "
-                             f"V_max={V_max!r}.")
-        self.V_min, self.V_max = float(V_min), float(V_max)
-        self.z = torch.linspace(self.V_min, self.V_max, self.n_atoms)
-        if self.distribution is not None:
-            self.distribution.set_z(self.z)
-
-    def __call__(self, observation, prev_action, prev_reward, log_probs: bool = False) -> torch.Tensor:
-        """Atom probabilities ``[..., A, n_atoms]`` (or log-probabilities), with gradient."""
-        return self.model(*self._model_inputs(observation, prev_action, prev_reward), log_probs=log_probs)
-
-    @torch.no_grad()
-    def target(self, observation, prev_action, prev_reward, log_probs: bool = False) -> torch.Tensor:
-        """Target-network atom probabilities ``[..., A, n_atoms]`` (no gradient)."""
-        return self.target_model(*self._model_inputs(observation, prev_action, prev_reward), log_probs=log_probs)
-
-    @torch.no_grad()
-    def step(self, observation, prev_action, prev_reward) -> AgentStep:
-        """Epsilon-greedy on expected values; ``AgentInfo(p=p)``; CPU tensors in and out."""
-        self._reset_noise_for_step()
-        p = self.model(*self._model_inputs(observation, prev_action, prev_reward)).cpu()
-        action = self.distribution.sample(p)
-        return AgentStep(action=action, agent_info=AgentInfo(p=p))
+        super().__init__(ModelCls=ModelCls, policy=CategoricalQPolicy(n_atoms), **kwargs)

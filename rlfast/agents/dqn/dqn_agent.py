@@ -5,33 +5,80 @@ for online Q-values with gradient, ``agent.target(...)`` for target-network valu
 refreshes the target with ``update_target(tau)``; samplers call ``step``.  Noisy-net models
 (Rainbow) get a fresh noise sample before every sampling step and have their noise switched
 off in evaluation.
+
+Every DQN-family agent is this class with a policy strategy (plain Q-values here, return
+distributions in ``catdqn_agent``) and, for R2D1, a recurrent mixin: a recurrent agent feeds
+its model the previous action one-hot and the LSTM state, and records the state before each
+step in ``agent_info.prev_rnn_state`` as ``[B, N, H]`` so the replay buffer can store it per
+environment; the algorithm transposes stored states back to ``[N, B, H]`` and passes them as
+``init_rnn_state`` when it replays sequences.
 """
 from __future__ import annotations
-
-from typing import Optional
 
 import torch
 
 from rlfast.agents.base import AgentStep, BaseAgent
 from rlfast.agents.dqn.epsilon_greedy import EpsilonGreedyAgentMixin
+from rlfast.agents.recurrent import stored_rnn_state
 from rlfast.distributions import EpsilonGreedy
 from rlfast.models.dqn import DqnMlpModel
 from rlfast.models.utils import strip_ddp_state_dict, update_state_dict
 from rlfast.utils.buffer import buffer_to
 from rlfast.utils.collections import namedarraytuple
 
-__all__ = ["DqnAgent", "AgentInfo", "discrete_q_model_kwargs"]
+__all__ = ["DqnAgent", "QValuePolicy", "AgentInfo", "AgentInfoRnn", "discrete_q_model_kwargs"]
 
 AgentInfo = namedarraytuple("AgentInfo", ["q"])
+AgentInfoRnn = namedarraytuple("AgentInfoRnn", ["q", "prev_rnn_state"])
 
 
-def discrete_q_model_kwargs(env_spaces, agent_name: str) -> dict:
-    """``dict(observation_shape, output_size)`` for a scalar discrete action space, else raise."""
+def discrete_q_model_kwargs(env_spaces, agent_name: str, image_model: bool = False) -> dict:
+    """``dict(observation_shape, output_size)`` for a scalar discrete action space, else raise;
+    ``image_shape`` instead of ``observation_shape`` with ``image_model`` (the Atari models)."""
     action_space = env_spaces.action
     if getattr(action_space, "n", None) is None or tuple(action_space.shape) != ():
         raise TypeError(f"{agent_name} needs a scalar discrete action space (IntBox with n actions); got "
                         f"{action_space!r}. Use DDPG/TD3/SAC agents for continuous actions.")
-    return dict(observation_shape=tuple(env_spaces.observation.shape), output_size=int(action_space.n))
+    shape_name = "image_shape" if image_model else "observation_shape"
+    return {shape_name: tuple(env_spaces.observation.shape), "output_size": int(action_space.n)}
+
+
+class QValuePolicy:
+    """Epsilon-greedy on the model's Q-values ``[..., A]``; ``agent_info`` is ``AgentInfo(q)``.
+
+    ``image_model``: the model takes ``image_shape`` (the Atari models) rather than
+    ``observation_shape``.  The categorical counterpart is ``CategoricalQPolicy``.
+    """
+
+    n_atoms = None
+    z = V_min = V_max = None
+
+    def __init__(self, image_model: bool = False):
+        self.image_model = bool(image_model)
+
+    def model_kwargs(self, model_kwargs: dict, owner: str) -> dict:
+        """The agent's ``model_kwargs`` (Q-value models need nothing more)."""
+        return model_kwargs
+
+    def make_distribution(self, n_actions: int, epsilon: float) -> EpsilonGreedy:
+        """Epsilon-greedy over ``n_actions`` Q-values."""
+        return EpsilonGreedy(dim=n_actions, epsilon=epsilon)
+
+    def forward_kwargs(self, log_probs: bool, owner: str) -> dict:
+        """Extra model arguments: none; ``log_probs`` is for distributional agents only."""
+        if log_probs:
+            raise ValueError(f"{owner}: log_probs=True is only for categorical (distributional) "
+                             "agents; this agent's model outputs Q-values.")
+        return {}
+
+    def agent_info(self, q: torch.Tensor) -> AgentInfo:
+        """``AgentInfo(q=q)``."""
+        return AgentInfo(q=q)
+
+    def set_support(self, V_min: float, V_max: float, owner: str) -> None:
+        """Q-values have no support to set."""
+        raise TypeError(f"{owner} outputs Q-values, not return distributions; give_V_min_max is "
+                        "for categorical agents (CatDqnAgent, AtariCatDqnAgent).")
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -54,23 +101,39 @@ class DqnAgent(EpsilonGreedyAgentMixin, BaseAgent):
     that or a plain model state dict (then loaded into both networks).  ``noisy_reset``: for a
     noisy model (``model.noisy``), draw new noise before each step in sample mode.  Epsilon
     arguments as in ``EpsilonGreedyAgentMixin``.
+
+    ``policy`` (subclasses choose it): ``QValuePolicy`` by default, ``CategoricalQPolicy`` for
+    return distributions.  With a recurrent mixin (R2D1) the model also takes and returns an
+    ``RnnState``: ``__call__`` and ``target`` take ``init_rnn_state`` (None for zeros) and
+    return ``(q, next_rnn_state)``, and ``step`` records ``AgentInfoRnn(q, prev_rnn_state)``.
     """
 
-    def __init__(self, ModelCls: type = DqnMlpModel, noisy_reset: bool = True, **kwargs):
+    policy = QValuePolicy()
+
+    def __init__(self, ModelCls: type = DqnMlpModel, noisy_reset: bool = True,
+                 policy: QValuePolicy | None = None, **kwargs):
         super().__init__(ModelCls=ModelCls, **kwargs)
+        if policy is not None:
+            self.policy = policy
+        if self.recurrent and self.policy.n_atoms is not None:
+            raise TypeError(f"{type(self).__name__}: recurrent agents output Q-values; categorical "
+                            "policies are for feedforward agents.")
+        self.model_kwargs = self.policy.model_kwargs(self.model_kwargs, type(self).__name__)
         self.noisy_reset = bool(noisy_reset)
-        self.target_model: Optional[torch.nn.Module] = None
+        self.target_model: torch.nn.Module | None = None
 
     # ---- construction -------------------------------------------------------------------
     def make_env_to_model_kwargs(self, env_spaces) -> dict:
-        """``dict(observation_shape=..., output_size=number of actions)``."""
-        return discrete_q_model_kwargs(env_spaces, type(self).__name__)
+        """``dict(observation_shape=..., output_size=number of actions)`` (``image_shape`` for
+        image models)."""
+        return discrete_q_model_kwargs(env_spaces, type(self).__name__, self.policy.image_model)
 
     def make_distribution(self, n_actions: int) -> EpsilonGreedy:
-        return EpsilonGreedy(dim=n_actions, epsilon=self.eps_init)
+        """The policy's epsilon-greedy distribution, starting at ``eps_init``."""
+        return self.policy.make_distribution(n_actions, self.eps_init)
 
     def initialize(self, env_spaces, share_memory: bool = False, global_B: int = 1,
-                   env_ranks: Optional[list] = None) -> None:
+                   env_ranks: list | None = None) -> None:
         """Build the model, the target model (a copy of it) and the epsilon-greedy distribution."""
         initial = self.initial_model_state_dict
         if _is_agent_state(initial):
@@ -84,16 +147,46 @@ class DqnAgent(EpsilonGreedyAgentMixin, BaseAgent):
         self.target_model.to(self.device)
         self.distribution = self.make_distribution(int(env_spaces.action.n))
 
-    def to_device(self, cuda_idx: Optional[int] = None) -> None:
+    def to_device(self, cuda_idx: int | None = None) -> None:
+        """Move the model and the target model to ``cuda:cuda_idx``."""
         super().to_device(cuda_idx)
         if self.target_model is not None:
             self.target_model.to(self.device)
 
+    # ---- distributional support (categorical policies) -----------------------------------
+    @property
+    def n_atoms(self) -> int | None:
+        """Atoms per action of a categorical agent (None for Q-values)."""
+        return self.policy.n_atoms
+
+    @property
+    def z(self) -> torch.Tensor | None:
+        """The support ``linspace(V_min, V_max, n_atoms)`` once given (categorical agents)."""
+        return self.policy.z
+
+    @property
+    def V_min(self) -> float | None:
+        """Lowest atom value, once given (categorical agents)."""
+        return self.policy.V_min
+
+    @property
+    def V_max(self) -> float | None:
+        """Highest atom value, once given (categorical agents)."""
+        return self.policy.V_max
+
+    def give_V_min_max(self, V_min: float, V_max: float) -> None:
+        """Set the support ``z = linspace(V_min, V_max, n_atoms)`` (the algorithm calls this)."""
+        self.policy.set_support(V_min, V_max, type(self).__name__)
+        if self.distribution is not None:
+            self.distribution.set_z(self.z)
+
     # ---- parameters -----------------------------------------------------------------------
     def state_dict(self) -> dict:
+        """``dict(model=..., target=...)``."""
         return dict(model=strip_ddp_state_dict(self.model.state_dict()), target=self.target_model.state_dict())
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Load ``dict(model=..., target=...)``, or a plain model state dict into both networks."""
         if _is_agent_state(state_dict):
             model_state, target_state = state_dict["model"], state_dict["target"]
         else:
@@ -128,16 +221,19 @@ class DqnAgent(EpsilonGreedyAgentMixin, BaseAgent):
             model.set_noise(enabled)
 
     def train_mode(self, itr: int) -> None:
+        """Training mode, with noise."""
         super().train_mode(itr)
         self._set_noise(True)
 
     def sample_mode(self, itr: int) -> None:
+        """Sampling mode (annealed epsilon), with noise."""
         super().sample_mode(itr)
         self._set_noise(True)
 
     def eval_mode(self, itr: int) -> None:
+        """Evaluation mode (evaluation epsilon), without noise: the mean network acts."""
         super().eval_mode(itr)
-        self._set_noise(False)  # evaluate the mean network
+        self._set_noise(False)
 
     def _reset_noise_for_step(self) -> None:
         if self.noisy_reset and self._mode == "sample" and self.noisy:
@@ -145,21 +241,49 @@ class DqnAgent(EpsilonGreedyAgentMixin, BaseAgent):
 
     # ---- forward passes -----------------------------------------------------------------
     def _model_inputs(self, observation, prev_action, prev_reward) -> tuple:
+        if self.recurrent and not torch.is_floating_point(prev_action):
+            prev_action = self.distribution.to_onehot(prev_action)  # floats are taken as one-hot
         return buffer_to((observation, prev_action, prev_reward), device=self.device)
 
-    def __call__(self, observation, prev_action, prev_reward) -> torch.Tensor:
-        """Q-values ``[..., A]`` for training data (with gradient, on the model's device)."""
-        return self.model(*self._model_inputs(observation, prev_action, prev_reward))
+    def _forward(self, model, observation, prev_action, prev_reward, init_rnn_state, log_probs):
+        options = self.policy.forward_kwargs(log_probs, type(self).__name__)
+        inputs = self._model_inputs(observation, prev_action, prev_reward)
+        if self.recurrent:
+            return model(*inputs, buffer_to(init_rnn_state, device=self.device), **options)
+        if init_rnn_state is not None:
+            raise TypeError(f"{type(self).__name__} is feedforward; it takes no init_rnn_state.")
+        return model(*inputs, **options)
+
+    def __call__(self, observation, prev_action, prev_reward, init_rnn_state=None, *,
+                 log_probs: bool = False):
+        """Online network on training data (with gradient, on the model's device): Q-values
+        ``[..., A]``; a categorical agent's atom probabilities ``[..., A, n_atoms]``
+        (log-probabilities with ``log_probs=True``); a recurrent agent's ``(q, next_rnn_state)``
+        from ``init_rnn_state``."""
+        return self._forward(self.model, observation, prev_action, prev_reward, init_rnn_state,
+                             log_probs)
 
     @torch.no_grad()
-    def target(self, observation, prev_action, prev_reward) -> torch.Tensor:
-        """Target-network Q-values ``[..., A]`` (no gradient, on the model's device)."""
-        return self.target_model(*self._model_inputs(observation, prev_action, prev_reward))
+    def target(self, observation, prev_action, prev_reward, init_rnn_state=None, *,
+               log_probs: bool = False):
+        """The same from the target network (no gradient, on the model's device)."""
+        return self._forward(self.target_model, observation, prev_action, prev_reward,
+                             init_rnn_state, log_probs)
 
     @torch.no_grad()
     def step(self, observation, prev_action, prev_reward) -> AgentStep:
-        """Epsilon-greedy actions and ``AgentInfo(q=q)``; CPU tensors in and out."""
+        """Epsilon-greedy actions and the policy's agent_info; CPU tensors in and out.  A
+        recurrent agent records ``AgentInfoRnn(q, prev_rnn_state [B, N, H])`` and advances."""
         self._reset_noise_for_step()
-        q = self.model(*self._model_inputs(observation, prev_action, prev_reward)).cpu()
+        inputs = self._model_inputs(observation, prev_action, prev_reward)
+        if not self.recurrent:
+            out = self.model(*inputs).cpu()
+            action = self.distribution.sample(out)
+            return AgentStep(action=action, agent_info=self.policy.agent_info(out))
+        prev_rnn_state = self.prev_rnn_state
+        q, rnn_state = self.model(*inputs, prev_rnn_state)
+        q = q.cpu()
         action = self.distribution.sample(q)
-        return AgentStep(action=action, agent_info=AgentInfo(q=q))
+        agent_info = AgentInfoRnn(q=q, prev_rnn_state=stored_rnn_state(prev_rnn_state, rnn_state))
+        self.advance_rnn_state(rnn_state)
+        return buffer_to(AgentStep(action=action, agent_info=agent_info), device="cpu")

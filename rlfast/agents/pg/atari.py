@@ -1,43 +1,40 @@
-"""Categorical policy-gradient agents for Atari, with the image models as defaults."""
+"""Categorical policy-gradient agents for Atari, with the image models as defaults.
+
+They are the categorical agents with a ``CategoricalPolicy(image_model=True)``, which names the
+model's arguments as the Atari models do: ``image_shape`` and ``output_size``.
+"""
 from __future__ import annotations
 
-from rlfast.agents.pg.categorical import (AlternatingRecurrentCategoricalPgAgent,
-                                          CategoricalPgAgent, RecurrentCategoricalPgAgent)
+from rlfast.agents.recurrent import AlternatingRecurrentAgentMixin, RecurrentAgentMixin
+from rlfast.agents.pg.base import PgAgent
+from rlfast.agents.pg.policies import CategoricalPolicy
 from rlfast.models.pg import AtariFfModel, AtariLstmModel
 
-__all__ = ["AtariMixin", "AtariFfAgent", "AtariLstmAgent", "AlternatingAtariLstmAgent"]
+__all__ = ["AtariFfAgent", "AtariLstmAgent", "AlternatingAtariLstmAgent"]
 
 
-class AtariMixin:
-    """Gives the model the image shape and the number of actions, under the Atari models' names.
-
-    Put it before a categorical agent: ``class MyAgent(AtariMixin, CategoricalPgAgent)``.
-    The categorical agent's checks still apply (the action space must be scalar discrete).
-    """
-
-    def make_env_to_model_kwargs(self, env_spaces) -> dict:
-        """``dict(image_shape=observation shape, output_size=number of actions)``."""
-        categorical_kwargs = super().make_env_to_model_kwargs(env_spaces)
-        return dict(image_shape=categorical_kwargs["observation_shape"],
-                    output_size=categorical_kwargs["action_size"])
-
-
-class AtariFfAgent(AtariMixin, CategoricalPgAgent):
+class AtariFfAgent(PgAgent):
     """Feedforward categorical agent for Atari (default model: ``AtariFfModel``)."""
+
+    policy = CategoricalPolicy(image_model=True)
 
     def __init__(self, ModelCls: type = AtariFfModel, **kwargs):
         super().__init__(ModelCls=ModelCls, **kwargs)
 
 
-class AtariLstmAgent(AtariMixin, RecurrentCategoricalPgAgent):
+class AtariLstmAgent(RecurrentAgentMixin, PgAgent):
     """Recurrent categorical agent for Atari (default model: ``AtariLstmModel``)."""
+
+    policy = CategoricalPolicy(image_model=True)
 
     def __init__(self, ModelCls: type = AtariLstmModel, **kwargs):
         super().__init__(ModelCls=ModelCls, **kwargs)
 
 
-class AlternatingAtariLstmAgent(AtariMixin, AlternatingRecurrentCategoricalPgAgent):
+class AlternatingAtariLstmAgent(AlternatingRecurrentAgentMixin, PgAgent):
     """Recurrent Atari agent for alternating samplers (two recurrent states)."""
+
+    policy = CategoricalPolicy(image_model=True)
 
     def __init__(self, ModelCls: type = AtariLstmModel, **kwargs):
         super().__init__(ModelCls=ModelCls, **kwargs)

@@ -1,54 +1,88 @@
-"""Shared pieces of the policy-gradient agents: agent_info layouts and the step/value logic.
+"""The policy-gradient agent: agent_info layouts and the step/value logic, written once.
 
-A PG agent is defined by its distribution (categorical or Gaussian) and how the model's outputs
-become that distribution's ``dist_info``; everything else (device moves, recurrent-state storage,
-greedy evaluation, bootstrap values) is written once here.
+A PG agent is a model, a policy strategy (``CategoricalPolicy`` or ``GaussianPolicy``, which
+knows the distribution and how the model's outputs become its ``dist_info``) and, for recurrent
+models, one of the recurrent mixins. Everything else (device moves, recurrent-state storage,
+greedy evaluation, bootstrap values) is here.
 """
 from __future__ import annotations
 
 import torch
 
-from rlfast.agents.base import AgentStep, BaseAgent, rnn_state_for_storage
+from rlfast.agents.base import AgentStep, BaseAgent
+from rlfast.agents.pg.policies import PgPolicy
+from rlfast.agents.recurrent import stored_rnn_state
 from rlfast.utils.buffer import buffer_to
 from rlfast.utils.collections import namedarraytuple
+
+__all__ = ["PgAgent", "AgentInfo", "AgentInfoRnn"]
 
 AgentInfo = namedarraytuple("AgentInfo", ["dist_info", "value"])
 AgentInfoRnn = namedarraytuple("AgentInfoRnn", ["dist_info", "value", "prev_rnn_state"])
 
 
-class PgAgentBase(BaseAgent):
-    """Feedforward actor-critic agent: the model returns distribution parameters and a value.
+class PgAgent(BaseAgent):
+    """Actor-critic agent: the model returns distribution parameters and a value.
 
+    The model is called as ``model(observation, prev_action, prev_reward)`` and returns the
+    distribution's outputs followed by the value; a recurrent model (in an agent with
+    ``RecurrentAgentMixin`` or ``AlternatingRecurrentAgentMixin``) also takes and returns an RNN
+    state, and reads the previous action as the policy gives it (one-hot for categorical).
+    The state before each step is stored in agent_info (as ``[B, N, H]``) so the algorithm can
+    replay sequences from the state the sampler had at the batch's first step.
+
+    ``policy``: the distribution strategy (subclasses set it as a class attribute).
     ``greedy_eval``: in eval mode take the distribution's most likely action (argmax / mean)
     instead of sampling, the usual deterministic evaluation of a stochastic policy.
     """
 
-    def __init__(self, ModelCls=None, model_kwargs=None, initial_model_state_dict=None,
-                 greedy_eval: bool = True):
+    policy: PgPolicy | None = None
+
+    def __init__(self, ModelCls: type | None = None, model_kwargs: dict | None = None,
+                 initial_model_state_dict: dict | None = None, greedy_eval: bool = True,
+                 policy: PgPolicy | None = None):
         super().__init__(ModelCls=ModelCls, model_kwargs=model_kwargs,
                          initial_model_state_dict=initial_model_state_dict)
         self.greedy_eval = greedy_eval
+        if policy is not None:
+            self.policy = policy
+        if self.policy is None:
+            raise ValueError(f"{type(self).__name__} needs a policy (CategoricalPolicy or GaussianPolicy)")
 
-    # Subclasses: build self.distribution, convert model outputs, pick the greedy action.
-    def dist_info_from_outputs(self, *outputs):
-        raise TypeError(f"{type(self).__name__} must define dist_info_from_outputs")
+    def make_env_to_model_kwargs(self, env_spaces) -> dict:
+        """The policy's model keyword arguments for these spaces."""
+        return self.policy.make_env_to_model_kwargs(env_spaces)
 
-    def greedy_action(self, dist_info):
-        raise TypeError(f"{type(self).__name__} must define greedy_action")
+    def initialize(self, env_spaces, share_memory: bool = False, global_B: int = 1,
+                   env_ranks: list | None = None) -> None:
+        """Build the model (see ``BaseAgent.initialize``), then the policy's distribution."""
+        super().initialize(env_spaces, share_memory=share_memory, global_B=global_B,
+                           env_ranks=env_ranks)
+        self.distribution = self.policy.make_distribution(env_spaces)
 
-    def model_prev_action(self, prev_action):
-        """What the model sees as the previous action (recurrent models use it)."""
-        return prev_action
+    def _forward(self, observation, prev_action, prev_reward, rnn_state=None) -> tuple:
+        """``(dist_info, value, next_rnn_state)``; ``next_rnn_state`` is None unless recurrent."""
+        if not self.recurrent:
+            inputs = buffer_to((observation, prev_action, prev_reward), device=self.device)
+            *dist_outputs, value = self.model(*inputs)
+            return self.policy.dist_info(*dist_outputs), value, None
+        prev_action = self.policy.model_prev_action(prev_action, self.distribution)
+        inputs = buffer_to((observation, prev_action, prev_reward), device=self.device)
+        *dist_outputs, value, next_rnn_state = self.model(*inputs, rnn_state)
+        return self.policy.dist_info(*dist_outputs), value, next_rnn_state
 
-    def _forward(self, observation, prev_action, prev_reward, *rnn):
-        inputs = buffer_to((observation, self.model_prev_action(prev_action), prev_reward),
-                           device=self.device)
-        return self.model(*inputs, *rnn)
+    def __call__(self, observation, prev_action, prev_reward, init_rnn_state=None) -> tuple:
+        """Forward pass on training data (stays on the model's device): ``(dist_info, value)``;
+        recurrent agents start from ``init_rnn_state`` and also return the next state."""
+        if not self.recurrent:
+            dist_info, value, _ = self._forward(observation, prev_action, prev_reward)
+            return dist_info, value
+        return self._forward(observation, prev_action, prev_reward,
+                             buffer_to(init_rnn_state, self.device))
 
-    def __call__(self, observation, prev_action, prev_reward):
-        """Forward pass on training data (stays on the model's device): (dist_info, value)."""
-        *dist_outputs, value = self._forward(observation, prev_action, prev_reward)
-        return self.dist_info_from_outputs(*dist_outputs), value
+    def greedy_action(self, dist_info) -> torch.Tensor:
+        """The distribution's most likely action (argmax, or the clipped mean)."""
+        return self.policy.greedy_action(dist_info, self.distribution)
 
     def _select(self, dist_info):
         if self._mode == "eval" and self.greedy_eval:
@@ -58,16 +92,24 @@ class PgAgentBase(BaseAgent):
     @torch.no_grad()
     def step(self, observation, prev_action, prev_reward) -> AgentStep:
         """Sample actions for the sampler; inputs and outputs are CPU tensors."""
-        *dist_outputs, value = self._forward(observation, prev_action, prev_reward)
-        dist_info = self.dist_info_from_outputs(*dist_outputs)
+        prev_rnn_state = self.prev_rnn_state
+        dist_info, value, rnn_state = self._forward(observation, prev_action, prev_reward,
+                                                    prev_rnn_state)
         action = self._select(dist_info)
-        agent_info = AgentInfo(dist_info=dist_info, value=value)
+        if self.recurrent:
+            agent_info = AgentInfoRnn(dist_info=dist_info, value=value,
+                                      prev_rnn_state=stored_rnn_state(prev_rnn_state, rnn_state))
+            self.advance_rnn_state(rnn_state)
+        else:
+            agent_info = AgentInfo(dist_info=dist_info, value=value)
         return buffer_to(AgentStep(action=action, agent_info=agent_info), device="cpu")
 
     @torch.no_grad()
     def value(self, observation, prev_action, prev_reward) -> torch.Tensor:
-        """State-value estimate, e.g. V(s_{T+1}) to bootstrap the batch's returns."""
-        *_, value = self._forward(observation, prev_action, prev_reward)
+        """State-value estimate, e.g. V(s_{T+1}) to bootstrap the batch's returns (a recurrent
+        agent's state is read, not advanced)."""
+        prev_rnn_state = self.prev_rnn_state
+        _, value, _ = self._forward(observation, prev_action, prev_reward, prev_rnn_state)
         return value.cpu()
 
     def update_obs_rms(self, observation) -> None:
@@ -76,35 +118,3 @@ class PgAgentBase(BaseAgent):
         if getattr(model, "update_obs_rms", None) is not None and \
                 getattr(model, "normalize_observation", False):
             model.update_obs_rms(observation.to(self.device))
-
-
-class RecurrentPgAgentBase(PgAgentBase):
-    """Recurrent actor-critic agent: the model also takes and returns an RNN state.
-
-    The state before each step is stored in agent_info (as ``[B, N, H]``) so the algorithm can
-    replay sequences from the state the sampler had at the batch's first step.
-    """
-
-    def __call__(self, observation, prev_action, prev_reward, init_rnn_state):
-        *dist_outputs, value, next_state = self._forward(
-            observation, prev_action, prev_reward, buffer_to(init_rnn_state, self.device))
-        return self.dist_info_from_outputs(*dist_outputs), value, next_state
-
-    @torch.no_grad()
-    def step(self, observation, prev_action, prev_reward) -> AgentStep:
-        prev_state = self.prev_rnn_state
-        *dist_outputs, value, rnn_state = self._forward(
-            observation, prev_action, prev_reward, prev_state)
-        dist_info = self.dist_info_from_outputs(*dist_outputs)
-        action = self._select(dist_info)
-        if prev_state is None:
-            prev_state = type(rnn_state)(*(torch.zeros_like(s) for s in rnn_state))
-        agent_info = AgentInfoRnn(dist_info=dist_info, value=value,
-                                  prev_rnn_state=rnn_state_for_storage(prev_state))
-        self.advance_rnn_state(rnn_state)
-        return buffer_to(AgentStep(action=action, agent_info=agent_info), device="cpu")
-
-    @torch.no_grad()
-    def value(self, observation, prev_action, prev_reward) -> torch.Tensor:
-        *_, value, _ = self._forward(observation, prev_action, prev_reward, self.prev_rnn_state)
-        return value.cpu()

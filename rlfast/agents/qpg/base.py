@@ -1,6 +1,10 @@
 """What DDPG, TD3 and SAC agents share: a policy model, a critic model, their target copies,
 action scaling to the environment's bounds, and random-action pretraining.
 
+``QpgAgentBase`` is combined with ``BaseAgent`` in each agent (``class DdpgAgent(QpgAgentBase,
+BaseAgent)``) rather than derived from it, which keeps ``Td3Agent(DdpgAgent)`` three classes
+deep.
+
 The networks work in normalized action units ``[-1, 1]``; ``step`` maps the policy's action
 to the environment's bounds (``low + (a + 1) * (high - low) / 2``) and the algorithm maps
 replayed actions back with ``normalize_action``, so exploration noise, target smoothing and
@@ -8,16 +12,17 @@ entropy targets mean the same thing on every environment.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
 
-from rlfast.agents.base import BaseAgent
+from rlfast.agents.base import AgentStep
 from rlfast.models.utils import strip_ddp_state_dict
+from rlfast.utils.checks import check_positive
 from rlfast.utils.collections import namedarraytuple
 
-__all__ = ["QpgAgentBase", "polyak_update", "AgentInfo"]
+__all__ = ["QpgAgentBase", "polyak_update", "positive_or_none", "AgentInfo"]
 
 AgentInfo = namedarraytuple("AgentInfo", ["mu"])  # the policy's action before exploration noise
 
@@ -45,13 +50,19 @@ def polyak_update(target: torch.nn.Module, source: torch.nn.Module, tau: float,
             torch._foreach_lerp_(targets, sources, float(tau))
 
 
+def positive_or_none(value: Any, name: str, owner: str) -> float | None:
+    """``value`` as a float > 0, or None (for optional noise scales and clips)."""
+    return None if value is None else check_positive(value, name, owner=owner)
+
+
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if hasattr(model, "module") else model
 
 
-class QpgAgentBase(BaseAgent):
+class QpgAgentBase:
     """Policy (``model``), critic (``q_model``) and target copies of whichever the algorithm
-    bootstraps from (``target_names``). Subclasses choose the models and define ``step``.
+    bootstraps from (``target_names``). Agents put it before ``BaseAgent`` in their bases,
+    choose the models and define ``step``.
 
     ``state_dict()`` is a dict of the named models' state dicts; ``load_state_dict`` and
     ``initial_model_state_dict`` take that form (missing entries keep their initialization,
@@ -60,24 +71,23 @@ class QpgAgentBase(BaseAgent):
 
     target_names: tuple = ("target_q_model",)
 
-    def __init__(self, ModelCls: type, QModelCls: type, model_kwargs: Optional[dict] = None,
-                 q_model_kwargs: Optional[dict] = None,
-                 initial_model_state_dict: Optional[dict] = None,
-                 pretrain_std: Optional[float] = None):
+    def __init__(self, ModelCls: type, QModelCls: type, model_kwargs: dict | None = None,
+                 q_model_kwargs: dict | None = None,
+                 initial_model_state_dict: dict | None = None,
+                 pretrain_std: float | None = None):
         super().__init__(ModelCls=ModelCls, model_kwargs=model_kwargs,
                          initial_model_state_dict=initial_model_state_dict)
         self.QModelCls = QModelCls
         self.q_model_kwargs = dict(q_model_kwargs or {})
-        if pretrain_std is not None and not pretrain_std > 0:
-            raise ValueError(f"pretrain_std must be > 0 or None, got {pretrain_std!r}")
-        self.pretrain_std = pretrain_std
+        self.pretrain_std = positive_or_none(pretrain_std, "pretrain_std", type(self).__name__)
         self.min_itr_learn = 0
         self._itr = 0
-        self.q_model: Optional[torch.nn.Module] = None
-        self._target_pairs: Optional[list] = None
+        self.q_model: torch.nn.Module | None = None
+        self._target_pairs: list | None = None
 
     # ---- construction -------------------------------------------------------------------
     def make_env_to_model_kwargs(self, env_spaces) -> dict:
+        """``dict(observation_shape, action_size)``; also keeps the action bounds for scaling."""
         space = env_spaces.action
         shape = tuple(getattr(space, "shape", ()))
         low, high = getattr(space, "low", None), getattr(space, "high", None)
@@ -100,7 +110,9 @@ class QpgAgentBase(BaseAgent):
         return {}
 
     def initialize(self, env_spaces, share_memory: bool = False, global_B: int = 1,
-                   env_ranks: Optional[list] = None) -> None:
+                   env_ranks: list | None = None) -> None:
+        """Build the policy, the critic and the target copies; ``initial_model_state_dict`` may
+        be a plain policy state dict or this agent's ``state_dict()``."""
         initial = self.initial_model_state_dict
         nested = isinstance(initial, dict) and "model" in initial
         self.initial_model_state_dict = initial["model"] if nested else initial
@@ -142,7 +154,8 @@ class QpgAgentBase(BaseAgent):
         names = ("model", "q_model") + tuple(self.target_names)
         return {name: getattr(self, name) for name in names}
 
-    def to_device(self, cuda_idx: Optional[int] = None) -> None:
+    def to_device(self, cuda_idx: int | None = None) -> None:
+        """Move every model and the action-scaling tensors to ``cuda:cuda_idx``."""
         super().to_device(cuda_idx)
         for name, model in self._models().items():
             if name != "model":
@@ -167,10 +180,12 @@ class QpgAgentBase(BaseAgent):
         return self.q_model.parameters()
 
     def state_dict(self) -> dict:
+        """Every named model's state dict (``model``, ``q_model`` and the targets)."""
         return {name: strip_ddp_state_dict(model.state_dict())
                 for name, model in self._models().items()}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Load ``state_dict()``'s form (missing entries kept), or a plain policy state dict."""
         if "model" not in state_dict:  # a plain policy state dict
             _unwrap(self.model).load_state_dict(strip_ddp_state_dict(state_dict))
             return
@@ -204,6 +219,7 @@ class QpgAgentBase(BaseAgent):
         return dict(super().sampling_state(), min_itr_learn=self.min_itr_learn)
 
     def sample_mode(self, itr: int) -> None:
+        """Sampling mode; remembers ``itr`` to know whether pretraining is still on."""
         super().sample_mode(itr)
         self._itr = itr
 
@@ -224,7 +240,6 @@ class QpgAgentBase(BaseAgent):
             return (action - self._center_t.to(action.device)) / self._half_t.to(action.device)
         return (np.asarray(action, dtype=np.float32) - self._action_center) / self._action_half
 
-    def _step_output(self, action: torch.Tensor, mu: torch.Tensor):
-        from rlfast.agents.base import AgentStep
+    def _step_output(self, action: torch.Tensor, mu: torch.Tensor) -> AgentStep:
         return AgentStep(action=self.scale_action(action).cpu(),
                          agent_info=AgentInfo(mu=mu.cpu()))

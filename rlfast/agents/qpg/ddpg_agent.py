@@ -2,25 +2,16 @@
 critic ``Q(s, a)`` (twin critics for TD3, as one two-member ensemble)."""
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
-from rlfast.agents.qpg.base import QpgAgentBase
+from rlfast.agents.base import AgentStep, BaseAgent
+from rlfast.agents.qpg.base import QpgAgentBase, positive_or_none
 from rlfast.models.qpg import MuMlpModel, QofMuMlpModel
 
 __all__ = ["DdpgAgent", "Td3Agent"]
 
 
-def _positive_or_none(name: str, value) -> Optional[float]:
-    if value is None:
-        return None
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0 or None, got {value!r}")
-    return float(value)
-
-
-class DdpgAgent(QpgAgentBase):
+class DdpgAgent(QpgAgentBase, BaseAgent):
     """Deterministic policy with Gaussian exploration; critic and target copies of both.
 
     In sample mode ``step`` returns ``mu(s) + clip(N(0, action_std), +-action_noise_clip)``
@@ -32,15 +23,16 @@ class DdpgAgent(QpgAgentBase):
     target_names = ("target_model", "target_q_model")
 
     def __init__(self, ModelCls: type = MuMlpModel, QModelCls: type = QofMuMlpModel,
-                 model_kwargs: Optional[dict] = None, q_model_kwargs: Optional[dict] = None,
-                 initial_model_state_dict: Optional[dict] = None, action_std: float = 0.1,
-                 action_noise_clip: Optional[float] = None, pretrain_std: Optional[float] = None):
+                 model_kwargs: dict | None = None, q_model_kwargs: dict | None = None,
+                 initial_model_state_dict: dict | None = None, action_std: float = 0.1,
+                 action_noise_clip: float | None = None, pretrain_std: float | None = None):
         model_kwargs = {"hidden_sizes": [400, 300], **(model_kwargs or {})}
         q_model_kwargs = {"hidden_sizes": [400, 300], **(q_model_kwargs or {})}
         super().__init__(ModelCls, QModelCls, model_kwargs, q_model_kwargs,
                          initial_model_state_dict, pretrain_std)
-        self.action_std = _positive_or_none("action_std", action_std)
-        self.action_noise_clip = _positive_or_none("action_noise_clip", action_noise_clip)
+        owner = type(self).__name__
+        self.action_std = positive_or_none(action_std, "action_std", owner)
+        self.action_noise_clip = positive_or_none(action_noise_clip, "action_noise_clip", owner)
 
     # ---- values for the algorithm ----------------------------------------------------------
     def q(self, observation, prev_action, prev_reward, action) -> torch.Tensor:
@@ -70,7 +62,9 @@ class DdpgAgent(QpgAgentBase):
 
     # ---- sampling ------------------------------------------------------------------------
     @torch.no_grad()
-    def step(self, observation, prev_action, prev_reward):
+    def step(self, observation, prev_action, prev_reward) -> AgentStep:
+        """``mu(s)`` plus clipped Gaussian noise in sample mode (``pretrain_std`` before
+        learning starts), ``mu(s)`` otherwise; scaled to the action bounds, on the CPU."""
         observation, prev_action, prev_reward = self.to_model_inputs(
             observation, prev_action, prev_reward)
         mu = self.model(observation, prev_action, prev_reward)
@@ -91,16 +85,19 @@ class Td3Agent(DdpgAgent):
     +-target_noise_clip), -1, 1)``. Samples with ``pretrain_std`` noise until learning
     starts."""
 
-    def __init__(self, pretrain_std: Optional[float] = 0.5, target_noise_std: float = 0.2,
+    def __init__(self, pretrain_std: float | None = 0.5, target_noise_std: float = 0.2,
                  target_noise_clip: float = 0.5, **kwargs):
         super().__init__(pretrain_std=pretrain_std, **kwargs)
-        self.target_noise_std = _positive_or_none("target_noise_std", target_noise_std)
-        self.target_noise_clip = _positive_or_none("target_noise_clip", target_noise_clip)
+        owner = type(self).__name__
+        self.target_noise_std = positive_or_none(target_noise_std, "target_noise_std", owner)
+        self.target_noise_clip = positive_or_none(target_noise_clip, "target_noise_clip", owner)
 
     def q_model_extra_kwargs(self) -> dict:
+        """Twin critics: one two-member ensemble."""
         return dict(ensemble_size=2)
 
     def target_action(self, observation, prev_action, prev_reward) -> torch.Tensor:
+        """The smoothed target action ``clip(mu_target(s') + clipped noise, -1, 1)``."""
         mu = self.target_model(observation, prev_action, prev_reward)
         if self.target_noise_std is None:
             return mu

@@ -2,20 +2,21 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 
+from rlfast.agents.base import AgentStep, BaseAgent
 from rlfast.agents.qpg.base import QpgAgentBase
 from rlfast.distributions import DistInfoStd, Gaussian
 from rlfast.models.qpg import PiMlpModel, QofMuMlpModel
+from rlfast.utils.checks import check_fraction
 
 __all__ = ["SacAgent"]
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
-class SacAgent(QpgAgentBase):
+class SacAgent(QpgAgentBase, BaseAgent):
     """Soft actor-critic agent. Normalized actions are ``action_squash * tanh(x)`` with
     ``x ~ N(mean(s), std(s))`` (log-std clamped to [-20, 2]); ``step`` scales them to the
     action bounds. Eval mode acts with ``action_squash * tanh(mean)``. Until learning starts
@@ -24,22 +25,23 @@ class SacAgent(QpgAgentBase):
     """
 
     def __init__(self, ModelCls: type = PiMlpModel, QModelCls: type = QofMuMlpModel,
-                 model_kwargs: Optional[dict] = None, q_model_kwargs: Optional[dict] = None,
-                 initial_model_state_dict: Optional[dict] = None, action_squash: float = 1.0,
-                 pretrain_std: Optional[float] = 0.75):
+                 model_kwargs: dict | None = None, q_model_kwargs: dict | None = None,
+                 initial_model_state_dict: dict | None = None, action_squash: float = 1.0,
+                 pretrain_std: float | None = 0.75):
         model_kwargs = {"hidden_sizes": [256, 256], **(model_kwargs or {})}
         q_model_kwargs = {"hidden_sizes": [256, 256], **(q_model_kwargs or {})}
         super().__init__(ModelCls, QModelCls, model_kwargs, q_model_kwargs,
                          initial_model_state_dict, pretrain_std)
-        if not 0 < action_squash <= 1:
-            raise ValueError(f"action_squash must be in (0, 1] (normalized action units; the "
-                             f"agent scales to the env bounds), got {action_squash!r}")
-        self.action_squash = float(action_squash)
+        # Normalized action units: the agent scales to the env bounds.
+        self.action_squash = check_fraction(action_squash, "action_squash", allow_zero=False,
+                                            owner=type(self).__name__)
 
     def q_model_extra_kwargs(self) -> dict:
+        """Twin critics: one two-member ensemble."""
         return dict(ensemble_size=2)
 
     def make_distribution(self) -> None:
+        """The squashed Gaussian (log-std clamped), and the pretraining one when configured."""
         dim = self.env_model_kwargs["action_size"]
         self.distribution = Gaussian(dim=dim, squash=self.action_squash,
                                      min_std=math.exp(LOG_STD_MIN), max_std=math.exp(LOG_STD_MAX))
@@ -79,7 +81,9 @@ class SacAgent(QpgAgentBase):
 
     # ---- sampling ------------------------------------------------------------------------
     @torch.no_grad()
-    def step(self, observation, prev_action, prev_reward):
+    def step(self, observation, prev_action, prev_reward) -> AgentStep:
+        """A squashed Gaussian sample in sample mode (``pretrain_std`` before learning starts),
+        ``action_squash * tanh(mean)`` otherwise; scaled to the action bounds, on the CPU."""
         mean, log_std = self.model(*self.to_model_inputs(observation, prev_action, prev_reward))
         mu = self.action_squash * torch.tanh(mean)
         if self._mode != "sample":

@@ -3,6 +3,8 @@ Bellman-updated target distribution back onto the atoms. With dueling heads, dou
 n-step returns, prioritized replay and noisy nets it is Rainbow."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from rlfast.algos.dqn.dqn import DQN
@@ -40,7 +42,7 @@ class CategoricalDQN(DQN):
     of the taken action; with prioritized replay that per-sample loss is also the priority.
     """
 
-    def __init__(self, V_min: float = -10.0, V_max: float = 10.0, **kwargs):
+    def __init__(self, V_min: float = -10.0, V_max: float = 10.0, **kwargs: Any):
         super().__init__(**kwargs)
         if not V_min < V_max:
             raise ValueError(f"V_min must be < V_max; got {V_min}, {V_max}")
@@ -48,11 +50,14 @@ class CategoricalDQN(DQN):
         if "eps" not in self.optim_kwargs and self.OptimCls is torch.optim.Adam:
             self.optim_kwargs["eps"] = 0.01 / self.batch_size  # the usual C51 / Rainbow setting
 
-    def initialize(self, agent, *args, **kwargs):
+    def initialize(self, agent: Any, *args: Any, **kwargs: Any) -> None:
+        """Tell the agent the support ``[V_min, V_max]``, then set up as :meth:`DQN.initialize`."""
         agent.give_V_min_max(self.V_min, self.V_max)
         super().initialize(agent, *args, **kwargs)
 
-    def loss(self, batch):
+    def loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss, priorities)``: the cross-entropy of the online distribution of the taken
+        action against the projected target distribution, per sample also the priority."""
         batch = self._to_device(batch)
         z = torch.linspace(self.V_min, self.V_max, self.agent.n_atoms, device=self.agent.device)
         with torch.no_grad():

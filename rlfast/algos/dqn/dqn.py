@@ -3,11 +3,16 @@ prioritized replay, in one algorithm whose options select the variant."""
 from __future__ import annotations
 
 from collections import namedtuple
+from typing import Any
 
 import torch
 
 from rlfast.algos.base import RLAlgorithm
+from rlfast.replays import make_replay_buffer
+from rlfast.utils.buffer import buffer_to
+from rlfast.utils.checks import check_fraction, check_int
 from rlfast.utils.collections import namedarraytuple
+from rlfast.utils.schedules import linear_schedule
 from rlfast.utils.tensor import select_at_indexes
 
 OptInfo = namedtuple("OptInfo", ["loss", "gradNorm", "tdAbsErr"])
@@ -23,14 +28,6 @@ def huber(delta: torch.Tensor, delta_clip: float | None) -> torch.Tensor:
     return torch.where(abs_delta <= delta_clip, squared, delta_clip * (abs_delta - 0.5 * delta_clip))
 
 
-def linear_schedule(itr: int, itr_start: int, itr_end: int, start: float, end: float) -> float:
-    """``start`` until ``itr_start``, then linear to ``end`` at ``itr_end`` and constant after."""
-    if itr <= itr_start or itr_end <= itr_start:
-        return start if itr <= itr_start else end
-    frac = min(1.0, (itr - itr_start) / (itr_end - itr_start))
-    return start + frac * (end - start)
-
-
 class DQN(RLAlgorithm):
     """DQN with the common extensions as options.
 
@@ -38,36 +35,38 @@ class DQN(RLAlgorithm):
     ``min_steps_learn`` steps are stored, ``replay_ratio * batch_size_sampled / batch_size``
     gradient updates run on replayed minibatches (``replay_ratio`` = how many times each sampled
     step is replayed on average). The target network is updated every ``target_update_interval``
-    updates, hard (``target_update_tau=1``) or soft (Polyak with ``tau``).
+    updates, hard (``target_update_tau=1``) or soft (Polyak with ``tau``). The replay buffer
+    is prioritized with ``prioritized_replay`` (its ``beta`` annealed from ``pri_beta_init``
+    to ``pri_beta_final`` over ``pri_beta_steps`` once learning starts) and stores stacked
+    frames once with ``frame_buffer``; ``ReplayBufferCls`` overrides the choice.
     """
 
     opt_info_fields = tuple(OptInfo._fields)
+    replay_sequences = False  # R2D1 replays sequences
 
     def __init__(self, discount: float = 0.99, batch_size: int = 32, min_steps_learn: int = 50_000,
                  delta_clip: float | None = 1.0, replay_size: int = 1_000_000,
                  replay_ratio: float = 8, target_update_tau: float = 1.0,
                  target_update_interval: int = 312, n_step_return: int = 1,
-                 learning_rate: float = 2.5e-4, OptimCls=torch.optim.Adam,
+                 learning_rate: float = 2.5e-4, OptimCls: type = torch.optim.Adam,
                  optim_kwargs: dict | None = None, initial_optim_state_dict: dict | None = None,
                  clip_grad_norm: float = 10.0, eps_steps: int = 1_000_000,
                  double_dqn: bool = False, prioritized_replay: bool = False,
                  pri_alpha: float = 0.6, pri_beta_init: float = 0.4, pri_beta_final: float = 1.0,
                  pri_beta_steps: int = 50_000_000, default_priority: float | None = None,
-                 ReplayBufferCls=None, frame_buffer: bool = False):
-        if not 0 < target_update_tau <= 1:
-            raise ValueError(f"target_update_tau must be in (0, 1]; got {target_update_tau}")
-        if int(n_step_return) < 1 or int(batch_size) < 1:
-            raise ValueError(f"n_step_return and batch_size must be >= 1; got {n_step_return}, "
-                             f"{batch_size}")
-        self.discount = discount
-        self.batch_size = int(batch_size)
+                 ReplayBufferCls: type | None = None, frame_buffer: bool = False):
+        owner = type(self).__name__
+        target_update_tau = check_fraction(target_update_tau, "target_update_tau",
+                                           allow_zero=False, owner=owner)
+        self.discount = check_fraction(discount, "discount", owner=owner)
+        self.batch_size = check_int(batch_size, "batch_size", minimum=1, owner=owner)
         self.min_steps_learn = int(min_steps_learn)
         self.delta_clip = delta_clip
         self.replay_size = int(replay_size)
         self.replay_ratio = replay_ratio
         self.target_update_tau = target_update_tau
         self.target_update_interval = int(target_update_interval)
-        self.n_step_return = int(n_step_return)
+        self.n_step_return = check_int(n_step_return, "n_step_return", minimum=1, owner=owner)
         self.learning_rate = learning_rate
         self.OptimCls = OptimCls
         self.optim_kwargs = dict(optim_kwargs or {})
@@ -84,7 +83,11 @@ class DQN(RLAlgorithm):
         self.update_counter = 0
 
     # ---- setup ---------------------------------------------------------------------------
-    def initialize(self, agent, n_itr, batch_spec, mid_batch_reset, examples, world_size=1, rank=0):
+    def initialize(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
+                   examples: Any, world_size: int = 1, rank: int = 0) -> None:
+        """Bind the agent, derive the update schedule from the sampler's batch size (updates
+        per iteration, first learning iteration, epsilon and beta annealing), build the
+        replay buffer from ``examples`` and the optimizer."""
         self.check_collector(mid_batch_reset)
         self.agent = agent
         self.n_itr = n_itr
@@ -100,6 +103,8 @@ class DQN(RLAlgorithm):
         self.optim_initialize(rank)
 
     def check_collector(self, mid_batch_reset: bool) -> None:
+        """Refuse a collector that cannot feed this algorithm (here: one without resets in the
+        middle of a batch, whose idle steps would be replayed as transitions)."""
         if not mid_batch_reset:
             raise ValueError(f"{type(self).__name__} replays single transitions: use a collector "
                              "that resets mid-batch (CpuResetCollector / GpuResetCollector)")
@@ -110,25 +115,20 @@ class DQN(RLAlgorithm):
         return self.batch_size
 
     def optim_initialize(self, rank: int = 0) -> None:
+        """Build the optimizer over the agent's parameters (restoring a given state)."""
         self.rank = rank
         self.optimizer = self.OptimCls(self.agent.parameters(), lr=self.learning_rate,
                                        **self.optim_kwargs)
         if self.initial_optim_state_dict is not None:
             self.optimizer.load_state_dict(self.initial_optim_state_dict)
 
-    def replay_example(self, examples):
+    def replay_example(self, examples: dict) -> Any:
+        """One sample of what the replay buffer stores, from the sampler's examples."""
         return SamplesToBuffer(observation=examples["observation"], action=examples["action"],
                                reward=examples["reward"], done=examples["done"])
 
-    def replay_buffer_class(self):
-        from rlfast import replays
-        if self.ReplayBufferCls is not None:
-            return self.ReplayBufferCls
-        name = ("Prioritized" if self.prioritized_replay else "Uniform") + \
-            ("ReplayFrameBuffer" if self.frame_buffer else "ReplayBuffer")
-        return getattr(replays, name)
-
     def replay_kwargs(self) -> dict:
+        """Constructor arguments of the replay buffer beyond example, size and B."""
         kwargs = dict(discount=self.discount, n_step_return=self.n_step_return)
         if self.prioritized_replay:
             kwargs.update(alpha=self.pri_alpha, beta=self.pri_beta_init)
@@ -136,17 +136,29 @@ class DQN(RLAlgorithm):
                 kwargs["default_priority"] = self.default_priority
         return kwargs
 
-    def initialize_replay_buffer(self, examples, batch_spec) -> None:
-        self.replay_buffer = self.replay_buffer_class()(
-            example=self.replay_example(examples), size=self.replay_size, B=batch_spec.B,
-            **self.replay_kwargs())
+    def initialize_replay_buffer(self, examples: dict, batch_spec: Any) -> None:
+        """Build the replay buffer: ``ReplayBufferCls`` if given, else the one
+        :func:`~rlfast.replays.make_replay_buffer` picks for these options."""
+        kwargs = dict(example=self.replay_example(examples), size=self.replay_size,
+                      B=batch_spec.B, **self.replay_kwargs())
+        if self.ReplayBufferCls is not None:
+            self.replay_buffer = self.ReplayBufferCls(**kwargs)
+        else:
+            self.replay_buffer = make_replay_buffer(
+                prioritized=self.prioritized_replay, frames=self.frame_buffer,
+                sequence=self.replay_sequences, **kwargs)
 
-    def samples_to_buffer(self, samples):
+    def samples_to_buffer(self, samples: Any) -> Any:
+        """The fields of a sampler batch that go into the replay buffer."""
         return SamplesToBuffer(observation=samples.env.observation, action=samples.agent.action,
                                reward=samples.env.reward, done=samples.env.done)
 
     # ---- training ------------------------------------------------------------------------
-    def optimize_agent(self, itr: int, samples=None, sampler_itr=None) -> OptInfo:
+    def optimize_agent(self, itr: int, samples: Any = None,
+                       sampler_itr: int | None = None) -> OptInfo:
+        """Append the batch to replay, then (once learning has started) run
+        ``updates_per_optimize`` gradient steps on replayed batches, updating priorities and
+        the target network as configured."""
         opt_info = OptInfo(loss=[], gradNorm=[], tdAbsErr=[])
         if samples is not None:
             self.replay_buffer.append_samples(self.samples_to_buffer(samples))
@@ -171,16 +183,17 @@ class DQN(RLAlgorithm):
         return opt_info
 
     def update_itr_hyperparams(self, itr: int) -> None:
+        """Anneal the prioritized-replay ``beta`` linearly over ``pri_beta_steps`` from the
+        first learning iteration."""
         if self.prioritized_replay:
             beta = linear_schedule(itr, self.min_itr_learn, self.min_itr_learn + self.pri_beta_itr,
                                    self.pri_beta_init, self.pri_beta_final)
             self.replay_buffer.set_beta(beta)
 
-    def _to_device(self, batch):
-        from rlfast.utils.buffer import buffer_to
+    def _to_device(self, batch: Any) -> Any:
         return buffer_to(batch, self.agent.device)
 
-    def target_q(self, target_inputs) -> torch.Tensor:
+    def target_q(self, target_inputs: Any) -> torch.Tensor:
         """max_a' Q_target(s', a'), or Q_target(s', argmax_a' Q(s', a')) with double DQN."""
         with torch.no_grad():
             target_qs = self.agent.target(*target_inputs)
@@ -189,8 +202,12 @@ class DQN(RLAlgorithm):
                 return select_at_indexes(next_action, target_qs)
             return target_qs.max(dim=-1).values
 
-    def loss(self, batch):
-        """TD loss. y = R^(n) + gamma^n (1 - done_n) Q_target(s_{t+n}); loss = Huber(y - Q(s, a))."""
+    def loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss, |TD error|)`` of a replayed batch; the errors become the new priorities.
+
+        y = R^(n) + gamma^n (1 - done_n) Q_target(s_{t+n}); loss = Huber(y - Q(s, a)), weighted
+        by the importance weights under prioritized replay.
+        """
         batch = self._to_device(batch)
         q = select_at_indexes(batch.action, self.agent(*batch.agent_inputs))
         not_done = 1.0 - batch.done_n.float()

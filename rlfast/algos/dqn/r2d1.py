@@ -7,6 +7,8 @@ the max and mean absolute TD error: ``eta * max + (1 - eta) * mean``.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -14,6 +16,7 @@ from rlfast.algos.dqn.dqn import DQN, huber
 from rlfast.algos.utils import discount_return_n_step, valid_from_done
 from rlfast.replays import PrioritiesSamplesToBuffer
 from rlfast.utils.buffer import buffer_func
+from rlfast.utils.checks import check_fraction, check_int
 from rlfast.utils.collections import namedarraytuple
 from rlfast.utils.tensor import select_at_indexes, valid_mean
 
@@ -39,6 +42,8 @@ class R2D1(DQN):
     """Recurrent replay DQN. ``batch_B`` sequences of ``warmup_T + batch_T`` steps per update;
     ``replay_ratio`` still counts replayed steps per sampled step (trained steps only)."""
 
+    replay_sequences = True
+
     def __init__(self, discount: float = 0.997, batch_T: int = 80, batch_B: int = 64,
                  warmup_T: int = 40, store_rnn_state_interval: int = 40,
                  min_steps_learn: int = 100_000, delta_clip: float | None = None,
@@ -49,7 +54,10 @@ class R2D1(DQN):
                  pri_alpha: float = 0.6, pri_beta_init: float = 0.9, pri_beta_final: float = 0.9,
                  pri_eta: float = 0.9, value_scale_eps: float = 1e-3,
                  input_priorities: bool = True, input_priority_shift: int | None = None,
-                 **kwargs):
+                 **kwargs: Any):
+        batch_T = check_int(batch_T, "batch_T", minimum=1, owner="R2D1")
+        batch_B = check_int(batch_B, "batch_B", minimum=1, owner="R2D1")
+        warmup_T = check_int(warmup_T, "warmup_T", minimum=0, owner="R2D1")
         super().__init__(discount=discount, batch_size=batch_B * batch_T,
                          min_steps_learn=min_steps_learn, delta_clip=delta_clip,
                          replay_size=replay_size, replay_ratio=replay_ratio,
@@ -58,12 +66,8 @@ class R2D1(DQN):
                          clip_grad_norm=clip_grad_norm, double_dqn=double_dqn,
                          prioritized_replay=prioritized_replay, pri_alpha=pri_alpha,
                          pri_beta_init=pri_beta_init, pri_beta_final=pri_beta_final, **kwargs)
-        if int(warmup_T) < 0 or int(batch_T) < 1 or int(batch_B) < 1:
-            raise ValueError(f"need warmup_T >= 0, batch_T >= 1, batch_B >= 1; got {warmup_T}, "
-                             f"{batch_T}, {batch_B}")
-        if not 0 <= pri_eta <= 1:
-            raise ValueError(f"pri_eta must be in [0, 1]; got {pri_eta}")
-        self.batch_T, self.batch_B, self.warmup_T = int(batch_T), int(batch_B), int(warmup_T)
+        self.batch_T, self.batch_B, self.warmup_T = batch_T, batch_B, warmup_T
+        check_fraction(pri_eta, "pri_eta", owner="R2D1")
         self.store_rnn_state_interval = int(store_rnn_state_interval)
         self.pri_eta = pri_eta
         self.value_scale_eps = value_scale_eps
@@ -76,36 +80,37 @@ class R2D1(DQN):
                                        // self.store_rnn_state_interval - 1)
         self.input_priority_shift = int(input_priority_shift or 0)
 
-    def initialize(self, agent, n_itr, batch_spec, mid_batch_reset, examples, world_size=1, rank=0):
+    def initialize(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
+                   examples: Any, world_size: int = 1, rank: int = 0) -> None:
+        """As :meth:`DQN.initialize`; learning starts no earlier than the first complete
+        sequence (burn-in, training steps and n-step targets, from a stored state)."""
         super().initialize(agent, n_itr, batch_spec, mid_batch_reset, examples, world_size, rank)
         # Learning starts no earlier than one complete sequence (aligned to a stored state).
         needed_T = self.warmup_T + self.batch_T + self.n_step_return + self.store_rnn_state_interval
         self.min_itr_learn = max(self.min_itr_learn, -(-needed_T // batch_spec.T))
 
     def check_collector(self, mid_batch_reset: bool) -> None:
+        """Refuse collectors that reset mid-batch: a stored recurrent state must start each
+        replayed sequence, which needs wait-reset collectors."""
         if mid_batch_reset:
             raise ValueError("R2D1 trains on sequences with a recurrent state: use a wait-reset "
                              "collector (CpuWaitResetCollector / GpuWaitResetCollector)")
 
     @property
     def replay_batch_size(self) -> int:
+        """Sequences per replayed batch."""
         return self.batch_B
 
-    def replay_example(self, examples):
+    def replay_example(self, examples: dict) -> Any:
+        """One step of what the sequence replay stores, recurrent state included."""
         return SamplesToBufferRnn(observation=examples["observation"], action=examples["action"],
                                   reward=examples["reward"], done=examples["done"],
                                   prev_action=examples["action"], prev_reward=examples["reward"],
                                   prev_rnn_state=examples["agent_info"].prev_rnn_state)
 
-    def replay_buffer_class(self):
-        from rlfast import replays
-        if self.ReplayBufferCls is not None:
-            return self.ReplayBufferCls
-        name = ("Prioritized" if self.prioritized_replay else "Uniform") + \
-            ("SequenceReplayFrameBuffer" if self.frame_buffer else "SequenceReplayBuffer")
-        return getattr(replays, name)
-
     def replay_kwargs(self) -> dict:
+        """DQN's replay arguments plus the sequence length, state interval and input
+        priorities."""
         kwargs = dict(super().replay_kwargs(), rnn_state_interval=self.store_rnn_state_interval,
                       batch_T=self.warmup_T + self.batch_T)
         if self.prioritized_replay:
@@ -113,7 +118,8 @@ class R2D1(DQN):
                           input_priority_shift=self.input_priority_shift)
         return kwargs
 
-    def samples_to_buffer(self, samples):
+    def samples_to_buffer(self, samples: Any) -> Any:
+        """The replayed fields of a sampler batch, wrapped with input priorities when on."""
         to_buffer = SamplesToBufferRnn(
             observation=samples.env.observation, action=samples.agent.action,
             reward=samples.env.reward, done=samples.env.done,
@@ -124,7 +130,7 @@ class R2D1(DQN):
                                              samples=to_buffer)
         return to_buffer
 
-    def compute_input_priorities(self, samples) -> np.ndarray:
+    def compute_input_priorities(self, samples: Any) -> np.ndarray:
         """Per-env priority of the newest batch, from the q values the sampler recorded:
         TD errors ``h(R^(n) + gamma^n (1 - done_n) h^-1(max_a q_{t+n})) - q_t(a_t)`` over the
         batch's steps that have an n-step target inside it (up to the first episode end),
@@ -148,7 +154,12 @@ class R2D1(DQN):
         priorities = self.pri_eta * td.max(dim=0).values + (1 - self.pri_eta) * mean_td
         return priorities.numpy().astype(np.float64)
 
-    def loss(self, batch):
+    def loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss, sequence priorities)`` of a batch of replayed sequences.
+
+        The first ``warmup_T`` steps only advance the recurrent states; the next ``batch_T``
+        are regressed on rescaled n-step double-Q targets, masked after episode ends.
+        """
         batch = self._to_device(batch)
         wT, bT, n = self.warmup_T, self.batch_T, self.n_step_return
         observation, prev_action, prev_reward = batch.agent_inputs

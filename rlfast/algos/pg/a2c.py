@@ -1,44 +1,59 @@
 """Advantage Actor-Critic (synchronous): one gradient step per batch."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from rlfast.agents.base import AgentInputs
-from rlfast.algos.pg.base import OptInfo, PolicyGradientAlgo
+from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_kl,
+                                  explained_variance, pg_hyperparameters)
 from rlfast.utils.buffer import buffer_func, buffer_to
 from rlfast.utils.tensor import valid_mean
 
 
 class A2C(PolicyGradientAlgo):
-    """A2C: ``loss = -E[log pi(a|s) A] + c_v E[0.5 (V(s) - R)^2] - c_H E[H(pi(.|s))]``."""
+    """A2C: ``loss = -E[log pi(a|s) A] + c_v E[0.5 (V(s) - R)^2] - c_H E[H(pi(.|s))]``.
+
+    One gradient step on the whole ``[T, B]`` batch per iteration, with returns and
+    advantages from :meth:`process_returns`. The arguments are those of
+    :class:`PolicyGradientAlgo`.
+    """
 
     def __init__(self, discount: float = 0.99, learning_rate: float = 0.001,
                  value_loss_coeff: float = 0.5, entropy_loss_coeff: float = 0.01,
-                 OptimCls=torch.optim.Adam, optim_kwargs: dict | None = None,
+                 OptimCls: type = torch.optim.Adam, optim_kwargs: dict | None = None,
                  clip_grad_norm: float = 1.0, initial_optim_state_dict: dict | None = None,
                  gae_lambda: float = 1, normalize_advantage: bool = False,
                  bootstrap_timelimit: bool = True):
-        self.discount = discount
-        self.learning_rate = learning_rate
-        self.value_loss_coeff = value_loss_coeff
-        self.entropy_loss_coeff = entropy_loss_coeff
-        self.OptimCls = OptimCls
-        self.optim_kwargs = dict(optim_kwargs or {})
-        self.clip_grad_norm = clip_grad_norm
-        self.initial_optim_state_dict = initial_optim_state_dict
-        self.gae_lambda = gae_lambda
-        self.normalize_advantage = normalize_advantage
-        self.bootstrap_timelimit = bootstrap_timelimit
+        super().__init__(**pg_hyperparameters(locals()))
 
-    def optimize_agent(self, itr: int, samples=None, sampler_itr=None) -> OptInfo:
-        if hasattr(self.agent, "update_obs_rms"):
-            self.agent.update_obs_rms(samples.env.observation)
-        loss, entropy, perplexity = self.loss(samples)
+    def optimize_agent(self, itr: int, samples: Any = None,
+                       sampler_itr: int | None = None) -> OptInfo:
+        """One gradient step on the batch; returns its loss, gradient norm and diagnostics.
+
+        The observation statistics (if the model normalizes) are updated from the batch
+        first, as the sampler's agent will use them next.
+        """
+        self.agent.update_obs_rms(samples.env.observation)
+        return_, advantage, valid = buffer_to(self.process_returns(samples), self.agent.device)
+        loss, info = self.loss(samples, return_, advantage, valid)
         grad_norm = self._grad_step(loss)
-        return OptInfo(loss=[loss.item()], gradNorm=[grad_norm], entropy=[entropy.item()],
-                       perplexity=[perplexity.item()])
+        value = samples.agent.agent_info.value
+        return OptInfo(loss=[loss.item()], gradNorm=[grad_norm], entropy=[info.entropy.item()],
+                       perplexity=[info.perplexity.item()], approxKl=[info.approxKl.item()],
+                       explainedVariance=[explained_variance(return_, value, valid)])
 
-    def loss(self, samples):
+    def loss(self, samples: Any, return_: torch.Tensor, advantage: torch.Tensor,
+             valid: torch.Tensor) -> tuple[torch.Tensor, LossInfo]:
+        """The A2C loss of a batch and its detached terms.
+
+        The agent is evaluated on the whole batch (recurrent agents from the state the
+        sampler had at its start); ``return_``, ``advantage`` and ``valid`` are
+        :meth:`process_returns`' output on the agent's device. ``approxKl`` compares the
+        sampler's action distribution with the current one (A2C trains on fresh samples, so
+        it is ~0 unless the observation normalization moved).
+        """
         agent_inputs = AgentInputs(observation=samples.env.observation,
                                    prev_action=samples.agent.prev_action,
                                    prev_reward=samples.env.prev_reward)
@@ -49,7 +64,6 @@ class A2C(PolicyGradientAlgo):
             dist_info, value, _ = self.agent(*agent_inputs, init_rnn_state)
         else:
             dist_info, value = self.agent(*agent_inputs)
-        return_, advantage, valid = buffer_to(self.process_returns(samples), self.agent.device)
         dist = self.agent.distribution
         action = samples.agent.action.to(self.agent.device)
         # Policy loss: -E[log pi(a|s) * A]
@@ -59,4 +73,12 @@ class A2C(PolicyGradientAlgo):
         # Entropy bonus: -c_H * E[H]
         entropy = dist.mean_entropy(dist_info, valid)
         loss = pi_loss + value_loss - self.entropy_loss_coeff * entropy
-        return loss, entropy.detach(), dist.mean_perplexity(dist_info, valid).detach()
+        with torch.no_grad():
+            old_dist_info = buffer_to(samples.agent.agent_info.dist_info, self.agent.device)
+            ratio = dist.likelihood_ratio(action, old_dist_info=old_dist_info,
+                                          new_dist_info=dist_info)
+            info = LossInfo(piLoss=pi_loss.detach(), valueLoss=value_loss.detach(),
+                            entropy=entropy.detach(),
+                            perplexity=dist.mean_perplexity(dist_info, valid).detach(),
+                            approxKl=approx_kl(ratio, valid))
+        return loss, info

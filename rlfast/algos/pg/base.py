@@ -1,33 +1,71 @@
-"""Policy-gradient base: optimizer construction and return / advantage processing."""
+"""Policy-gradient base: hyperparameters, optimizer construction, return / advantage
+processing and the diagnostics A2C and PPO share."""
 from __future__ import annotations
 
 from collections import namedtuple
+from typing import Any
 
 import torch
 
 from rlfast.algos.base import RLAlgorithm
-from rlfast.algos.utils import (discount_return, discount_return_tl,
-                                generalized_advantage_estimation,
-                                generalized_advantage_estimation_tl, valid_from_done)
+from rlfast.algos.utils import (discount_return, generalized_advantage_estimation,
+                                valid_from_done)
+from rlfast.utils.tensor import valid_mean
 
-OptInfo = namedtuple("OptInfo", ["loss", "gradNorm", "entropy", "perplexity"])
+OptInfo = namedtuple("OptInfo", ["loss", "gradNorm", "entropy", "perplexity", "approxKl",
+                                 "explainedVariance"])
+# The terms of one loss evaluation, detached: what the diagnostics (and tests) read.
+LossInfo = namedtuple("LossInfo", ["piLoss", "valueLoss", "entropy", "perplexity", "approxKl"])
+
+
+PG_HYPERPARAMETERS = ("discount", "learning_rate", "value_loss_coeff", "entropy_loss_coeff",
+                      "OptimCls", "optim_kwargs", "clip_grad_norm", "initial_optim_state_dict",
+                      "gae_lambda", "normalize_advantage", "bootstrap_timelimit")
+
+
+def pg_hyperparameters(arguments: dict) -> dict:
+    """The shared hyperparameters picked from a subclass constructor's ``locals()``, so A2C
+    and PPO keep their own documented signatures and defaults without repeating the list."""
+    return {name: arguments[name] for name in PG_HYPERPARAMETERS}
 
 
 class PolicyGradientAlgo(RLAlgorithm):
-    """Shared by A2C and PPO: builds the optimizer and turns a batch into returns, advantages
-    and a validity mask.
+    """Shared by A2C and PPO: holds the hyperparameters they have in common, builds the
+    optimizer and turns a batch into returns, advantages and a validity mask.
 
     Returns use plain discounting when ``gae_lambda == 1`` and GAE otherwise. When the env
     reports ``env_info.timeout`` and ``bootstrap_timelimit`` is on, episodes cut by a time
     limit bootstrap from the value estimate instead of being treated as terminal, and the cut
-    step itself is masked out of the loss.
+    step itself is masked out of the loss. The subclasses set the defaults (they differ, e.g.
+    in ``value_loss_coeff``), so every argument here is required.
     """
 
     bootstrap_value = True
     opt_info_fields = tuple(OptInfo._fields)
 
-    def initialize(self, agent, n_itr, batch_spec, mid_batch_reset=False, examples=None,
-                   world_size=1, rank=0):
+    def __init__(self, *, discount: float, learning_rate: float, value_loss_coeff: float,
+                 entropy_loss_coeff: float, OptimCls: type, optim_kwargs: dict | None,
+                 clip_grad_norm: float, initial_optim_state_dict: dict | None,
+                 gae_lambda: float, normalize_advantage: bool, bootstrap_timelimit: bool):
+        self.discount = discount
+        self.learning_rate = learning_rate
+        self.value_loss_coeff = value_loss_coeff
+        self.entropy_loss_coeff = entropy_loss_coeff
+        self.OptimCls = OptimCls
+        self.optim_kwargs = dict(optim_kwargs or {})
+        self.clip_grad_norm = clip_grad_norm
+        self.initial_optim_state_dict = initial_optim_state_dict
+        self.gae_lambda = gae_lambda
+        self.normalize_advantage = normalize_advantage
+        self.bootstrap_timelimit = bootstrap_timelimit
+
+    def initialize(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool = False,
+                   examples: Any = None, world_size: int = 1, rank: int = 0) -> None:
+        """Bind the agent and build the optimizer over all its parameters.
+
+        ``mid_batch_reset`` decides the validity mask: without it (and always for recurrent
+        agents) nothing after the first ``done`` of a batch column is trained on.
+        """
         self.agent = agent
         self.n_itr = n_itr
         self.batch_spec = batch_spec
@@ -38,8 +76,14 @@ class PolicyGradientAlgo(RLAlgorithm):
         if self.initial_optim_state_dict is not None:
             self.optimizer.load_state_dict(self.initial_optim_state_dict)
 
-    def process_returns(self, samples):
-        """(return_, advantage, valid) as float tensors shaped like the rewards ``[T, B]``."""
+    def process_returns(self, samples: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(return_, advantage, valid) as float tensors shaped like the rewards ``[T, B]``.
+
+        The targets the losses regress on: discounted returns or GAE from the sampler's value
+        estimates, with time-limit cuts bootstrapped (see the class docstring), and the mask
+        of steps that may be trained on. ``normalize_advantage`` standardizes the advantage
+        over the valid steps.
+        """
         reward = samples.env.reward
         done = samples.env.done.to(reward.dtype)
         value = samples.agent.agent_info.value.to(reward.dtype)
@@ -49,16 +93,10 @@ class PolicyGradientAlgo(RLAlgorithm):
         if self.bootstrap_timelimit and env_info is not None and "timeout" in env_info:
             timeout = env_info.timeout.to(reward.dtype)
         if self.gae_lambda == 1:
-            if timeout is None:
-                return_ = discount_return(reward, done, bootstrap, self.discount)
-            else:
-                return_ = discount_return_tl(reward, done, bootstrap, self.discount, timeout, value)
+            return_ = discount_return(reward, done, bootstrap, self.discount, timeout, value)
             advantage = return_ - value
-        elif timeout is None:
-            advantage, return_ = generalized_advantage_estimation(
-                reward, value, done, bootstrap, self.discount, self.gae_lambda)
         else:
-            advantage, return_ = generalized_advantage_estimation_tl(
+            advantage, return_ = generalized_advantage_estimation(
                 reward, value, done, bootstrap, self.discount, self.gae_lambda, timeout)
         if not self.mid_batch_reset or self.agent.recurrent:
             valid = valid_from_done(done)  # nothing after the first done in each column
@@ -80,3 +118,37 @@ class PolicyGradientAlgo(RLAlgorithm):
         self.optimizer.step()
         self.update_counter += 1
         return float(grad_norm)
+
+
+# ---- diagnostics (computed under no_grad; they never feed a loss) ----------------------------
+
+def approx_kl(ratio: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """KL(old || new) estimated from the likelihood ratio ``r = pi_new / pi_old`` at the
+    sampled actions: ``E[(r - 1) - log r]`` over valid steps (unbiased, low variance and
+    never negative; the estimator CleanRL logs)."""
+    with torch.no_grad():
+        return valid_mean((ratio - 1) - ratio.log(), valid)
+
+
+def explained_variance(return_: torch.Tensor, value: torch.Tensor,
+                       valid: torch.Tensor | None) -> float:
+    """``1 - Var[return - value] / Var[return]`` over valid steps: 1 for a perfect critic,
+    0 for one that predicts the mean, negative for worse; NaN when the returns are constant
+    (or no step is valid)."""
+    with torch.no_grad():
+        return_ = return_.double()
+        value = value.to(return_.device, torch.float64)
+        valid = torch.ones_like(return_) if valid is None else valid.to(return_.device,
+                                                                        torch.float64)
+        n = valid.sum()
+        if not n > 0:
+            return float("nan")
+
+        def variance(x: torch.Tensor) -> torch.Tensor:
+            mean = (x * valid).sum() / n
+            return ((x - mean) ** 2 * valid).sum() / n
+
+        var_return = variance(return_)
+        if not var_return > 0:
+            return float("nan")
+        return float(1 - variance(return_ - value) / var_return)

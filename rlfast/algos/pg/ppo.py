@@ -1,17 +1,24 @@
 """Proximal Policy Optimization: several epochs of clipped-ratio minibatch updates per batch."""
 from __future__ import annotations
 
+from collections import namedtuple
+from typing import Any
+
 import torch
 
 from rlfast.agents.base import AgentInputs
-from rlfast.algos.pg.base import OptInfo, PolicyGradientAlgo
+from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_kl,
+                                  explained_variance, pg_hyperparameters)
 from rlfast.utils.buffer import buffer_func, buffer_to
+from rlfast.utils.checks import check_int
 from rlfast.utils.collections import namedarraytuple
 from rlfast.utils.misc import iterate_mb_idxs
 from rlfast.utils.tensor import valid_mean
 
 LossInputs = namedarraytuple("LossInputs", ["agent_inputs", "action", "return_", "advantage",
                                            "valid", "old_dist_info"])
+PpoOptInfo = namedtuple("PpoOptInfo", OptInfo._fields + ("clipFrac",))
+PpoLossInfo = namedtuple("PpoLossInfo", LossInfo._fields + ("clipFrac",))
 
 
 class PPO(PolicyGradientAlgo):
@@ -20,35 +27,28 @@ class PPO(PolicyGradientAlgo):
     Feedforward agents draw minibatches of single time steps from the flattened ``T*B`` batch;
     recurrent agents draw minibatches of whole environment columns (sequences of length T)
     starting from the recurrent state the sampler had. ``linear_lr_schedule`` anneals the
-    learning rate linearly to zero over the run.
+    learning rate linearly to zero over the run. The other arguments are those of
+    :class:`PolicyGradientAlgo`.
     """
+
+    opt_info_fields = tuple(PpoOptInfo._fields)
 
     def __init__(self, discount: float = 0.99, learning_rate: float = 0.001,
                  value_loss_coeff: float = 1.0, entropy_loss_coeff: float = 0.01,
-                 OptimCls=torch.optim.Adam, optim_kwargs: dict | None = None,
+                 OptimCls: type = torch.optim.Adam, optim_kwargs: dict | None = None,
                  clip_grad_norm: float = 1.0, initial_optim_state_dict: dict | None = None,
                  gae_lambda: float = 1, minibatches: int = 4, epochs: int = 4,
                  ratio_clip: float = 0.1, linear_lr_schedule: bool = True,
                  normalize_advantage: bool = False, bootstrap_timelimit: bool = True):
-        self.discount = discount
-        self.learning_rate = learning_rate
-        self.value_loss_coeff = value_loss_coeff
-        self.entropy_loss_coeff = entropy_loss_coeff
-        self.OptimCls = OptimCls
-        self.optim_kwargs = dict(optim_kwargs or {})
-        self.clip_grad_norm = clip_grad_norm
-        self.initial_optim_state_dict = initial_optim_state_dict
-        self.gae_lambda = gae_lambda
-        self.minibatches = int(minibatches)
-        self.epochs = int(epochs)
+        super().__init__(**pg_hyperparameters(locals()))
+        self.minibatches = check_int(minibatches, "minibatches", minimum=1, owner="PPO")
+        self.epochs = check_int(epochs, "epochs", minimum=1, owner="PPO")
         self.ratio_clip = ratio_clip
         self.linear_lr_schedule = linear_lr_schedule
-        self.normalize_advantage = normalize_advantage
-        self.bootstrap_timelimit = bootstrap_timelimit
-        if self.minibatches < 1 or self.epochs < 1:
-            raise ValueError(f"minibatches and epochs must be >= 1; got {minibatches}, {epochs}")
 
-    def initialize(self, *args, **kwargs):
+    def initialize(self, *args: Any, **kwargs: Any) -> None:
+        """As :meth:`PolicyGradientAlgo.initialize`, plus the learning-rate schedule, which
+        reaches zero after ``n_itr`` iterations."""
         super().initialize(*args, **kwargs)
         self.lr_scheduler = None
         if self.linear_lr_schedule:
@@ -56,20 +56,27 @@ class PPO(PolicyGradientAlgo):
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, lr_lambda=lambda itr: max(n_itr - itr, 0) / n_itr)
 
-    def optimize_agent(self, itr: int, samples=None, sampler_itr=None) -> OptInfo:
+    def optimize_agent(self, itr: int, samples: Any = None,
+                       sampler_itr: int | None = None) -> PpoOptInfo:
+        """``epochs`` passes of ``minibatches`` clipped-surrogate gradient steps over the batch.
+
+        Returns the per-minibatch loss, gradient norm, entropy, perplexity, approximate KL
+        and clip fraction, and the critic's explained variance on the batch (once).
+        """
         device = self.agent.device
         agent_inputs = AgentInputs(observation=samples.env.observation,
                                    prev_action=samples.agent.prev_action,
                                    prev_reward=samples.env.prev_reward)
         agent_inputs = buffer_to(agent_inputs, device=device)
-        if hasattr(self.agent, "update_obs_rms"):
-            self.agent.update_obs_rms(agent_inputs.observation)
+        self.agent.update_obs_rms(agent_inputs.observation)
         return_, advantage, valid = buffer_to(self.process_returns(samples), device)
         loss_inputs = LossInputs(agent_inputs=agent_inputs, action=samples.agent.action.to(device),
                                  return_=return_, advantage=advantage, valid=valid,
                                  old_dist_info=buffer_to(samples.agent.agent_info.dist_info, device))
         T, B = samples.env.reward.shape[:2]
-        opt_info = OptInfo(loss=[], gradNorm=[], entropy=[], perplexity=[])
+        opt_info = PpoOptInfo(*([] for _ in PpoOptInfo._fields))
+        opt_info.explainedVariance.append(
+            explained_variance(return_, samples.agent.agent_info.value, valid))
         if self.agent.recurrent:
             rnn = samples.agent.agent_info.prev_rnn_state[0]  # [B, N, H] at the batch start
             rnn = buffer_to(rnn, device)
@@ -85,20 +92,30 @@ class PPO(PolicyGradientAlgo):
                 if self.agent.recurrent:
                     mb = loss_inputs[:, idxs]
                     init_rnn_state = buffer_func(rnn, lambda s: s[idxs].transpose(0, 1).contiguous())
-                    loss, entropy, perplexity = self.loss(*mb, init_rnn_state=init_rnn_state)
+                    loss, info = self.loss(*mb, init_rnn_state=init_rnn_state)
                 else:
-                    loss, entropy, perplexity = self.loss(*loss_inputs[idxs])
+                    loss, info = self.loss(*loss_inputs[idxs])
                 grad_norm = self._grad_step(loss)
                 opt_info.loss.append(loss.item())
                 opt_info.gradNorm.append(grad_norm)
-                opt_info.entropy.append(entropy.item())
-                opt_info.perplexity.append(perplexity.item())
+                opt_info.entropy.append(info.entropy.item())
+                opt_info.perplexity.append(info.perplexity.item())
+                opt_info.approxKl.append(info.approxKl.item())
+                opt_info.clipFrac.append(info.clipFrac.item())
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
         return opt_info
 
-    def loss(self, agent_inputs, action, return_, advantage, valid, old_dist_info,
-             init_rnn_state=None):
+    def loss(self, agent_inputs: Any, action: torch.Tensor, return_: torch.Tensor,
+             advantage: torch.Tensor, valid: torch.Tensor, old_dist_info: Any,
+             init_rnn_state: Any = None) -> tuple[torch.Tensor, PpoLossInfo]:
+        """The PPO loss of one minibatch and its detached terms.
+
+        ``old_dist_info`` is the sampler's action distribution; the ratio of the current one
+        to it drives the clipped surrogate, the approximate KL and the clip fraction (the
+        share of valid steps whose ratio left ``[1 - ratio_clip, 1 + ratio_clip]``).
+        Recurrent agents pass ``init_rnn_state`` (``[N, B, H]``).
+        """
         if init_rnn_state is not None:
             dist_info, value, _ = self.agent(*agent_inputs, init_rnn_state)
         else:
@@ -114,4 +131,11 @@ class PPO(PolicyGradientAlgo):
         # Entropy bonus: -c_H * E[H(pi(.|s))]
         entropy = dist.mean_entropy(dist_info, valid)
         loss = pi_loss + value_loss - self.entropy_loss_coeff * entropy
-        return loss, entropy.detach(), dist.mean_perplexity(dist_info, valid).detach()
+        with torch.no_grad():
+            clipped_steps = ((ratio - 1).abs() > self.ratio_clip).to(ratio.dtype)
+            info = PpoLossInfo(piLoss=pi_loss.detach(), valueLoss=value_loss.detach(),
+                               entropy=entropy.detach(),
+                               perplexity=dist.mean_perplexity(dist_info, valid).detach(),
+                               approxKl=approx_kl(ratio, valid),
+                               clipFrac=valid_mean(clipped_steps, valid))
+        return loss, info

@@ -10,9 +10,14 @@ Diagnostics stay on the device until the iteration ends (one host transfer per i
 """
 from __future__ import annotations
 
+import abc
+from typing import Any
+
 import torch
 
 from rlfast.algos.base import RLAlgorithm
+from rlfast.replays import make_replay_buffer
+from rlfast.utils.checks import check_fraction, check_int, check_positive
 from rlfast.utils.collections import namedarraytuple
 
 __all__ = ["QpgAlgoBase", "SamplesToBuffer", "SamplesToBufferTl"]
@@ -23,45 +28,44 @@ SamplesToBufferTl = namedarraytuple("SamplesToBufferTl", SamplesToBuffer._fields
                                     ("final_observation",))
 
 
-def _check_positive(name: str, value, integer: bool = False):
-    if isinstance(value, bool) or not value > 0 or (integer and int(value) != value):
-        kind = "a positive integer" if integer else "> 0"
-        raise ValueError(f"{name} must be {kind}, got {value!r}")
-    return int(value) if integer else value
-
-
 class QpgAlgoBase(RLAlgorithm):
     """Replay, update count, optimizer and targets; subclasses define ``param_groups`` and
     ``losses(batch, update_policy)`` (returning the summed loss and a dict of scalar
-    diagnostics tensors), and name their diagnostics in ``opt_info_fields``."""
+    diagnostics tensors), and name their diagnostics in ``opt_info_fields``.
+
+    The replay buffer is time-limit aware (prioritized with ``prioritized_replay``) unless
+    ``ReplayBufferCls`` names another; ``replay_ratio`` is how many times each sampled step
+    is replayed on average.
+    """
 
     OptInfoCls = None  # namedtuple of lists, set by subclasses
 
     def __init__(self, discount: float, batch_size: int, min_steps_learn: int, replay_size: int,
                  replay_ratio: float, target_update_tau: float, target_update_interval: int,
-                 policy_update_interval: int, OptimCls, optim_kwargs, initial_optim_state_dict,
-                 clip_grad_norm: float, n_step_return: int, bootstrap_timelimit: bool,
-                 ReplayBufferCls, prioritized_replay: bool = False, pri_alpha: float = 0.6,
+                 policy_update_interval: int, OptimCls: type, optim_kwargs: dict | None,
+                 initial_optim_state_dict: dict | None, clip_grad_norm: float,
+                 n_step_return: int, bootstrap_timelimit: bool, ReplayBufferCls: type | None,
+                 prioritized_replay: bool = False, pri_alpha: float = 0.6,
                  pri_beta: float = 0.4):
-        if not 0 <= discount <= 1:
-            raise ValueError(f"discount must be in [0, 1], got {discount!r}")
-        if not 0 < target_update_tau <= 1:
-            raise ValueError(f"target_update_tau must be in (0, 1], got {target_update_tau!r}")
-        self.discount = float(discount)
-        self.batch_size = _check_positive("batch_size", batch_size, integer=True)
-        self.min_steps_learn = int(min_steps_learn)
-        self.replay_size = _check_positive("replay_size", replay_size, integer=True)
-        self.replay_ratio = _check_positive("replay_ratio", replay_ratio)
-        self.target_update_tau = float(target_update_tau)
-        self.target_update_interval = _check_positive("target_update_interval",
-                                                      target_update_interval, integer=True)
-        self.policy_update_interval = _check_positive("policy_update_interval",
-                                                      policy_update_interval, integer=True)
+        owner = type(self).__name__
+        self.discount = check_fraction(discount, "discount", owner=owner)
+        self.batch_size = check_positive(batch_size, "batch_size", integer=True, owner=owner)
+        self.min_steps_learn = check_int(min_steps_learn, "min_steps_learn", minimum=0,
+                                         owner=owner)
+        self.replay_size = check_positive(replay_size, "replay_size", integer=True, owner=owner)
+        self.replay_ratio = check_positive(replay_ratio, "replay_ratio", owner=owner)
+        self.target_update_tau = check_fraction(target_update_tau, "target_update_tau",
+                                                allow_zero=False, owner=owner)
+        self.target_update_interval = check_positive(
+            target_update_interval, "target_update_interval", integer=True, owner=owner)
+        self.policy_update_interval = check_positive(
+            policy_update_interval, "policy_update_interval", integer=True, owner=owner)
         self.OptimCls = OptimCls
         self.optim_kwargs = dict(optim_kwargs or {})
         self.initial_optim_state_dict = initial_optim_state_dict
-        self.clip_grad_norm = _check_positive("clip_grad_norm", clip_grad_norm)
-        self.n_step_return = _check_positive("n_step_return", n_step_return, integer=True)
+        self.clip_grad_norm = check_positive(clip_grad_norm, "clip_grad_norm", owner=owner)
+        self.n_step_return = check_positive(n_step_return, "n_step_return", integer=True,
+                                            owner=owner)
         self.bootstrap_timelimit = bool(bootstrap_timelimit)
         self.ReplayBufferCls = ReplayBufferCls
         self.prioritized_replay = bool(prioritized_replay)
@@ -69,8 +73,11 @@ class QpgAlgoBase(RLAlgorithm):
         self.update_counter = 0
 
     # ---- setup ---------------------------------------------------------------------------
-    def initialize(self, agent, n_itr, batch_spec, mid_batch_reset, examples, world_size=1,
-                   rank=0):
+    def initialize(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
+                   examples: Any, world_size: int = 1, rank: int = 0) -> None:
+        """Bind the agent, derive the update schedule from the sampler's batch size, build
+        the replay buffer from ``examples`` and the one optimizer. Needs a collector that
+        resets mid-batch (idle steps would otherwise be replayed as transitions)."""
         if not mid_batch_reset:
             raise ValueError(f"{type(self).__name__} replays single transitions: use a "
                              f"collector that resets mid-batch (CpuResetCollector / "
@@ -85,7 +92,9 @@ class QpgAlgoBase(RLAlgorithm):
         self.initialize_replay_buffer(examples, batch_spec)
         self.optim_initialize(rank)
 
-    def initialize_replay_buffer(self, examples, batch_spec) -> None:
+    def initialize_replay_buffer(self, examples: dict, batch_spec: Any) -> None:
+        """Build the time-limit replay buffer (storing final observations when the env
+        reports them), or ``ReplayBufferCls`` if given."""
         env_info = examples["env_info"]
         fields = getattr(env_info, "_fields", ())
         if "timeout" not in fields:
@@ -95,23 +104,32 @@ class QpgAlgoBase(RLAlgorithm):
         example = self._to_buffer(examples["observation"], examples["action"],
                                   examples["reward"], examples["done"], env_info,
                                   normalize=False)
-        from rlfast import replays
-        ReplayCls = self.ReplayBufferCls or (replays.TlPrioritizedReplayBuffer
-                                             if self.prioritized_replay
-                                             else replays.TlUniformReplayBuffer)
         kwargs = dict(example=example, size=self.replay_size, B=batch_spec.B,
                       discount=self.discount, n_step_return=self.n_step_return)
         if self.prioritized_replay:
             kwargs.update(alpha=self.pri_alpha, beta=self.pri_beta)
-        self.replay_buffer = ReplayCls(**kwargs)
+        if self.ReplayBufferCls is not None:
+            self.replay_buffer = self.ReplayBufferCls(**kwargs)
+        else:
+            self.replay_buffer = make_replay_buffer(prioritized=self.prioritized_replay,
+                                                    time_limit=True, **kwargs)
         self._mask_timeouts = self.bootstrap_timelimit and not getattr(
             self.replay_buffer, "has_final_observation", False)
 
-    def param_groups(self) -> list:
-        """Optimizer parameter groups (dicts with ``params`` and ``lr``)."""
-        raise TypeError(f"{type(self).__name__} must define param_groups()")
+    @abc.abstractmethod
+    def param_groups(self) -> list[dict]:
+        """Optimizer parameter groups (dicts with ``params`` and ``lr``; ``clip=False`` keeps
+        a group out of gradient-norm clipping)."""
+
+    @abc.abstractmethod
+    def losses(self, batch: Any, update_policy: bool) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """``(summed loss, dict of scalar diagnostics tensors, per-sample |TD error|)`` of a
+        replayed batch; policy terms only when ``update_policy``. The errors become the new
+        priorities under prioritized replay."""
 
     def optim_initialize(self, rank: int = 0) -> None:
+        """One optimizer over every parameter group (fused Adam where possible), restoring
+        ``initial_optim_state_dict`` if given."""
         self.rank = rank
         groups = self.param_groups()
         self._clip_groups = [list(g["params"]) for g in groups if g.get("clip", True)]
@@ -125,7 +143,8 @@ class QpgAlgoBase(RLAlgorithm):
         if self.initial_optim_state_dict is not None:
             self.load_optim_state_dict(self.initial_optim_state_dict)
 
-    def _to_buffer(self, observation, action, reward, done, env_info, normalize=True):
+    def _to_buffer(self, observation: Any, action: Any, reward: Any, done: Any, env_info: Any,
+                   normalize: bool = True) -> Any:
         if normalize:
             action = self.agent.normalize_action(action)
         if self._store_final:
@@ -133,13 +152,16 @@ class QpgAlgoBase(RLAlgorithm):
                                      env_info.final_observation)
         return SamplesToBuffer(observation, action, reward, done, env_info.timeout)
 
-    def samples_to_buffer(self, samples):
+    def samples_to_buffer(self, samples: Any) -> Any:
         """The replayed fields of a sampler batch, actions in normalized units."""
         return self._to_buffer(samples.env.observation, samples.agent.action, samples.env.reward,
                                samples.env.done, samples.env.env_info)
 
     # ---- training ------------------------------------------------------------------------
-    def optimize_agent(self, itr: int, samples=None, sampler_itr=None):
+    def optimize_agent(self, itr: int, samples: Any = None, sampler_itr: int | None = None) -> Any:
+        """Append the batch to replay, then (once learning has started) run
+        ``updates_per_optimize`` updates: every loss, one backward pass, one optimizer step,
+        priorities and targets updated as configured. Returns ``OptInfoCls`` of lists."""
         if samples is not None:
             self.replay_buffer.append_samples(self.samples_to_buffer(samples))
         if itr < self.min_itr_learn:
@@ -166,7 +188,7 @@ class QpgAlgoBase(RLAlgorithm):
         """Named scalar tensors of one update (NaN for policy terms on critic-only updates)."""
         return info
 
-    def _opt_info(self, diagnostics: list):
+    def _opt_info(self, diagnostics: list) -> Any:
         fields = self.OptInfoCls._fields
         table = torch.stack([torch.stack([d[f].detach().float().reshape(()) for f in fields])
                              for d in diagnostics]).cpu().tolist()
@@ -174,7 +196,7 @@ class QpgAlgoBase(RLAlgorithm):
         return self.OptInfoCls(*([v for v in col if v == v] for col in columns))  # drop NaN
 
     # ---- target helpers ------------------------------------------------------------------
-    def bootstrap_factor(self, batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def bootstrap_factor(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(discount factor of the target value, valid mask or None)`` for a batch.
 
         With ``bootstrap_timelimit`` the factor is the buffer's ``bootstrap_discount``: a
@@ -188,13 +210,11 @@ class QpgAlgoBase(RLAlgorithm):
         valid = (1 - batch.timeout_n.float()) if self._mask_timeouts else None
         return batch.bootstrap_discount, valid
 
-    def weighted_mean(self, losses: torch.Tensor, batch, valid) -> torch.Tensor:
+    def weighted_mean(self, losses: torch.Tensor, batch: Any,
+                      valid: torch.Tensor | None) -> torch.Tensor:
         """Mean over the batch with importance weights (prioritized) and the valid mask."""
         if self.prioritized_replay:
             losses = losses * batch.is_weights
         if valid is None:
             return losses.mean()
         return (losses * valid).sum() / valid.sum().clamp(min=1.0)
-
-    def optim_state_dict(self) -> dict:
-        return self.optimizer.state_dict()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
+from typing import Any
 
 import torch
 
 from rlfast.algos.qpg.base import QpgAlgoBase
 from rlfast.utils.buffer import buffer_to
+from rlfast.utils.checks import check_choice, check_int, check_positive
 
 __all__ = ["SAC"]
 
@@ -39,12 +41,12 @@ class SAC(QpgAlgoBase):
                  min_steps_learn: int = 10_000, replay_size: int = 1_000_000,
                  replay_ratio: float = 256, target_update_tau: float = 0.005,
                  target_update_interval: int = 1, learning_rate: float = 3e-4,
-                 fixed_alpha: float | None = None, OptimCls=torch.optim.Adam,
+                 fixed_alpha: float | None = None, OptimCls: type = torch.optim.Adam,
                  optim_kwargs: dict | None = None, initial_optim_state_dict: dict | None = None,
                  action_prior: str = "uniform", reward_scale: float = 1,
                  target_entropy: str | float = "auto", reparameterize: bool = True,
                  clip_grad_norm: float = 1e9, n_step_return: int = 1, updates_per_sync: int = 1,
-                 bootstrap_timelimit: bool = True, ReplayBufferCls=None,
+                 bootstrap_timelimit: bool = True, ReplayBufferCls: type | None = None,
                  prioritized_replay: bool = False, pri_alpha: float = 0.6,
                  pri_beta: float = 0.4, initial_alpha: float = 1.0):
         super().__init__(discount, batch_size, min_steps_learn, replay_size, replay_ratio,
@@ -52,26 +54,26 @@ class SAC(QpgAlgoBase):
                          initial_optim_state_dict, clip_grad_norm, n_step_return,
                          bootstrap_timelimit, ReplayBufferCls, prioritized_replay, pri_alpha,
                          pri_beta)
-        if action_prior not in _ACTION_PRIORS:
-            raise ValueError(f"action_prior must be one of {_ACTION_PRIORS}, got {action_prior!r}")
+        self.action_prior = check_choice(action_prior, "action_prior", _ACTION_PRIORS,
+                                         owner="SAC")
         if fixed_alpha is not None and not fixed_alpha >= 0:
-            raise ValueError(f"fixed_alpha must be >= 0 or None, got {fixed_alpha!r}")
+            raise ValueError(f"SAC: fixed_alpha must be >= 0 or None; got {fixed_alpha!r}")
         if not (target_entropy == "auto" or isinstance(target_entropy, (int, float))):
-            raise ValueError(f"target_entropy must be 'auto' or a number, got {target_entropy!r}")
-        if not learning_rate > 0 or not initial_alpha > 0:
-            raise ValueError(f"learning_rate and initial_alpha must be > 0, got "
-                             f"{learning_rate!r}, {initial_alpha!r}")
-        self.learning_rate = learning_rate
+            raise ValueError(f"SAC: target_entropy must be 'auto' or a number; got "
+                             f"{target_entropy!r}")
+        self.learning_rate = check_positive(learning_rate, "learning_rate", owner="SAC")
+        self.initial_alpha = check_positive(initial_alpha, "initial_alpha", owner="SAC")
         self.fixed_alpha = fixed_alpha
-        self.action_prior = action_prior
         self.reward_scale = float(reward_scale)
         self.target_entropy = target_entropy
         self.reparameterize = bool(reparameterize)
-        self.updates_per_sync = int(updates_per_sync)
-        self.initial_alpha = float(initial_alpha)
+        self.updates_per_sync = check_int(updates_per_sync, "updates_per_sync", minimum=1,
+                                          owner="SAC")
 
-    def initialize(self, agent, n_itr, batch_spec, mid_batch_reset, examples, world_size=1,
-                   rank=0):
+    def initialize(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
+                   examples: Any, world_size: int = 1, rank: int = 0) -> None:
+        """Check for twin critics, create ``log_alpha`` (learned or fixed) and resolve the
+        target entropy, then set up as :meth:`QpgAlgoBase.initialize`."""
         if getattr(agent.q_model, "ensemble_size", None) != 2:
             raise ValueError(f"SAC needs twin critics (SacAgent); {type(agent).__name__} has "
                              f"{getattr(agent.q_model, 'ensemble_size', None)} critic(s)")
@@ -84,7 +86,9 @@ class SAC(QpgAlgoBase):
             self.log_alpha.data.fill_(math.log(max(self.fixed_alpha, 1e-30)))
         super().initialize(agent, n_itr, batch_spec, mid_batch_reset, examples, world_size, rank)
 
-    def param_groups(self) -> list:
+    def param_groups(self) -> list[dict]:
+        """Actor, critics and (when learned) ``log_alpha``, all at ``learning_rate``; the
+        temperature is not gradient-clipped."""
         groups = [dict(params=list(self.agent.pi_parameters()), lr=self.learning_rate),
                   dict(params=list(self.agent.q_parameters()), lr=self.learning_rate)]
         if self.fixed_alpha is None:
@@ -93,15 +97,20 @@ class SAC(QpgAlgoBase):
 
     @property
     def alpha(self) -> float:
+        """The current entropy temperature."""
         return float(self.fixed_alpha) if self.fixed_alpha is not None \
             else float(self.log_alpha.detach().exp())
 
     def prior_log_pi(self, action: torch.Tensor) -> torch.Tensor:
+        """Log-density of the action prior at normalized actions (0 for 'uniform')."""
         if self.action_prior == "uniform":
             return torch.zeros((), device=action.device)
         return -(0.5 * action ** 2 + _HALF_LOG_2PI).sum(-1)
 
-    def losses(self, batch, update_policy: bool = True):
+    def losses(self, batch: Any,
+               update_policy: bool = True) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """Critic, policy and temperature losses of a replayed batch, summed for one backward;
+        with the diagnostics and each sample's |TD error| (averaged over the critics)."""
         if self.agent.device.type != "cpu":
             batch = buffer_to(batch, self.agent.device)
         agent = self.agent
@@ -139,11 +148,14 @@ class SAC(QpgAlgoBase):
         return loss, info, delta.detach().abs().mean(0)
 
     def diagnostics(self, info: dict, norms: list, update_policy: bool) -> dict:
+        """The OptInfo fields of one update: the loss terms plus both gradient norms."""
         return dict(info, piGradNorm=norms[0], qGradNorm=norms[1])
 
     def optim_state_dict(self) -> dict:
+        """The optimizer's state and ``log_alpha``, which is trained outside the modules."""
         return dict(optimizer=self.optimizer.state_dict(), log_alpha=self.log_alpha.detach().cpu())
 
     def load_optim_state_dict(self, state_dict: dict) -> None:
+        """Restore the optimizer and ``log_alpha`` from :meth:`optim_state_dict`'s output."""
         self.optimizer.load_state_dict(state_dict["optimizer"])
         self.log_alpha.data.copy_(state_dict["log_alpha"])

@@ -12,7 +12,7 @@ import difflib
 import re
 import sys
 from collections import namedtuple
-from typing import Any, Optional
+from typing import Any
 
 import cv2
 import numpy as np
@@ -21,6 +21,7 @@ from ale_py import Action, ALEInterface, LoggerMode, roms
 from rlfast.envs.traj_info import TrajInfo
 from rlfast.envs.base import Env, EnvStep
 from rlfast.spaces.int_box import IntBox
+from rlfast.utils.checks import check_choice, check_fraction, check_int
 
 __all__ = ["AtariEnv", "AtariTrajInfo", "EnvInfo", "OBS_TYPES", "resolve_game"]
 
@@ -56,12 +57,6 @@ def resolve_game(game: str) -> str:
     raise ValueError(f"Unknown Atari game {game!r}: {hint}")
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
 class AtariEnv(Env):
     """An Atari game from the Arcade Learning Environment, with the classic DQN processing.
 
@@ -90,31 +85,26 @@ class AtariEnv(Env):
         fire_on_reset: bool = False,
         max_start_noops: int = 30,
         repeat_action_probability: float = 0.0,
-        horizon: Optional[int] = 27000,
-        seed: Optional[int] = None,
+        horizon: int | None = 27000,
+        seed: int | None = None,
         obs_type: str = "rlpyt",
     ) -> None:
         self.game = resolve_game(game)
-        self._frame_skip = _check_int("frame_skip", frame_skip, 1)
-        self._num_img_obs = _check_int("num_img_obs", num_img_obs, 1)
-        self._max_start_noops = _check_int("max_start_noops", max_start_noops, 0)
+        self._frame_skip = check_int(frame_skip, "frame_skip", minimum=1, owner="AtariEnv")
+        self._num_img_obs = check_int(num_img_obs, "num_img_obs", minimum=1, owner="AtariEnv")
+        self._max_start_noops = check_int(max_start_noops, "max_start_noops", minimum=0, owner="AtariEnv")
         if horizon is not None:
-            horizon = _check_int("horizon", horizon, 1)
+            horizon = check_int(horizon, "horizon", minimum=1, owner="AtariEnv")
         self._horizon = horizon
         self._step_limit = sys.maxsize if horizon is None else horizon
-        if obs_type not in OBS_TYPES:
-            raise ValueError(f"obs_type must be one of {list(OBS_TYPES)}, got {obs_type!r}")
-        self.obs_type = obs_type
-        rap = float(repeat_action_probability)
-        if not 0.0 <= rap <= 1.0:
-            raise ValueError(f"repeat_action_probability must be in [0, 1], got "
-                             f"{repeat_action_probability!r}")
+        self.obs_type = check_choice(obs_type, "obs_type", OBS_TYPES, owner="AtariEnv")
+        rap = check_fraction(repeat_action_probability, "repeat_action_probability", owner="AtariEnv")
         self._clip_reward = bool(clip_reward)
         self._episodic_lives = bool(episodic_lives)
         self._fire_on_reset = bool(fire_on_reset)
 
         ALEInterface.setLoggerMode(LoggerMode.Error)  # loadROM banners would flood worker logs
-        self.ale: Optional[ALEInterface] = ALEInterface()
+        self.ale: ALEInterface | None = ALEInterface()
         self.ale.setFloat("repeat_action_probability", rap)
         self.ale.setInt("frame_skip", 1)  # this class repeats actions itself (and max-pools)
         self._rom_path = str(roms.get_rom_path(self.game))
@@ -226,7 +216,7 @@ class AtariEnv(Env):
         self._step_count = 0
         return self._ring.take(self._orders[self._newest], axis=0)
 
-    def seed(self, seed: Optional[int]) -> None:
+    def seed(self, seed: int | None) -> None:
         """Seed the no-op draws and ALE's ``random_seed`` (which drives sticky actions), both
         from ``seed``; ``None`` draws fresh entropy. ALE reads its seed when a ROM loads, so
         this reloads the ROM: call ``reset()`` before stepping again."""
@@ -239,7 +229,7 @@ class AtariEnv(Env):
         self.ale.loadROM(self._rom_path)
 
     @property
-    def horizon(self) -> Optional[int]:
+    def horizon(self) -> int | None:
         """Steps per trajectory before a timeout (``traj_done`` and ``timeout``), or None."""
         return self._horizon
 

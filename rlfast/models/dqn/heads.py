@@ -8,23 +8,26 @@ MLP and recurrent models all build their heads the same way.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 import torch
 
 from rlfast.models.dqn.noisy import linear_layer, mlp_layers
 from rlfast.models.utils import scale_grad
+from rlfast.utils.checks import check_positive
 
 __all__ = ["DuelingHeadModel", "DistributionalHeadModel", "DistributionalDuelingHeadModel", "make_q_head"]
 
 DEFAULT_GRAD_SCALE = 2 ** (-1 / 2)
-Sizes = Union[int, Sequence[int], None]
+Sizes = int | Sequence[int] | None
 
 
-def _check_positive(name: str, value, model: str) -> int:
-    if int(value) != value or value < 1:
-        raise ValueError(f"{model}: {name} must be a positive int, got {value!r}.")
-    return int(value)
+def _check_sizes(owner: str, input_size, output_size, n_atoms=None) -> tuple:
+    """``(output_size, n_atoms)`` as positive ints (``n_atoms`` None stays None); ``input_size``
+    is checked too."""
+    check_positive(input_size, "input_size", integer=True, owner=owner)
+    output_size = check_positive(output_size, "output_size", integer=True, owner=owner)
+    return output_size, (None if n_atoms is None else check_positive(n_atoms, "n_atoms", integer=True, owner=owner))
 
 
 class _DuelingStreams(torch.nn.Module):
@@ -75,8 +78,7 @@ class DuelingHeadModel(torch.nn.Module):
     def __init__(self, input_size: int, hidden_sizes: Sizes, output_size: int,
                  grad_scale: float = DEFAULT_GRAD_SCALE, noisy: bool = False):
         super().__init__()
-        _check_positive("input_size", input_size, "DuelingHeadModel")
-        self.output_size = _check_positive("output_size", output_size, "DuelingHeadModel")
+        self.output_size, _ = _check_sizes("DuelingHeadModel", input_size, output_size)
         self.grad_scale = float(grad_scale)
         self.streams = _DuelingStreams(input_size, hidden_sizes, self.output_size, 1, grad_scale, noisy)
 
@@ -102,9 +104,7 @@ class DistributionalHeadModel(torch.nn.Module):
 
     def __init__(self, input_size: int, layer_sizes: Sizes, output_size: int, n_atoms: int, noisy: bool = False):
         super().__init__()
-        _check_positive("input_size", input_size, "DistributionalHeadModel")
-        self.output_size = _check_positive("output_size", output_size, "DistributionalHeadModel")
-        self.n_atoms = _check_positive("n_atoms", n_atoms, "DistributionalHeadModel")
+        self.output_size, self.n_atoms = _check_sizes("DistributionalHeadModel", input_size, output_size, n_atoms)
         self.mlp = mlp_layers(input_size, layer_sizes, self.output_size * self.n_atoms, noisy)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -124,9 +124,8 @@ class DistributionalDuelingHeadModel(torch.nn.Module):
     def __init__(self, input_size: int, hidden_sizes: Sizes, output_size: int, n_atoms: int,
                  grad_scale: float = DEFAULT_GRAD_SCALE, noisy: bool = False):
         super().__init__()
-        _check_positive("input_size", input_size, "DistributionalDuelingHeadModel")
-        self.output_size = _check_positive("output_size", output_size, "DistributionalDuelingHeadModel")
-        self.n_atoms = _check_positive("n_atoms", n_atoms, "DistributionalDuelingHeadModel")
+        self.output_size, self.n_atoms = _check_sizes("DistributionalDuelingHeadModel", input_size, output_size,
+                                                      n_atoms)
         self.grad_scale = float(grad_scale)
         self.streams = _DuelingStreams(input_size, hidden_sizes, self.output_size, self.n_atoms, grad_scale, noisy)
 
@@ -140,12 +139,13 @@ class DistributionalDuelingHeadModel(torch.nn.Module):
 
 
 def make_q_head(input_size: int, hidden_sizes: Sizes, output_size: int, dueling: bool = False,
-                noisy: bool = False, n_atoms: Optional[int] = None) -> torch.nn.Module:
+                noisy: bool = False, n_atoms: int | None = None) -> torch.nn.Module:
     """The Q head for the given options: ``[..., A]`` Q-values, or ``[..., A, n_atoms]`` logits."""
     if n_atoms is None:
         if dueling:
             return DuelingHeadModel(input_size, hidden_sizes, output_size, noisy=noisy)
-        return mlp_layers(input_size, hidden_sizes, _check_positive("output_size", output_size, "Q head"), noisy)
+        return mlp_layers(input_size, hidden_sizes,
+                          check_positive(output_size, "output_size", integer=True, owner="Q head"), noisy)
     if dueling:
         return DistributionalDuelingHeadModel(input_size, hidden_sizes, output_size, n_atoms, noisy=noisy)
     return DistributionalHeadModel(input_size, hidden_sizes, output_size, n_atoms, noisy=noisy)

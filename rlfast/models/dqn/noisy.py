@@ -12,12 +12,15 @@ keeping noise during sampling (``model.eval()`` alone does not turn it off).
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["NoisyLinear", "NoisyModelMixin", "linear_layer", "mlp_layers", "size_list"]
+from rlfast.models.mlp import size_list
+from rlfast.utils.checks import check_positive
+
+__all__ = ["NoisyLinear", "NoisyModelMixin", "linear_layer", "mlp_layers"]
 
 
 class NoisyLinear(torch.nn.Module):
@@ -33,13 +36,10 @@ class NoisyLinear(torch.nn.Module):
 
     def __init__(self, in_features: int, out_features: int, std_init: float = 0.5, bias: bool = True):
         super().__init__()
-        for name, value in (("in_features", in_features), ("out_features", out_features)):
-            if int(value) != value or value < 1:
-                raise ValueError(f"NoisyLinear: {name} must be a positive int, got {value!r}.")
+        self.in_features = check_positive(in_features, "in_features", integer=True, owner="NoisyLinear")
+        self.out_features = check_positive(out_features, "out_features", integer=True, owner="NoisyLinear")
         if not std_init >= 0:
             raise ValueError(f"NoisyLinear: std_init must be >= 0, got {std_init!r}.")
-        self.in_features = int(in_features)
-        self.out_features = int(out_features)
         self.std_init = float(std_init)
         self.noise_enabled = True
         self.weight_mu = torch.nn.Parameter(torch.empty(self.out_features, self.in_features))
@@ -85,7 +85,7 @@ class NoisyLinear(torch.nn.Module):
         return self.weight_mu
 
     @property
-    def bias(self) -> Optional[torch.Tensor]:
+    def bias(self) -> torch.Tensor | None:
         """The bias used in the forward pass (None when built with ``bias=False``)."""
         if self.bias_mu is None:
             return None
@@ -94,20 +94,12 @@ class NoisyLinear(torch.nn.Module):
         return self.bias_mu
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """``input @ weight.T + bias`` with the current (noisy or mean) weight and bias."""
         return F.linear(input, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"std_init={self.std_init}, bias={self.bias_mu is not None}, noise_enabled={self.noise_enabled}")
-
-
-def size_list(sizes: Union[int, Sequence[int], None]) -> list:
-    """Layer sizes as a list: an int is one layer, None means none."""
-    if sizes is None:
-        return []
-    if isinstance(sizes, int):
-        return [sizes]
-    return [int(s) for s in sizes]
 
 
 def linear_layer(in_features: int, out_features: int, noisy: bool, bias: bool = True) -> torch.nn.Module:
@@ -118,7 +110,7 @@ def linear_layer(in_features: int, out_features: int, noisy: bool, bias: bool = 
 
 
 def mlp_layers(
-    input_size: int, hidden_sizes: Union[int, Sequence[int], None], output_size: Optional[int], noisy: bool
+    input_size: int, hidden_sizes: int | Sequence[int] | None, output_size: int | None, noisy: bool
 ) -> torch.nn.Sequential:
     """ReLU MLP of (noisy) linear layers; with ``output_size=None`` the last hidden layer ends it.
 

@@ -7,30 +7,35 @@ Atari and MLP models differ only in how they build their trunk.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
+from rlfast.models.atari_conv import scale_image
 from rlfast.models.dqn.noisy import NoisyModelMixin
-from rlfast.models.pg.atari_ff_model import scale_image
 from rlfast.utils.tensor import infer_leading_dims, restore_leading_dims
 
-__all__ = ["FeedForwardQModel", "Flatten", "check_output_size"]
+__all__ = ["FeedForwardQModel", "Flatten", "observation_shape_tuple", "checked_leading_dims"]
 
 
-def check_output_size(output_size, model_name: str) -> int:
-    """``output_size`` (the number of actions) as a positive int, or raise naming the model."""
-    if int(output_size) != output_size or output_size < 1:
-        raise ValueError(f"{model_name}: output_size (number of actions) must be a positive int, "
-                         f"got {output_size!r}.")
-    return int(output_size)
+def checked_leading_dims(observation: torch.Tensor, observation_shape: tuple, model_name: str) -> tuple:
+    """``infer_leading_dims(observation, ...)`` after checking that the observation ends in
+    ``observation_shape``; raises naming the model and both shapes otherwise."""
+    lead_dim, T, B, shape = infer_leading_dims(observation, len(observation_shape))
+    if tuple(shape) != tuple(observation_shape):
+        raise ValueError(
+            f"{model_name}: observation of shape {tuple(observation.shape)} must end in "
+            f"{tuple(observation_shape)} after leading dims [], [B] or [T, B]."
+        )
+    return lead_dim, T, B, shape
 
 
 class Flatten(torch.nn.Module):
     """``[N, ...] -> [N, prod(...)]`` (also for scalar observations ``[N]``)."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """``input`` flattened after its first dim."""
         return input.reshape(input.shape[0], -1)
 
 
@@ -47,7 +52,7 @@ class FeedForwardQModel(NoisyModelMixin, torch.nn.Module):
 
     observation_shape: tuple = ()
     scale_uint8: bool = False
-    n_atoms: Optional[int] = None
+    n_atoms: int | None = None
 
     def _param_dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
@@ -60,17 +65,12 @@ class FeedForwardQModel(NoisyModelMixin, torch.nn.Module):
     def forward(
         self,
         observation: torch.Tensor,
-        prev_action: Optional[torch.Tensor] = None,
-        prev_reward: Optional[torch.Tensor] = None,
+        prev_action: torch.Tensor | None = None,
+        prev_reward: torch.Tensor | None = None,
         log_probs: bool = False,
     ) -> torch.Tensor:
         """Q-values (or atom probabilities); ``prev_action`` and ``prev_reward`` are unused."""
-        lead_dim, T, B, shape = infer_leading_dims(observation, len(self.observation_shape))
-        if tuple(shape) != tuple(self.observation_shape):
-            raise ValueError(
-                f"{type(self).__name__}: observation of shape {tuple(observation.shape)} must end in "
-                f"{tuple(self.observation_shape)} after leading dims [], [B] or [T, B]."
-            )
+        lead_dim, T, B, shape = checked_leading_dims(observation, self.observation_shape, type(self).__name__)
         x = self._prepare(observation).reshape(T * B, *shape)
         out = self.head(self.trunk(x))
         if self.n_atoms is not None:

@@ -1,23 +1,25 @@
-"""The recurrent body shared by the LSTM policy-gradient models.
+"""The recurrent body and forward pass shared by every LSTM model (policy-gradient and R2D1).
 
 An MLP embeds the observation; the LSTM then reads ``[features, prev_action,
 prev_reward]`` per step.  The body handles the leading-dims bookkeeping
-(``[]``, ``[B]`` or ``[T, B]`` in, ``[T, B, lstm_size]`` out) so each model only
-adds its output heads.
+(``[]``, ``[B]`` or ``[T, B]`` in, ``[T, B, lstm_size]`` out), and ``LstmModel``
+wraps it as ``encode -> body -> heads``, so each model only adds its encoder and heads.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Tuple, Type
+from abc import ABCMeta, abstractmethod
+from collections.abc import Sequence
 
 import torch
 
 from rlfast.models.mlp import MlpModel
 from rlfast.models.pg.model_parts import HIDDEN_GAIN, ObservationNormalizer, init_mlp_
+from rlfast.utils.checks import check_positive
 from rlfast.utils.collections import namedarraytuple
-from rlfast.utils.tensor import infer_leading_dims
+from rlfast.utils.tensor import infer_leading_dims, restore_leading_dims
 
-__all__ = ["RnnState", "LstmBody"]
+__all__ = ["RnnState", "LstmBody", "LstmModel", "LstmPgModel"]
 
 # Each field is [num_layers=1, B, lstm_size], the layout torch.nn.LSTM uses.
 RnnState = namedarraytuple("RnnState", ["h", "c"])
@@ -39,7 +41,7 @@ class LstmBody(torch.nn.Module):
         action_input_size: int,
         hidden_sizes: Sequence[int],
         lstm_size: int,
-        nonlinearity: Type[torch.nn.Module],
+        nonlinearity: type[torch.nn.Module],
         normalize_observation: bool,
         norm_obs_clip: float,
         norm_obs_var_clip: float,
@@ -59,8 +61,8 @@ class LstmBody(torch.nn.Module):
         observation: torch.Tensor,
         prev_action: torch.Tensor,
         prev_reward: torch.Tensor,
-        init_rnn_state: Optional[Tuple[torch.Tensor, torch.Tensor]],
-    ) -> Tuple[torch.Tensor, RnnState, int, int, int]:
+        init_rnn_state: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, RnnState, int, int, int]:
         """Return ``(lstm_out [T, B, lstm_size], next RnnState, lead_dim, T, B)``."""
         lead_dim, T, B, _ = infer_leading_dims(observation, len(self.observation_shape))
         dtype = self.lstm.weight_ih_l0.dtype
@@ -92,3 +94,67 @@ class LstmBody(torch.nn.Module):
             hc = (h.to(dtype), c.to(dtype))
         lstm_out, (hn, cn) = self.lstm(lstm_input, hc)
         return lstm_out, RnnState(h=hn, c=cn), lead_dim, T, B
+
+
+class LstmModel(torch.nn.Module, metaclass=ABCMeta):
+    """``encode`` the observation, run the ``LstmBody`` (``self.body``), apply the ``heads``.
+
+    ``forward(observation, prev_action, prev_reward, init_rnn_state=None)`` returns the heads'
+    outputs with the observation's leading dims ``[]``, ``[B]`` or ``[T, B]``, then the
+    ``RnnState`` after the last step (``[1, B, lstm_size]`` tensors; ``None`` starts from zeros).
+    """
+
+    def encode(self, observation: torch.Tensor) -> torch.Tensor:
+        """The body's observation input, with the observation's leading dims (as it is here)."""
+        return observation
+
+    def encode_prev_action(self, prev_action: torch.Tensor) -> torch.Tensor:
+        """The body's previous-action input (as it is here: one-hot or continuous)."""
+        return prev_action
+
+    @abstractmethod
+    def heads(self, lstm_out: torch.Tensor) -> tuple:
+        """The model's outputs from the flat LSTM output ``[T*B, lstm_size]``."""
+
+    def forward(
+        self,
+        observation: torch.Tensor,
+        prev_action: torch.Tensor,
+        prev_reward: torch.Tensor,
+        init_rnn_state: RnnState | None = None,
+    ) -> tuple:
+        """The heads' outputs, and the LSTM state after the last step."""
+        lstm_out, next_rnn_state, lead_dim, T, B = self.body(
+            self.encode(observation), self.encode_prev_action(prev_action), prev_reward, init_rnn_state)
+        outputs = restore_leading_dims(self.heads(lstm_out.reshape(T * B, -1)), lead_dim, T, B)
+        return (*outputs, next_rnn_state)
+
+
+class LstmPgModel(LstmModel):
+    """What the vector-observation recurrent policy-gradient models share: the argument checks,
+    an ``LstmBody`` over the (optionally normalized) observation with the previous action (of
+    ``action_size``) and reward, and ``update_obs_rms``.  Subclasses add the heads."""
+
+    def __init__(
+        self,
+        observation_shape: Sequence[int],
+        action_size: int,
+        hidden_sizes: Sequence[int],
+        lstm_size: int,
+        nonlinearity: type[torch.nn.Module],
+        normalize_observation: bool,
+        norm_obs_clip: float,
+        norm_obs_var_clip: float,
+        model_name: str,
+    ):
+        super().__init__()
+        self.action_size = check_positive(action_size, "action_size", integer=True, owner=model_name)
+        self.normalize_observation = normalize_observation
+        self.body = LstmBody(
+            observation_shape, self.action_size, hidden_sizes, lstm_size, nonlinearity,
+            normalize_observation, norm_obs_clip, norm_obs_var_clip,
+        )
+
+    def update_obs_rms(self, observation: torch.Tensor) -> None:
+        """Update the running observation statistics (no-op unless normalize_observation)."""
+        self.body.obs_norm.update(observation)

@@ -1,24 +1,21 @@
-"""Parts shared by the policy-gradient models: orthogonal init and observation normalization."""
+"""Parts shared by the policy-gradient models: orthogonal init, observation normalization, the
+categorical policy and value heads, and the forward pass of the vector-observation MLP models."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from abc import ABCMeta, abstractmethod
+from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from rlfast.models.running_mean_std import RunningMeanStdModel
+from rlfast.models.utils import HIDDEN_GAIN, orthogonal_init_
+from rlfast.utils.checks import check_positive
+from rlfast.utils.tensor import infer_leading_dims, restore_leading_dims
 
-__all__ = ["orthogonal_init_", "init_mlp_", "ObservationNormalizer", "HIDDEN_GAIN"]
-
-HIDDEN_GAIN = math.sqrt(2.0)
-
-
-def orthogonal_init_(layer: torch.nn.Linear, gain: float) -> torch.nn.Linear:
-    """Orthogonal weights scaled by ``gain``, zero bias; returns the layer."""
-    torch.nn.init.orthogonal_(layer.weight, gain=gain)
-    if layer.bias is not None:
-        torch.nn.init.zeros_(layer.bias)
-    return layer
+__all__ = ["orthogonal_init_", "init_mlp_", "ObservationNormalizer", "HIDDEN_GAIN",
+           "policy_value_heads", "categorical_outputs", "MlpPgModel"]
 
 
 def init_mlp_(mlp: torch.nn.Module, output_gain: float, hidden_gain: float = HIDDEN_GAIN) -> None:
@@ -54,6 +51,56 @@ class ObservationNormalizer(torch.nn.Module):
             self.rms.update(observation)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        """``observation`` normalized (as it is when disabled)."""
         if self.rms is None:
             return observation
         return self.rms.normalize(observation, clip=self.clip, var_clip=self.var_clip)
+
+
+def policy_value_heads(input_size: int, output_size: int) -> tuple[torch.nn.Linear, torch.nn.Linear]:
+    """Linear policy and value heads, in that order, with orthogonal init: policy gain 0.01
+    (a near-uniform start), value gain 1.0."""
+    pi = orthogonal_init_(torch.nn.Linear(input_size, output_size), gain=0.01)
+    value = orthogonal_init_(torch.nn.Linear(input_size, 1), gain=1.0)
+    return pi, value
+
+
+def categorical_outputs(pi: torch.nn.Module, value: torch.nn.Module,
+                        features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(softmax(pi(features)), value(features))``: action probabilities and state values."""
+    return F.softmax(pi(features), dim=-1), value(features).squeeze(-1)
+
+
+class MlpPgModel(torch.nn.Module, metaclass=ABCMeta):
+    """What the vector-observation feedforward models share: the argument checks, the forward
+    pass (optional running normalization, flatten, ``heads``, leading dims restored) and
+    ``update_obs_rms``.
+
+    Subclasses build their MLPs and then ``obs_norm`` (an ``ObservationNormalizer``) and define
+    ``heads(observation [N, input_size]) -> tuple of [N, ...]``; they must have a ``value`` MLP,
+    whose dtype the observations are converted to.
+    """
+
+    def __init__(self, observation_shape: Sequence[int], action_size: int, normalize_observation: bool,
+                 model_name: str):
+        super().__init__()
+        self.action_size = check_positive(action_size, "action_size", integer=True, owner=model_name)
+        self.observation_shape = tuple(observation_shape)
+        self.normalize_observation = normalize_observation
+        self.input_size = int(math.prod(self.observation_shape))
+
+    @abstractmethod
+    def heads(self, observation: torch.Tensor) -> tuple:
+        """The model's outputs from flat (normalized) observations ``[N, input_size]``."""
+
+    def forward(self, observation: torch.Tensor, prev_action: torch.Tensor = None,
+                prev_reward: torch.Tensor = None) -> tuple:
+        """The heads' outputs with the observation's leading dims; ``prev_action`` and
+        ``prev_reward`` are unused."""
+        lead_dim, T, B, _ = infer_leading_dims(observation, len(self.observation_shape))
+        obs = self.obs_norm(observation.to(self.value.model[-1].weight.dtype))
+        return restore_leading_dims(self.heads(obs.reshape(T * B, -1)), lead_dim, T, B)
+
+    def update_obs_rms(self, observation: torch.Tensor) -> None:
+        """Update the running observation statistics (no-op unless normalize_observation)."""
+        self.obs_norm.update(observation)

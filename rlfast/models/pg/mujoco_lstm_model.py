@@ -1,18 +1,17 @@
 """Recurrent Gaussian-policy model for continuous control with vector observations."""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, Type
+from collections.abc import Sequence
 
 import torch
 
-from rlfast.models.pg.lstm_common import LstmBody, RnnState
+from rlfast.models.pg.lstm_common import LstmPgModel
 from rlfast.models.pg.model_parts import orthogonal_init_
-from rlfast.utils.tensor import restore_leading_dims
 
 __all__ = ["MujocoLstmModel"]
 
 
-class MujocoLstmModel(torch.nn.Module):
+class MujocoLstmModel(LstmPgModel):
     """Observation MLP into an LSTM, with linear heads for mean, log-std and value.
 
     ``forward(observation, prev_action, prev_reward, init_rnn_state) ->
@@ -27,23 +26,16 @@ class MujocoLstmModel(torch.nn.Module):
         self,
         observation_shape: Sequence[int],
         action_size: int,
-        hidden_sizes: Optional[Sequence[int]] = None,
+        hidden_sizes: Sequence[int] | None = None,
         lstm_size: int = 256,
-        nonlinearity: Type[torch.nn.Module] = torch.nn.ReLU,
+        nonlinearity: type[torch.nn.Module] = torch.nn.ReLU,
         normalize_observation: bool = False,
         norm_obs_clip: float = 10,
         norm_obs_var_clip: float = 1e-6,
     ):
-        super().__init__()
-        if int(action_size) != action_size or action_size < 1:
-            raise ValueError(f"MujocoLstmModel: action_size must be a positive int, got {action_size!r}.")
-        self.action_size = int(action_size)
-        self.normalize_observation = normalize_observation
-        hidden_sizes = [256] if hidden_sizes is None else list(hidden_sizes)
-        self.body = LstmBody(
-            observation_shape, self.action_size, hidden_sizes, lstm_size, nonlinearity,
-            normalize_observation, norm_obs_clip, norm_obs_var_clip,
-        )
+        super().__init__(observation_shape, action_size, [256] if hidden_sizes is None else list(hidden_sizes),
+                         lstm_size, nonlinearity, normalize_observation, norm_obs_clip, norm_obs_var_clip,
+                         "MujocoLstmModel")
         self.mu = orthogonal_init_(torch.nn.Linear(lstm_size, self.action_size), gain=0.01)
         # log_std head starts at exactly 0 output (std 1) and learns state dependence.
         self.log_std = torch.nn.Linear(lstm_size, self.action_size)
@@ -51,22 +43,6 @@ class MujocoLstmModel(torch.nn.Module):
         torch.nn.init.zeros_(self.log_std.bias)
         self.value = orthogonal_init_(torch.nn.Linear(lstm_size, 1), gain=1.0)
 
-    def forward(
-        self,
-        observation: torch.Tensor,
-        prev_action: torch.Tensor,
-        prev_reward: torch.Tensor,
-        init_rnn_state: Optional[RnnState] = None,
-    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, RnnState]:
-        """Mean, log-std, value, and the LSTM state after the last step."""
-        lstm_out, next_rnn_state, lead_dim, T, B = self.body(observation, prev_action, prev_reward, init_rnn_state)
-        flat = lstm_out.reshape(T * B, -1)
-        mu = self.mu(flat)
-        log_std = self.log_std(flat)
-        value = self.value(flat).squeeze(-1)
-        mu, log_std, value = restore_leading_dims((mu, log_std, value), lead_dim, T, B)
-        return mu, log_std, value, next_rnn_state
-
-    def update_obs_rms(self, observation: torch.Tensor) -> None:
-        """Update the running observation statistics (no-op unless normalize_observation)."""
-        self.body.obs_norm.update(observation)
+    def heads(self, lstm_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Mean, log-std and state value."""
+        return self.mu(lstm_out), self.log_std(lstm_out), self.value(lstm_out).squeeze(-1)

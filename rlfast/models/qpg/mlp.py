@@ -9,20 +9,15 @@ calls. Every model accepts observation leading dims ``[]``, ``[B]`` or ``[T, B]`
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Type
+from collections.abc import Sequence
 
 import torch
 
 from rlfast.models.mlp import MlpModel
+from rlfast.utils.checks import check_positive
 from rlfast.utils.tensor import infer_leading_dims, restore_leading_dims
 
 __all__ = ["MuMlpModel", "PiMlpModel", "QofMuMlpModel", "EnsembleMlp"]
-
-
-def _check_size(name: str, value, model: str) -> int:
-    if isinstance(value, bool) or int(value) != value or value < 1:
-        raise ValueError(f"{model}: {name} must be a positive int, got {value!r}.")
-    return int(value)
 
 
 def _hidden(hidden_sizes, default: Sequence[int]) -> list:
@@ -40,20 +35,19 @@ class MuMlpModel(torch.nn.Module):
     ``[-output_max, output_max]`` (the agent scales it to the action bounds).
     """
 
-    def __init__(self, observation_shape: Sequence[int], hidden_sizes: Optional[Sequence[int]],
+    def __init__(self, observation_shape: Sequence[int], hidden_sizes: Sequence[int] | None,
                  action_size: int, output_max: float = 1,
-                 nonlinearity: Type[torch.nn.Module] = torch.nn.ReLU):
+                 nonlinearity: type[torch.nn.Module] = torch.nn.ReLU):
         super().__init__()
         self.observation_shape = tuple(observation_shape)
-        self.action_size = _check_size("action_size", action_size, "MuMlpModel")
-        if not output_max > 0:
-            raise ValueError(f"MuMlpModel: output_max must be > 0, got {output_max!r}.")
-        self.output_max = float(output_max)
+        self.action_size = check_positive(action_size, "action_size", integer=True, owner="MuMlpModel")
+        self.output_max = check_positive(output_max, "output_max", owner="MuMlpModel")
         self.mlp = MlpModel(int(math.prod(self.observation_shape)), _hidden(hidden_sizes, [400, 300]),
                             output_size=self.action_size, nonlinearity=nonlinearity)
 
     def forward(self, observation: torch.Tensor, prev_action: torch.Tensor = None,
                 prev_reward: torch.Tensor = None) -> torch.Tensor:
+        """The deterministic action; ``prev_action`` and ``prev_reward`` are unused."""
         lead_dim, T, B, _ = infer_leading_dims(observation, len(self.observation_shape))
         mu = self.output_max * torch.tanh(self.mlp(observation.reshape(T * B, -1).float()))
         return restore_leading_dims(mu, lead_dim, T, B)
@@ -66,16 +60,17 @@ class PiMlpModel(torch.nn.Module):
     ``[..., action_size]``. The agent squashes samples with tanh and clamps the log-std.
     """
 
-    def __init__(self, observation_shape: Sequence[int], hidden_sizes: Optional[Sequence[int]],
-                 action_size: int, nonlinearity: Type[torch.nn.Module] = torch.nn.ReLU):
+    def __init__(self, observation_shape: Sequence[int], hidden_sizes: Sequence[int] | None,
+                 action_size: int, nonlinearity: type[torch.nn.Module] = torch.nn.ReLU):
         super().__init__()
         self.observation_shape = tuple(observation_shape)
-        self.action_size = _check_size("action_size", action_size, "PiMlpModel")
+        self.action_size = check_positive(action_size, "action_size", integer=True, owner="PiMlpModel")
         self.mlp = MlpModel(int(math.prod(self.observation_shape)), _hidden(hidden_sizes, [256, 256]),
                             output_size=2 * self.action_size, nonlinearity=nonlinearity)
 
     def forward(self, observation: torch.Tensor, prev_action: torch.Tensor = None,
                 prev_reward: torch.Tensor = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pre-squash mean and log-std; ``prev_action`` and ``prev_reward`` are unused."""
         lead_dim, T, B, _ = infer_leading_dims(observation, len(self.observation_shape))
         output = self.mlp(observation.reshape(T * B, -1).float())
         mean, log_std = output[:, :self.action_size], output[:, self.action_size:]
@@ -95,12 +90,12 @@ class EnsembleMlp(torch.nn.Module):
     """
 
     def __init__(self, input_size: int, hidden_sizes: Sequence[int], output_size: int,
-                 ensemble_size: int = 2, nonlinearity: Type[torch.nn.Module] = torch.nn.ReLU):
+                 ensemble_size: int = 2, nonlinearity: type[torch.nn.Module] = torch.nn.ReLU):
         super().__init__()
-        self.ensemble_size = _check_size("ensemble_size", ensemble_size, "EnsembleMlp")
-        sizes = [_check_size("input_size", input_size, "EnsembleMlp")]
-        sizes += [_check_size("hidden size", h, "EnsembleMlp") for h in hidden_sizes]
-        sizes.append(_check_size("output_size", output_size, "EnsembleMlp"))
+        self.ensemble_size = check_positive(ensemble_size, "ensemble_size", integer=True, owner="EnsembleMlp")
+        sizes = [check_positive(input_size, "input_size", integer=True, owner="EnsembleMlp")]
+        sizes += [check_positive(h, "hidden size", integer=True, owner="EnsembleMlp") for h in hidden_sizes]
+        sizes.append(check_positive(output_size, "output_size", integer=True, owner="EnsembleMlp"))
         self.weights = torch.nn.ParameterList()
         self.biases = torch.nn.ParameterList()
         for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
@@ -113,7 +108,7 @@ class EnsembleMlp(torch.nn.Module):
         self.input_size, self.output_size = sizes[0], sizes[-1]
 
     def forward(self, x: torch.Tensor, detach_params: bool = False,
-                member: Optional[int] = None) -> torch.Tensor:
+                member: int | None = None) -> torch.Tensor:
         """``[E, N, output_size]`` (``[1, N, ...]`` for one ``member``). ``detach_params``
         blocks gradients to the weights but not to ``x`` (an actor's loss through a critic)."""
         weights, biases = list(self.weights), list(self.biases)
@@ -153,20 +148,20 @@ class QofMuMlpModel(torch.nn.Module):
     one batched forward pass (twin Q: ``q1, q2 = model(...)``).
     """
 
-    def __init__(self, observation_shape: Sequence[int], hidden_sizes: Optional[Sequence[int]],
+    def __init__(self, observation_shape: Sequence[int], hidden_sizes: Sequence[int] | None,
                  action_size: int, ensemble_size: int = 1,
-                 nonlinearity: Type[torch.nn.Module] = torch.nn.ReLU):
+                 nonlinearity: type[torch.nn.Module] = torch.nn.ReLU):
         super().__init__()
         self.observation_shape = tuple(observation_shape)
-        self.action_size = _check_size("action_size", action_size, "QofMuMlpModel")
-        self.ensemble_size = _check_size("ensemble_size", ensemble_size, "QofMuMlpModel")
+        self.action_size = check_positive(action_size, "action_size", integer=True, owner="QofMuMlpModel")
+        self.ensemble_size = check_positive(ensemble_size, "ensemble_size", integer=True, owner="QofMuMlpModel")
         self.mlp = EnsembleMlp(int(math.prod(self.observation_shape)) + self.action_size,
                                _hidden(hidden_sizes, [400, 300]), 1, self.ensemble_size,
                                nonlinearity)
 
     def forward(self, observation: torch.Tensor, prev_action: torch.Tensor,
                 prev_reward: torch.Tensor, action: torch.Tensor, detach_params: bool = False,
-                member: Optional[int] = None) -> torch.Tensor:
+                member: int | None = None) -> torch.Tensor:
         """Q-values; ``member`` picks one critic of an ensemble (output as for size 1),
         ``detach_params`` passes gradients to ``action`` only (see ``EnsembleMlp``)."""
         lead_dim, T, B, _ = infer_leading_dims(observation, len(self.observation_shape))

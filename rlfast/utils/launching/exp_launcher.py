@@ -25,6 +25,7 @@ from typing import Any
 
 import psutil
 
+from rlfast.utils.checks import check_int
 from rlfast.utils.launching.affinity import affinity_from_code, get_n_run_slots, prepend_run_slot
 from rlfast.utils.launching.variant import save_variant
 from rlfast.utils.logging.context import get_data_dir
@@ -240,9 +241,7 @@ def run_experiments(script: str, affinity_code: str, experiment_title: str,
     printed and returned with ``returncode=None``.
     """
     script = os.path.abspath(script)
-    runs_per_setting = int(runs_per_setting)
-    if runs_per_setting < 1:
-        raise ValueError(f"runs_per_setting must be >= 1, got {runs_per_setting}.")
+    runs_per_setting = check_int(runs_per_setting, "runs_per_setting", minimum=1)
     if len(variants) != len(log_dirs):
         raise ValueError(f"variants and log_dirs must have the same length; got "
                          f"{len(variants)} variants and {len(log_dirs)} log_dirs.")

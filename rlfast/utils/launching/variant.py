@@ -17,6 +17,8 @@ from collections import namedtuple
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rlfast.utils.misc import deep_merge
+
 __all__ = ["VariantLevel", "make_variants", "update_config", "load_variant", "save_variant",
            "VARIANT_FILE"]
 
@@ -106,21 +108,6 @@ def make_variants(*variant_levels: VariantLevel) -> tuple[list[dict], list[str]]
     return variants, log_dirs
 
 
-def _deep_update(default: Mapping, variant: Mapping, path: tuple) -> dict:
-    out = copy.deepcopy(dict(default))
-    for key, value in variant.items():
-        full = ".".join(str(k) for k in (*path, key))
-        if key not in default:
-            where = ".".join(map(str, path)) or "the top level"
-            raise KeyError(f"Variant key {full!r} is not in the default config; valid keys at "
-                           f"{where}: {sorted(map(str, default))}.")
-        if isinstance(value, Mapping) and isinstance(default[key], Mapping):
-            out[key] = _deep_update(default[key], value, (*path, key))
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 def update_config(default: Mapping, variant: Mapping) -> dict:
     """Return a new dict: ``default`` with every field set in ``variant`` replaced.
 
@@ -132,7 +119,7 @@ def update_config(default: Mapping, variant: Mapping) -> dict:
     if not isinstance(default, Mapping) or not isinstance(variant, Mapping):
         raise TypeError(f"update_config needs two dicts; got {type(default).__name__} and "
                         f"{type(variant).__name__}.")
-    return _deep_update(default, variant, ())
+    return deep_merge(default, variant, strict=True, label="Variant key")
 
 
 def save_variant(variant: Mapping, log_dir: str | os.PathLike) -> str:

@@ -13,10 +13,11 @@ import contextlib
 import csv
 import datetime
 import json
-import numbers
 import os
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
+from rlfast.utils.checks import check_choice, check_int
 from rlfast.utils.logging import logger
 
 __all__ = ["logger_context", "add_exp_param", "check_progress", "get_data_dir",
@@ -66,12 +67,8 @@ def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
             "to use the path exactly.")
     if log_params is not None and not isinstance(log_params, Mapping):
         raise TypeError(f"log_params must be a dict or None, got {type(log_params).__name__}.")
-    if snapshot_mode not in logger.SNAPSHOT_MODES:
-        raise ValueError(f"Invalid snapshot_mode {snapshot_mode!r}; "
-                         f"valid modes: {list(logger.SNAPSHOT_MODES)}.")
-    if isinstance(snapshot_gap, bool) or not isinstance(snapshot_gap, numbers.Integral) \
-            or snapshot_gap < 1:
-        raise ValueError(f"snapshot_gap must be a positive integer, got {snapshot_gap!r}.")
+    check_choice(snapshot_mode, "snapshot_mode", logger.SNAPSHOT_MODES)
+    check_int(snapshot_gap, "snapshot_gap", minimum=1)
     writer_class = _summary_writer_class() if use_summary_writer else None
 
     if override_prefix:

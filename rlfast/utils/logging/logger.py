@@ -19,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import numbers
 import os
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
+from rlfast.utils.checks import check_choice, check_int
 from rlfast.utils.logging.serialization import atomic_write, json_safe
 from rlfast.utils.logging.tabular_csv import TabularCsvFile, to_cell
 
@@ -78,8 +79,8 @@ def log(s: Any, with_prefix: bool = True, with_timestamp: bool = True,
     crimson``) colors only the terminal copy. Nothing is written while
     ``set_log_tabular_only(True)`` is in effect.
     """
-    if color is not None and color not in _COLORS:
-        raise ValueError(f"Unknown color {color!r}; valid colors: {sorted(_COLORS)}.")
+    if color is not None:
+        check_choice(color, "color", sorted(_COLORS))
     if _log_tabular_only:
         return
     _write_line(_format(s, with_prefix, with_timestamp), color)
@@ -197,8 +198,7 @@ def record_tabular_misc_stat(key: str, values: Any, placement: str = "back") -> 
     ``AverageReturn``. The statistics are NaN when ``values`` is empty. Std is the
     population standard deviation (numpy's default, ddof=0).
     """
-    if placement not in ("front", "back"):
-        raise ValueError(f"placement must be 'front' or 'back', got {placement!r}.")
+    check_choice(placement, "placement", ("front", "back"))
     data = np.asarray(values, dtype=np.float64).reshape(-1)
     if data.size > 0:
         stats = dict(Average=np.mean(data), Std=np.std(data), Median=np.median(data),
@@ -297,8 +297,7 @@ def get_snapshot_dir() -> str | None:
 def set_snapshot_mode(mode: str) -> None:
     """How ``save_itr_params`` saves: one of "none", "last", "all", "gap"."""
     global _snapshot_mode
-    if mode not in SNAPSHOT_MODES:
-        raise ValueError(f"Invalid snapshot mode {mode!r}; valid modes: {list(SNAPSHOT_MODES)}.")
+    check_choice(mode, "snapshot mode", SNAPSHOT_MODES)
     _snapshot_mode = mode
 
 
@@ -309,9 +308,7 @@ def get_snapshot_mode() -> str:
 def set_snapshot_gap(gap: int) -> None:
     """In "gap" mode, save iterations where ``itr % gap == 0`` (gap a positive int)."""
     global _snapshot_gap
-    if isinstance(gap, bool) or not isinstance(gap, numbers.Integral) or gap < 1:
-        raise ValueError(f"snapshot gap must be a positive integer, got {gap!r}.")
-    _snapshot_gap = int(gap)
+    _snapshot_gap = check_int(gap, "snapshot gap", minimum=1)
 
 
 def get_snapshot_gap() -> int:

@@ -15,7 +15,8 @@ import enum
 import inspect
 import os
 import secrets
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 import numpy as np
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rlfast.utils.logging.serialization import atomic_write
 

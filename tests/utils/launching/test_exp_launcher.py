@@ -52,6 +52,19 @@ def recorder(tmp_path):
     return str(path)
 
 
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt in this process while the test runs.
+
+    A non-interactive shell starts background jobs with SIGINT ignored (SIG_IGN), and
+    Python keeps an inherited SIG_IGN, so ``os.kill(pid, SIGINT)`` would do nothing when
+    the test run is a background job. Install Python's default handler, then restore.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _children() -> set:
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
@@ -125,7 +138,7 @@ def test_failing_run_is_reported_and_others_complete(recorder, tmp_path, capsys)
     assert _children() <= before
 
 
-def test_keyboard_interrupt_stops_every_child(recorder, tmp_path):
+def test_keyboard_interrupt_stops_every_child(recorder, tmp_path, sigint_raises):
     before = _children()
     variants, log_dirs = _sweep()
     exp_dir = tmp_path / "exp"

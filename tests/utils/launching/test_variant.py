@@ -119,6 +119,7 @@ def test_update_config_unknown_keys():
         update_config(_default(), {"runer": {"n_steps": 1}})
     assert "'runer'" in str(info.value) and "top level" in str(info.value)
     assert "runner" in str(info.value)
+    assert info.value.args[0].startswith("Variant key 'runer' is not in the default config")
 
 
 def test_update_config_dict_replaces_leaf():
