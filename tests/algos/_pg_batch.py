@@ -192,3 +192,13 @@ def explained_variance(return_, value, valid) -> float:
     y = np.array([x for rx, rw in zip(return_, valid) for x, w in zip(rx, rw) if w])
     v = np.array([x for rx, rw in zip(value, valid) for x, w in zip(rx, rw) if w])
     return float(1 - np.var(y - v) / np.var(y))
+
+
+def reference_inputs(algo, agent, samples, mid_batch_reset: bool = True):
+    """What every hand-computed PG loss starts from: reference returns and advantages, the
+    validity mask, the current outputs, the sampler's dist_info and the actions."""
+    ret, adv = ref_returns(samples, algo.discount, algo.gae_lambda)
+    valid = ref_valid(samples, mid_batch_reset, agent.recurrent)
+    dist_info, value = current_outputs(agent, samples)
+    return (ret, adv, valid, dist_info, value, samples.agent.agent_info.dist_info,
+            samples.agent.action)

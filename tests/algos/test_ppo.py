@@ -15,11 +15,8 @@ from tests.algos import _pg_batch as pg
 
 def _hand_loss(algo, kind, agent, samples, mid_batch_reset=True):
     """Every term of the PPO loss on the whole batch, element by element in float64."""
-    ret, adv = pg.ref_returns(samples, algo.discount, algo.gae_lambda)
-    valid = pg.ref_valid(samples, mid_batch_reset, agent.recurrent)
-    dist_info, value = pg.current_outputs(agent, samples)
-    old = samples.agent.agent_info.dist_info
-    action = samples.agent.action
+    ret, adv, valid, dist_info, value, old, action = pg.reference_inputs(
+        algo, agent, samples, mid_batch_reset)
     eps = algo.ratio_clip
     T, B = samples.env.reward.shape
     terms = {k: [[0.0] * B for _ in range(T)] for k in ("pi", "value", "entropy", "kl", "clip")}

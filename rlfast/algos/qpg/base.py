@@ -11,6 +11,7 @@ Diagnostics stay on the device until the iteration ends (one host transfer per i
 from __future__ import annotations
 
 import abc
+import inspect
 from typing import Any
 
 import torch
@@ -218,3 +219,11 @@ class QpgAlgoBase(RLAlgorithm):
         if valid is None:
             return losses.mean()
         return (losses * valid).sum() / valid.sum().clamp(min=1.0)
+
+
+def qpg_base_arguments(arguments: dict) -> dict:
+    """The :class:`QpgAlgoBase` constructor arguments picked from a subclass constructor's
+    ``locals()``, so DDPG and TD3 keep their own documented signatures and defaults without
+    repeating the list."""
+    names = [n for n in inspect.signature(QpgAlgoBase.__init__).parameters if n != "self"]
+    return {name: arguments[name] for name in names}

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from rlfast.algos.qpg.base import QpgAlgoBase
+from rlfast.algos.qpg.base import QpgAlgoBase, qpg_base_arguments
 from rlfast.utils.buffer import buffer_to
 from rlfast.utils.checks import check_int, check_positive
 
@@ -58,11 +58,7 @@ class DDPG(QpgAlgoBase):
                  bootstrap_timelimit: bool = True, ReplayBufferCls: type | None = None,
                  prioritized_replay: bool = False, pri_alpha: float = 0.6,
                  pri_beta: float = 0.4):
-        super().__init__(discount, batch_size, min_steps_learn, replay_size, replay_ratio,
-                         target_update_tau, target_update_interval, policy_update_interval,
-                         OptimCls, optim_kwargs, initial_optim_state_dict, clip_grad_norm,
-                         n_step_return, bootstrap_timelimit, ReplayBufferCls,
-                         prioritized_replay, pri_alpha, pri_beta)
+        super().__init__(**qpg_base_arguments(locals()))
         _set_rates(self, learning_rate, q_learning_rate, q_target_clip, updates_per_sync)
 
     def param_groups(self) -> list[dict]:
@@ -128,11 +124,7 @@ class TD3(QpgAlgoBase):
                  bootstrap_timelimit: bool = True, ReplayBufferCls: type | None = None,
                  prioritized_replay: bool = False, pri_alpha: float = 0.6,
                  pri_beta: float = 0.4):
-        super().__init__(discount, batch_size, min_steps_learn, replay_size, replay_ratio,
-                         target_update_tau, target_update_interval, policy_update_interval,
-                         OptimCls, optim_kwargs, initial_optim_state_dict, clip_grad_norm,
-                         n_step_return, bootstrap_timelimit, ReplayBufferCls,
-                         prioritized_replay, pri_alpha, pri_beta)
+        super().__init__(**qpg_base_arguments(locals()))
         _set_rates(self, mu_learning_rate, q_learning_rate, q_target_clip, updates_per_sync)
         self.mu_learning_rate = self.learning_rate
 
