@@ -185,6 +185,8 @@ ALGOS = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "cat_dqn": CategoricalDQN, "rainbow
 VALUE_BASED = ("dqn", "cat_dqn", "rainbow", "r2d1")
 SAMPLERS = ("serial", "cpu", "gpu", "alternating")
 ATARI_PREFIX = "atari:"
+# Sampler safety settings every preset exposes (``--set sampler.check_finite=False``).
+SAMPLER_SAFETY = dict(check_finite=True, worker_timeout="auto")
 
 
 def env_kind(env_id: str) -> str:
@@ -218,7 +220,10 @@ def get_preset(algo: str, env_id: str) -> dict:
     if kind not in PRESETS[algo]:
         raise ValueError(f"{algo!r} has no preset for {kind} action spaces ({env_id}); "
                          f"it supports: {sorted(PRESETS[algo])}")
-    return deep_merge(PRESETS[algo][kind], ENV_TUNED.get((algo, env_id), {}))
+    config = deep_merge(PRESETS[algo][kind], ENV_TUNED.get((algo, env_id), {}))
+    for key, value in SAMPLER_SAFETY.items():  # every preset can set them with --set
+        config["sampler"].setdefault(key, value)
+    return config
 
 
 def default_sampler(algo: str) -> str:

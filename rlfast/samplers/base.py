@@ -11,6 +11,7 @@ from rlfast.agents.base import BaseAgent
 from rlfast.samplers.buffer import build_samples_buffer
 from rlfast.samplers.collections import BatchSpec, Samples, TrajInfo
 from rlfast.utils.collections import AttrDict
+from rlfast.utils.finite import check_batch_finite
 
 # Seed offsets shared by every sampler, so that serial and parallel runs with one seed use the
 # same environment seeds: training env i gets ``seed + first_rank + i``; eval env k gets
@@ -20,6 +21,31 @@ from rlfast.utils.collections import AttrDict
 EVAL_ENV_SEED_OFFSET = 1_000_003
 EXAMPLE_ENV_SEED_OFFSET = 10_000_019
 WORKER_SEED_STRIDE = 7919
+
+
+WORKER_TIMEOUT_OFF = ("off", "none", "false", "0")
+
+
+def parse_worker_timeout(value) -> float | str | None:
+    """``"auto"`` (default: a generous multiple of the measured batch time, at least a
+    minute), a number of seconds (a number or numeric string), or off (None, 0, False,
+    ``"off"``/``"none"``): how long a parallel sampler waits on a silent worker."""
+    if value is None or value is False:
+        return None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return "auto"
+        if text in WORKER_TIMEOUT_OFF:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"worker_timeout must be 'auto', a number of seconds or 'off'; "
+                             f"got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"worker_timeout must be 'auto', seconds >= 0 or 'off'; got {value!r}")
+    return None if value == 0 else float(value)
 
 
 def make_envs(EnvCls, n: int, env_kwargs: dict, seed: int | None, first_rank: int) -> list:
@@ -37,6 +63,12 @@ class BaseSampler(abc.ABC):
 
     Evaluation runs ``eval_n_envs`` environments for at most ``eval_max_steps`` total steps,
     stopping early once ``eval_max_trajectories`` have completed.
+
+    ``check_finite``: after every batch, one vectorized pass over the float observations and
+    the rewards raises :class:`rlfast.utils.finite.NonFiniteError` naming the field, step and
+    environment of a NaN or inf (False skips it, for speed runs on trusted environments).
+    ``worker_timeout`` (parallel samplers): how long to wait on a worker that is alive but
+    silent before raising an error that names it, see :func:`parse_worker_timeout`.
     """
 
     mid_batch_reset = True
@@ -46,7 +78,8 @@ class BaseSampler(abc.ABC):
     def __init__(self, EnvCls, env_kwargs: dict, batch_T: int, batch_B: int, CollectorCls=None,
                  max_decorrelation_steps: int = 100, TrajInfoCls=TrajInfo, eval_n_envs: int = 0,
                  eval_CollectorCls=None, eval_env_kwargs: dict | None = None,
-                 eval_max_steps: int | None = None, eval_max_trajectories: int | None = None):
+                 eval_max_steps: int | None = None, eval_max_trajectories: int | None = None,
+                 check_finite: bool = True, worker_timeout: float | str | None = "auto"):
         if int(batch_T) < 1 or int(batch_B) < 1:
             raise ValueError(f"batch_T and batch_B must be >= 1; got batch_T={batch_T}, batch_B={batch_B}")
         if eval_n_envs and eval_max_steps is None:
@@ -67,6 +100,16 @@ class BaseSampler(abc.ABC):
         self.eval_env_kwargs = dict(eval_env_kwargs) if eval_env_kwargs is not None else dict(env_kwargs)
         self.eval_max_steps = None if eval_max_steps is None else int(eval_max_steps)
         self.eval_max_trajectories = None if eval_max_trajectories is None else int(eval_max_trajectories)
+        self.check_finite = bool(check_finite)
+        self.worker_timeout = parse_worker_timeout(worker_timeout)
+
+    def check_batch(self, samples_np: Samples, itr: int, env_offset: int = 0) -> None:
+        """With ``check_finite``: raise ``NonFiniteError`` if this batch's observations or
+        rewards hold a NaN or inf (integer observations, e.g. uint8 frames, cost nothing)."""
+        if self.check_finite:
+            env = samples_np.env
+            check_batch_finite(env.observation, "observation", itr, env_offset)
+            check_batch_finite(env.reward, "reward", itr, env_offset)
 
     def eval_max_T(self, n_envs: int) -> int:
         """Steps per eval environment: the total budget ``eval_max_steps`` split over them."""

@@ -66,6 +66,7 @@ class ParallelSamplerBase(BaseSampler):
         self.n_envs_list = split_envs(B, n_workers)
         self.world_size, self.rank = world_size, rank
         env_ranks = list(range(rank * B, (rank + 1) * B))
+        self.env_offset = rank * B
         agent_in_workers = self.ActionServerCls is None
 
         def init_agent(spaces):
@@ -153,7 +154,9 @@ class ParallelSamplerBase(BaseSampler):
         self._send("sample", itr)
         if self.action_server is not None:
             self.action_server.serve_actions(itr)
-        return self.samples_pyt, self._gather_traj_infos()
+        traj_infos = self._gather_traj_infos()
+        self.check_batch(self.samples_np, itr, self.env_offset)
+        return self.samples_pyt, traj_infos
 
     def evaluate_agent(self, itr: int) -> list:
         """Run every worker's evaluation environments; returns the completed trajectory

@@ -31,6 +31,7 @@ class SerialSampler(BaseSampler):
         B = self.batch_spec.B
         global_B = B * world_size
         env_ranks = list(range(rank * B, (rank + 1) * B))
+        self.env_offset = rank * B
         self.envs = make_envs(self.EnvCls, B, self.env_kwargs, seed, rank * B)
         agent.initialize(self.envs[0].spaces, share_memory=False, global_B=global_B,
                          env_ranks=env_ranks)
@@ -58,6 +59,7 @@ class SerialSampler(BaseSampler):
         self.collector.reset_if_needed(self.agent_inputs)
         self.agent_inputs, self.traj_infos, completed = self.collector.collect_batch(
             self.agent_inputs, self.traj_infos, itr)
+        self.check_batch(self.samples_np, itr, self.env_offset)
         return self.samples_pyt, completed
 
     def evaluate_agent(self, itr: int) -> list:
