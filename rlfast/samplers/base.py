@@ -104,12 +104,19 @@ class BaseSampler(abc.ABC):
         self.worker_timeout = parse_worker_timeout(worker_timeout)
 
     def check_batch(self, samples_np: Samples, itr: int, env_offset: int = 0) -> None:
-        """With ``check_finite``: raise ``NonFiniteError`` if this batch's observations or
-        rewards hold a NaN or inf (integer observations, e.g. uint8 frames, cost nothing)."""
+        """With ``check_finite``: raise ``NonFiniteError`` if this batch's observations,
+        rewards or bootstrap values hold a NaN or inf (integer observations, e.g. uint8
+        frames, cost nothing)."""
         if self.check_finite:
             env = samples_np.env
             check_batch_finite(env.observation, "observation", itr, env_offset)
             check_batch_finite(env.reward, "reward", itr, env_offset)
+            agent = samples_np.agent
+            if "bootstrap_value" in agent:  # the one value computed from the observation
+                check_batch_finite(  # after the last step, which the buffer does not hold
+                    agent.bootstrap_value,
+                    "bootstrap value (the agent's value of the observation after the last step)",
+                    itr, env_offset)
 
     def eval_max_T(self, n_envs: int) -> int:
         """Steps per eval environment: the total budget ``eval_max_steps`` split over them."""

@@ -11,6 +11,12 @@ policy (reset a finished environment at once, or wait for the batch end).
 A training collector steps ``batch_T`` times over its environments, writing every field into
 its slice of the pre-allocated samples buffer; observations are written into pre-allocated
 arrays in place, so nothing is allocated per step beyond what the environment returns.
+
+In a parallel sampler's worker, a collector also publishes what it is doing (phase, iteration,
+step, environment) into the worker's row of a shared status table
+(``rlfast.samplers.parallel.status``), so that the master can say what a silent worker was
+doing; these are a few integer stores per step. Without a status (the serial sampler) each
+costs one ``is not None`` test.
 """
 from __future__ import annotations
 
@@ -21,7 +27,9 @@ import numpy as np
 
 from rlfast.agents.base import AgentInputs
 from rlfast.samplers.collections import Samples
+from rlfast.samplers.parallel.status import ENV, ITR, PHASE, STEP, Phase, WorkerStatus
 from rlfast.utils.buffer import buffer_from_example, numpify_buffer, torchify_buffer
+from rlfast.utils.finite import raise_if_inputs_nonfinite
 
 
 def local_input_arrays(first_observations: list, null_action: np.ndarray) -> AgentInputs:
@@ -41,10 +49,12 @@ class ActionSource(abc.ABC):
 
     ``defer_resets``: wait-reset collectors apply their environment resets at the start of
     the next batch instead of right after the last step (the master may still read the
-    worker's step-buffer rows until it asks for new samples).
+    worker's step-buffer rows until it asks for new samples). ``remote``: the actions are
+    computed in another process (the collector then reports "waiting for actions").
     """
 
     defer_resets = False
+    remote = False
 
     @abc.abstractmethod
     def start(self, global_B: int, env_ranks: list | None) -> None:
@@ -122,19 +132,33 @@ class BaseCollector:
     """Holds the environments and the action source, and steps the environments once.
 
     ``ActionsCls`` (a class attribute of the concrete collectors) builds the action source
-    from ``agent``, ``sync`` and ``step_buffer_np``.
+    from ``agent``, ``sync`` and ``step_buffer_np``. ``status`` (parallel workers only) is the
+    worker's row of the shared status table, written as the collector goes.
     """
 
     ActionsCls: type = AgentActions
+    # Phases published while stepping / resetting (the eval collector has its own).
+    stepping_phase = Phase.STEPPING
+    resetting_phase = Phase.RESETTING
 
     def __init__(self, rank: int, envs: list, TrajInfoCls, agent=None, sync=None,
-                 step_buffer_np=None):
+                 step_buffer_np=None, status: WorkerStatus | None = None):
         self.rank = rank
         self.envs = envs
         self.TrajInfoCls = TrajInfoCls
         self.agent = agent
         self.actions = self.ActionsCls(agent=agent, sync=sync, step_buffer_np=step_buffer_np)
         self._null_action = np.asarray(envs[0].action_space.null_value())
+        self.status = status
+        self._row = None if status is None else status.row  # written in the loops
+        self._stepping = int(self.stepping_phase)
+        self._resetting = int(self.resetting_phase)
+
+    def _publish(self, phase: Phase, itr: int | None = None, step: int = -1,
+                 env: int = -1) -> None:
+        """Publish a phase change outside the per-step loop (no-op without a status)."""
+        if self.status is not None:
+            self.status.set(phase, itr, step, env)
 
     def step_envs(self, action: np.ndarray, observation: Any, reward: np.ndarray,
                   traj_infos: list, completed: list, reset_now: bool = True,
@@ -150,16 +174,23 @@ class BaseCollector:
         trajectory is flagged in ``pending_reset``. ``*_t`` rows of the samples buffer, when
         given, receive this step's reward, done and env_info.
         """
+        row = self._row
         for b, env in enumerate(self.envs):
             if idle is not None and idle[b]:
                 continue
+            if row is not None:
+                row[ENV] = b
             o, r, d, env_info = env.step(action[b])
             traj_infos[b].step(observation[b], action[b], r, d, None, env_info)
             if getattr(env_info, "traj_done", d):
                 completed.append(traj_infos[b].terminate(o))
                 traj_infos[b] = self.TrajInfoCls()
                 if reset_now:
+                    if row is not None:
+                        row[PHASE] = self._resetting
                     o = env.reset()
+                    if row is not None:
+                        row[PHASE] = self._stepping
                 else:
                     pending_reset[b] = True
             if reward_t is not None:
@@ -191,9 +222,9 @@ class TrainCollector(BaseCollector):
 
     def __init__(self, rank: int, envs: list, samples_np, batch_T: int, TrajInfoCls,
                  agent=None, sync=None, step_buffer_np=None, global_B: int = 1,
-                 env_ranks: list | None = None):
+                 env_ranks: list | None = None, status: WorkerStatus | None = None):
         super().__init__(rank, envs, TrajInfoCls, agent=agent, sync=sync,
-                         step_buffer_np=step_buffer_np)
+                         step_buffer_np=step_buffer_np, status=status)
         self.samples_np = samples_np
         self.batch_T = batch_T
         self.global_B = global_B
@@ -207,12 +238,16 @@ class TrainCollector(BaseCollector):
         actions in each, so that the environments of one batch are at different points of
         their episodes. Returns the agent inputs and the running trajectory infos."""
         traj_infos = [self.TrajInfoCls() for _ in self.envs]
-        first = [env.reset() for env in self.envs]
+        first = []
+        for b, env in enumerate(self.envs):
+            self._publish(Phase.RESETTING_ENVS, env=b)
+            first.append(env.reset())
         observation, prev_action, prev_reward = self.actions.input_arrays(first, self._null_action)
         if max_decorrelation_steps > 0:
             for b, env in enumerate(self.envs):
                 n_steps = 1 + int(np.random.rand() * max_decorrelation_steps)
-                for _ in range(n_steps):
+                for step in range(n_steps):
+                    self._publish(Phase.DECORRELATING, step=step, env=b)
                     a = env.action_space.sample()
                     o, r, d, info = env.step(a)
                     traj_infos[b].step(o, a, r, d, None, info)
@@ -228,17 +263,19 @@ class TrainCollector(BaseCollector):
 
     def start_agent(self) -> None:
         """Let the agent set up per-collector state (e.g. vector epsilon) and reset it."""
+        self._publish(Phase.STARTING_AGENT)
         self.actions.start(self.global_B, self.env_ranks)
 
     def reset_if_needed(self, agent_inputs: AgentInputs) -> None:
         """Between batches (wait-reset): reset the environments whose episodes ended."""
         if not self.mid_batch_reset and not self.actions.defer_resets:
-            self._apply_resets(agent_inputs)
+            self._apply_resets(agent_inputs, Phase.RESETTING_AFTER_BATCH)
 
-    def _apply_resets(self, agent_inputs) -> None:
+    def _apply_resets(self, agent_inputs, phase: Phase) -> None:
         observation, action, reward = agent_inputs
         for b in np.flatnonzero(self.need_reset):
             if self.need_env_reset[b]:
+                self._publish(phase, env=int(b))
                 observation[b] = self.envs[b].reset()
             action[b] = self._null_action
             reward[b] = 0.0
@@ -253,9 +290,12 @@ class TrainCollector(BaseCollector):
         agent_buf, env_buf = self.samples_np.agent, self.samples_np.env
         has_env_info = env_buf.env_info is not None
         reset_now = self.mid_batch_reset
+        row = self._row
+        if row is not None:
+            row[ITR] = itr
         if not reset_now:
             if self.actions.defer_resets:
-                self._apply_resets(agent_inputs)
+                self._apply_resets(agent_inputs, Phase.RESETTING_BEFORE_BATCH)
             env_buf.reward[:] = 0  # idle environments record zeros for the rest of the batch
             env_buf.done[:] = False
             if has_env_info:
@@ -265,20 +305,39 @@ class TrainCollector(BaseCollector):
         completed: list = []
         idle = None if reset_now else self.need_reset
         pending = None if reset_now else self.need_env_reset
+        acting = int(Phase.WAITING_FOR_ACTIONS if self.actions.remote
+                     else Phase.COMPUTING_ACTIONS)
+        stepping = self._stepping
         self.actions.start_batch(itr)
         for t in range(self.batch_T):
             env_buf.observation[t] = observation
             agent_buf.prev_action[t] = action
             env_buf.prev_reward[t] = reward
-            agent_info = self.actions.act(inputs_pyt, action)
+            if row is not None:
+                row[STEP] = t
+                row[PHASE] = acting
+            try:
+                agent_info = self.actions.act(inputs_pyt, action)
+            except Exception as error:  # noqa: BLE001 - named below when an input caused it
+                self._explain_act_failure(error, observation, reward, itr, t)
+                raise
             agent_buf.action[t] = action
             if agent_info is not None:
                 agent_buf.agent_info[t] = agent_info
+            if row is not None:
+                row[PHASE] = stepping
             self.step_envs(action, observation, reward, traj_infos, completed, reset_now, idle,
                            pending, env_buf.reward[t], env_buf.done[t],
                            env_buf.env_info[t] if has_env_info else None)
+        self._publish(Phase.FINISHING_BATCH, itr)
         self.actions.finish_batch(inputs_pyt, self.samples_np)
         return AgentInputs(observation, action, reward), traj_infos, completed
+
+
+    def _explain_act_failure(self, error: Exception, observation, reward, itr: int,
+                             t: int) -> None:
+        raise_if_inputs_nonfinite(error, dict(observation=observation, reward=reward), itr, t,
+                                  self.env_ranks)
 
 
 DecorrelatingStartCollector = TrainCollector  # the rlpyt name of the training collector base
@@ -289,10 +348,14 @@ class BaseEvalCollector(BaseCollector):
     finished ones, and stops early when ``max_trajectories`` trajectories have completed.
     Only trajectory statistics are kept; nothing is written to a samples buffer."""
 
+    stepping_phase = Phase.EVAL_STEPPING
+    resetting_phase = Phase.EVAL_RESETTING
+
     def __init__(self, rank: int, envs: list, TrajInfoCls, max_T: int = 1000, agent=None,
-                 sync=None, step_buffer_np=None, max_trajectories: int | None = None):
+                 sync=None, step_buffer_np=None, max_trajectories: int | None = None,
+                 status: WorkerStatus | None = None):
         super().__init__(rank, envs, TrajInfoCls, agent=agent, sync=sync,
-                         step_buffer_np=step_buffer_np)
+                         step_buffer_np=step_buffer_np, status=status)
         self.max_T = int(max_T)
         self.max_trajectories = max_trajectories
 
@@ -301,15 +364,32 @@ class BaseEvalCollector(BaseCollector):
         trajectory infos."""
         traj_infos = [self.TrajInfoCls() for _ in self.envs]
         completed: list = []
-        first = [env.reset() for env in self.envs]
+        first = []
+        for b, env in enumerate(self.envs):
+            self._publish(Phase.EVAL_RESETTING, itr, env=b)
+            first.append(env.reset())
         inputs = self.actions.input_arrays(first, self._null_action)
         observation, action, reward = inputs
         inputs_pyt = torchify_buffer(inputs)
         self.actions.start_evaluation(itr)
-        for _ in range(self.max_T):
-            self.actions.act(inputs_pyt, action)
+        row = self._row
+        acting = int(Phase.EVAL_WAITING_FOR_ACTIONS if self.actions.remote
+                     else Phase.EVAL_COMPUTING_ACTIONS)
+        for t in range(self.max_T):
+            if row is not None:
+                row[STEP] = t
+                row[PHASE] = acting
+            try:
+                self.actions.act(inputs_pyt, action)
+            except Exception as error:  # noqa: BLE001 - named below when an input caused it
+                raise_if_inputs_nonfinite(error, dict(observation=observation, reward=reward),
+                                          itr, t)
+                raise
+            if row is not None:
+                row[PHASE] = self._stepping
             self.step_envs(action, observation, reward, traj_infos, completed)
             if self.max_trajectories is not None and len(completed) >= self.max_trajectories:
                 break
+        self._publish(Phase.EVAL_FINISHING, itr)
         self.actions.finish_evaluation()
         return completed

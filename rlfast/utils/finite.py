@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 __all__ = ["NonFiniteError", "first_nonfinite", "check_batch_finite", "check_scalars_finite",
-           "nonfinite_entries"]
+           "nonfinite_entries", "raise_if_inputs_nonfinite"]
 
 
 class NonFiniteError(FloatingPointError):
@@ -111,3 +111,29 @@ def nonfinite_entries(state: Any, prefix: str = "") -> list[str]:
     elif isinstance(state, float) and not math.isfinite(state):
         found.append(prefix or "<value>")
     return found
+
+
+def raise_if_inputs_nonfinite(error: BaseException, inputs: Mapping[str, Any],
+                              itr: int | None = None, step: int | None = None,
+                              env_ids: Any = None) -> None:
+    """Explain an agent that raised while acting: if its ``[B, ...]`` ``inputs`` (name ->
+    array or tensor, e.g. observation and previous reward) hold a NaN or inf, raise
+    :class:`NonFiniteError` naming the field, the step and the environment (``env_ids[b]``
+    when given), chained to ``error``; otherwise return, and the caller re-raises ``error``.
+
+    Called only on the failure path, so acting costs nothing extra: the agent usually meets a
+    non-finite observation before the end-of-batch check does (a categorical policy fails
+    on NaN probabilities)."""
+    for name, array in inputs.items():
+        where = first_nonfinite(array)
+        if where is None:
+            continue
+        b = where[0] if where else 0
+        env = env_ids[b] if env_ids is not None else b
+        at = f"step {step}" if step is not None else "a step"
+        of_itr = f" of iteration {itr}" if itr is not None else ""
+        raise NonFiniteError(
+            f"non-finite {name} ({float(array[where])}) at {at}{of_itr}, environment {env}: "
+            f"the environment returned NaN or inf, and the agent failed on it "
+            f"({type(error).__name__}: {error}). Fix the environment (or clip/normalize it)"
+        ) from error

@@ -9,22 +9,31 @@ DDP ranks build on it too) starts its children through :class:`ProcessSupervisor
 - :meth:`ProcessSupervisor.gather` blocks in ``multiprocessing.connection.wait`` on the
   pipes *and* the process sentinels together, so a child that raises (its traceback arrives on
   the pipe, see :func:`child_main`) or dies outright (its sentinel fires) becomes an error in
-  the parent at once, never a hang;
-- :meth:`ProcessSupervisor.stop` asks every child to quit, joins, then terminates and kills
-  stragglers; it runs on every exit path, and a ``weakref.finalize`` runs it when the owner
-  is dropped without calling it (or at interpreter exit).
+  the parent at once, never a hang; with a :class:`Deadline`, a child that is alive but silent
+  (stopped, deadlocked, stuck in a call) becomes an error too, naming the child and, through
+  the caller's ``describe``, what it was doing;
+- :meth:`ProcessSupervisor.stop` asks every child to quit, joins them all within one shared
+  ``join_s``, then terminates and kills stragglers; a stopped (SIGSTOP) child, which can read
+  nothing, is terminated and continued at once. It runs on every exit path, and a
+  ``weakref.finalize`` runs it when the owner is dropped without calling it (or at
+  interpreter exit);
+- in a child, SIGTERM (from :meth:`ProcessSupervisor.stop`, or from a job scheduler signalling
+  the whole process group) raises :class:`StopChild`: the child leaves quietly, without a
+  traceback.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
+import time
 import traceback
 import weakref
 from multiprocessing.connection import wait as wait_connections
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
-__all__ = ["ChildFailedError", "StopChild", "ProcessSupervisor", "mp_context", "child_main",
-           "acquire_while_parent_alive"]
+__all__ = ["ChildFailedError", "StopChild", "ProcessSupervisor", "Deadline", "mp_context",
+           "child_main", "acquire_while_parent_alive"]
 
 QUIT = ("quit",)
 
@@ -33,8 +42,50 @@ class ChildFailedError(RuntimeError):
     """A supervised child process raised or died; the message carries its traceback."""
 
 
-class StopChild(Exception):
-    """Raised inside a child to leave quietly (its parent is shutting it down)."""
+class StopChild(BaseException):
+    """Raised inside a child to leave quietly (its parent is shutting it down, or SIGTERM).
+
+    A ``BaseException``, like ``SystemExit``: an environment's ``except Exception`` must not
+    swallow a shutdown request.
+    """
+
+
+class Deadline:
+    """When a wait on a child gives up: ``seconds`` from now, or never (``seconds=None``).
+
+    ``reason`` says how ``seconds`` was chosen and how to change it; it ends the error message
+    of a child that stayed silent past the deadline.
+    """
+
+    def __init__(self, seconds: float | None = None, reason: str = ""):
+        if seconds is not None and seconds < 0:
+            raise ValueError(f"a deadline needs seconds >= 0 or None (never); got {seconds!r}")
+        self.seconds = None if seconds is None else float(seconds)
+        self.reason = reason
+        self._at = None if seconds is None else time.monotonic() + float(seconds)
+
+    @classmethod
+    def of(cls, timeout: "Deadline | float | None") -> "Deadline":
+        """``timeout`` itself when it is a Deadline, else a Deadline of ``timeout`` seconds."""
+        return timeout if isinstance(timeout, Deadline) else cls(timeout)
+
+    def remaining(self) -> float | None:
+        """Seconds left (0 once passed), or None when there is no deadline."""
+        if self._at is None:
+            return None
+        return max(0.0, self._at - time.monotonic())
+
+    def expired(self) -> bool:
+        """True once the deadline has passed (never without one)."""
+        return self._at is not None and time.monotonic() >= self._at
+
+    def wait_s(self, poll_s: float) -> float:
+        """How long one bounded wait may block: ``poll_s``, or less when the deadline is near."""
+        remaining = self.remaining()
+        return poll_s if remaining is None else min(poll_s, remaining)
+
+    def __repr__(self) -> str:
+        return f"Deadline({self.seconds!r}, {self.reason!r})"
 
 
 def mp_context(start_method: str | None = None):
@@ -48,17 +99,28 @@ def mp_context(start_method: str | None = None):
     return mp.get_context(start_method)
 
 
+def _stop_on_sigterm(signum, frame) -> NoReturn:
+    raise StopChild(f"signal {signum} received")
+
+
 def child_main(target: Callable, conn, parent_conns: Sequence, kwargs: dict) -> None:
     """Entry point of every supervised child: run ``target(conn, **kwargs)``.
 
-    Closes the parent's pipe ends first (so the parent's death reads as EOF here). Any
-    exception, except :class:`StopChild`, is sent to the parent as ``("error", traceback)``
-    before the child exits; the pipe is closed on every path.
+    Closes the parent's pipe ends first (so the parent's death reads as EOF here). SIGTERM
+    raises :class:`StopChild` while ``target`` runs (then ends the child silently), so that a
+    scheduler signalling the whole process group gets quiet workers. Any exception, except
+    :class:`StopChild`, is sent to the parent as ``("error", traceback)`` before the child
+    exits; the pipe is closed on every path.
     """
     for parent_end in parent_conns:
         parent_end.close()
     try:
-        target(conn, **kwargs)
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        try:
+            target(conn, **kwargs)
+        finally:
+            # From here on SIGTERM ends the child at once and silently (default action).
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
     except StopChild:
         pass
     except BaseException:  # noqa: BLE001 - every failure must reach the parent
@@ -81,8 +143,45 @@ def acquire_while_parent_alive(semaphore, parent_pid: int, stop_flag=None,
             raise RuntimeError("the parent process exited; child stopping")
 
 
+def _process_status(pid: int) -> str:
+    """The OS's status of process ``pid`` ("running", "sleeping", "stopped", ...)."""
+    try:
+        import psutil
+        return str(psutil.Process(pid).status())
+    except Exception:  # noqa: BLE001 - psutil missing or the process gone: unknown
+        return "unknown"
+
+
+def _is_stopped(pid: int) -> bool:
+    return _process_status(pid) in ("stopped", "tracing-stop")
+
+
+def _terminate(process) -> None:
+    """SIGTERM, then SIGCONT: a stopped process receives the pending SIGTERM on continuing.
+
+    Only a child not yet reaped is signalled (its pid cannot have been reused)."""
+    if not process.is_alive():
+        return
+    process.terminate()
+    try:
+        os.kill(process.pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass  # it exited meanwhile (a zombie until joined)
+
+
+def _join_all(processes: list, seconds: float) -> None:
+    """Join every process within one shared ``seconds`` (not ``seconds`` each)."""
+    deadline = time.monotonic() + seconds
+    for p in processes:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
 def _stop(processes: list, conns: list, stop_flags: list, join_s: float) -> None:
-    """Ask children to quit, join, then terminate / kill stragglers. Safe to call twice."""
+    """Ask children to quit, join, then terminate / kill stragglers. Safe to call twice.
+
+    A stopped child cannot read the request, nor act on SIGTERM until continued: it is
+    terminated and continued at once instead of costing ``join_s``.
+    """
     for flag in stop_flags:
         flag.value = True
     for conn in conns:
@@ -91,11 +190,14 @@ def _stop(processes: list, conns: list, stop_flags: list, join_s: float) -> None
         except (OSError, ValueError):
             pass
     for p in processes:
-        p.join(timeout=join_s)
-    for p in processes:
-        if p.is_alive():
-            p.terminate()
-            p.join(timeout=2)
+        if p.is_alive() and _is_stopped(p.pid):
+            _terminate(p)
+    _join_all(processes, join_s)
+    stragglers = [p for p in processes if p.is_alive()]
+    for p in stragglers:
+        _terminate(p)
+    _join_all(stragglers, 2.0)
+    for p in stragglers:
         if p.is_alive():
             p.kill()
             p.join()
@@ -173,16 +275,29 @@ class ProcessSupervisor:
             except (OSError, ValueError):
                 pass
 
-    def gather(self, expected: str) -> list:
+    def gather(self, expected: str, timeout: Deadline | float | None = None,
+               describe: Callable[[int], str] | None = None) -> list:
         """Block until every child replied ``(expected, payload)``; return the payloads in
-        child order. A child that raised or died makes this stop all children and raise."""
+        child order. A child that raised or died makes this stop all children and raise.
+
+        ``timeout`` (seconds, or a :class:`Deadline` shared with other waits; None waits
+        forever): when it passes, the children that have not replied are named in the error
+        (see :meth:`fail_silent`), with ``describe(i)`` saying what child ``i`` was doing.
+        """
+        deadline = Deadline.of(timeout)
         replies: dict[int, Any] = {}
         pending = {conn: i for i, conn in enumerate(self.conns)}
         sentinels = {p.sentinel: i for i, p in enumerate(self.processes)}
         while pending:
             waiting = set(pending.values())
             ready = wait_connections(list(pending) + [s for s, i in sentinels.items()
-                                                      if i in waiting])
+                                                      if i in waiting],
+                                     timeout=deadline.remaining())
+            if not ready:
+                if deadline.expired():
+                    self.fail_silent(sorted(waiting), f"sent no {expected!r} reply", deadline,
+                                     describe)
+                continue
             for obj in ready:
                 if obj in pending:  # pipes first: a failing child writes, then exits
                     i = pending.pop(obj)
@@ -201,6 +316,30 @@ class ProcessSupervisor:
                     self.fail(self._died(i))
         return [replies[i] for i in range(len(replies))]
 
+    def fail_silent(self, indexes: Sequence[int], silence: str, deadline: Deadline,
+                    describe: Callable[[int], str] | None = None) -> NoReturn:
+        """Children ``indexes`` are alive but ``silence`` (e.g. "sent no 'done' reply") past
+        ``deadline``: stop every child (the silent ones at once: they would not answer a
+        request to quit), then raise ``error_cls`` naming each silent child (index, pid, OS
+        status) and, with ``describe(i)``, what it was doing."""
+        lines = []
+        for i in indexes:
+            pid = self.processes[i].pid
+            doing = ""
+            if describe is not None:
+                try:
+                    doing = f"; it was {describe(i)}"
+                except Exception as exc:  # noqa: BLE001 - the report must not mask the timeout
+                    doing = f"; its status could not be read ({exc!r})"
+            lines.append(f"{self.label} {i} (pid {pid}) timed out: it is alive (process "
+                         f"status: {_process_status(pid)}) but {silence} within "
+                         f"{deadline.seconds:g} s{doing}.")
+        if deadline.reason:
+            lines.append(f"Timeout of {deadline.seconds:g} s: {deadline.reason}.")
+        for i in indexes:
+            _terminate(self.processes[i])
+        self.fail("\n".join(lines))
+
     def check_alive(self) -> None:
         """Raise (after stopping every child) if any child has exited, with its traceback
         when it sent one."""
@@ -216,7 +355,7 @@ class ProcessSupervisor:
                         pass
                 self.fail(message)
 
-    def fail(self, message: str):
+    def fail(self, message: str) -> NoReturn:
         """Stop every child, then raise ``error_cls(message)``."""
         self.stop()
         raise self.error_cls(message)

@@ -38,3 +38,21 @@ def ignores_quit(conn) -> None:
 def wrong_reply(conn) -> None:
     conn.send(("surprise", None))
     time.sleep(30)
+
+
+def slow_ready(conn, delay: float) -> None:
+    """Reply ``("ready", pid)`` only after ``delay`` seconds, then wait for "quit"."""
+    time.sleep(delay)
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            if conn.recv()[0] == "quit":
+                return
+        except EOFError:
+            return
+
+
+def sleeps_forever(conn) -> None:
+    """Ready, then sleep without ever reading the pipe (a child stuck in a long call)."""
+    conn.send(("ready", os.getpid()))
+    time.sleep(1e6)

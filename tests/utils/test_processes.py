@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import threading
 import time
 
 import psutil
 import pytest
 
-from rlfast.utils.processes import (ChildFailedError, ProcessSupervisor, StopChild,
+from rlfast.utils.processes import (ChildFailedError, Deadline, ProcessSupervisor, StopChild,
                                     acquire_while_parent_alive, mp_context)
 from tests.utils import _process_targets as targets
 
@@ -163,3 +164,89 @@ def test_acquire_while_parent_alive_honours_stop_flag():
     acquire_while_parent_alive(sem, os.getppid(), flag, poll_s=0.05)  # available: returns
     with pytest.raises(RuntimeError, match="parent process exited"):
         acquire_while_parent_alive(sem, -1, None, poll_s=0.05)
+
+
+# ---- silent children: timeouts, stopped children, SIGTERM ------------------------------------
+def test_gather_timeout_names_a_stopped_child():
+    sup = ProcessSupervisor(label="Echo")
+    sup.start(targets.echo, [dict(tag="a"), dict(tag="b"), dict(tag="c")])
+    pids = [pid for _, pid in sup.gather("ready", timeout=60)]
+    os.kill(pids[1], signal.SIGSTOP)
+    sup.send_all(("add", 1))
+    deadline = Deadline(1.0, "a test deadline; raise it with --more")
+    with pytest.raises(ChildFailedError) as info:
+        sup.gather("done", timeout=deadline, describe=lambda i: f"busy with task {i}")
+    message = str(info.value)
+    assert f"Echo 1 (pid {pids[1]}) timed out" in message
+    assert "process status: stopped" in message
+    assert "sent no 'done' reply within 1 s; it was busy with task 1." in message
+    assert "Timeout of 1 s: a test deadline; raise it with --more." in message
+    assert "Echo 0" not in message and "Echo 2" not in message  # they replied
+    assert sup.processes == [] and _gone(pids)
+
+
+def test_gather_timeout_in_seconds_names_every_silent_child():
+    sup = ProcessSupervisor(label="Worker")
+    sup.start(targets.sleeps_forever, [dict(), dict()])
+    pids = sup.gather("ready")
+    with pytest.raises(ChildFailedError) as info:
+        sup.gather("done", timeout=0.5)
+    message = str(info.value)
+    assert f"Worker 0 (pid {pids[0]}) timed out" in message
+    assert f"Worker 1 (pid {pids[1]}) timed out" in message
+    assert "sent no 'done' reply within 0.5 s." in message
+    assert sup.processes == [] and _gone(pids)
+
+
+def test_gather_without_timeout_waits_for_a_slow_child():
+    sup = ProcessSupervisor(label="Slow")
+    sup.start(targets.slow_ready, [dict(delay=1.5), dict(delay=0.0)])
+    try:
+        assert len(sup.gather("ready", timeout=None)) == 2
+    finally:
+        sup.stop()
+
+
+def test_stop_of_stopped_children_is_quick():
+    """A stopped child reads nothing and acts on SIGTERM only once continued: stop() must
+    not spend ``join_s`` on it (the old sequential joins took 2 x 20 s here)."""
+    sup = ProcessSupervisor(join_s=20.0)
+    sup.start(targets.echo, [dict(tag="a")])
+    sup.gather("ready")
+    sup2 = ProcessSupervisor(join_s=20.0)
+    sup2.start(targets.sleeps_forever, [dict()])
+    pids = [sup.processes[0].pid] + sup2.gather("ready")
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    sup.stop()
+    sup2.stop()
+    assert time.monotonic() - t0 < 10
+    assert _gone(pids)
+
+
+def test_sigterm_makes_a_child_leave_quietly(capfd):
+    sup = ProcessSupervisor()
+    sup.start(targets.sleeps_forever, [dict()])
+    pid = sup.gather("ready")[0]
+    proc = sup.processes[0]
+    os.kill(pid, signal.SIGTERM)
+    proc.join(5)
+    assert proc.exitcode == 0  # StopChild: a normal exit, not death by signal
+    with pytest.raises(EOFError):  # and no error sent to the parent
+        sup.conns[0].recv()
+    sup.stop()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_deadline():
+    never = Deadline(None)
+    assert never.remaining() is None and not never.expired() and never.wait_s(1.0) == 1.0
+    now = Deadline(0.0)
+    assert now.expired() and now.remaining() == 0.0 and now.wait_s(1.0) == 0.0
+    later = Deadline(100.0, "why")
+    assert not later.expired() and 99 < later.remaining() <= 100 and later.wait_s(1.0) == 1.0
+    assert Deadline.of(later) is later and Deadline.of(None).seconds is None
+    assert Deadline.of(2).seconds == 2.0
+    with pytest.raises(ValueError, match="seconds >= 0"):
+        Deadline(-1)

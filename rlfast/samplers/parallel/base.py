@@ -8,20 +8,32 @@ once. Samples travel through the shared buffer; only the small list of completed
 infos travels through the pipe. A sampler whose agent runs in the master (the GPU samplers)
 *has* an action server, which owns the step buffers and serves actions while the workers
 step their environments.
+
+A worker that is alive but silent (stopped, deadlocked, stuck in an environment) becomes a
+:class:`SamplerWorkerError` too, once the sampler's ``worker_timeout`` passes (see
+``rlfast.samplers.parallel.timeout``): every worker publishes what it is doing into a shared
+status table (``rlfast.samplers.parallel.status``), and the error says what the silent one
+was doing, e.g. "stepping environment 3 (env rank 11) at step 17 of 64 of the batch of
+iteration 5".
 """
 from __future__ import annotations
+
+import time
 
 from rlfast.agents.base import BaseAgent
 from rlfast.samplers.collections import Samples
 from rlfast.utils.collections import AttrDict
 from rlfast.samplers.base import (EVAL_ENV_SEED_OFFSET, WORKER_SEED_STRIDE, BaseSampler)
+from rlfast.samplers.parallel.status import StatusTable
+from rlfast.samplers.parallel.timeout import WorkerTimeout
 from rlfast.samplers.parallel.worker import sampling_process
 from rlfast.utils.misc import available_cpus
 from rlfast.utils.processes import ProcessSupervisor, mp_context
 
 
 class SamplerWorkerError(RuntimeError):
-    """A sampler worker process failed; the message carries its traceback."""
+    """A sampler worker process failed (the message carries its traceback) or stayed silent
+    past the sampler's ``worker_timeout`` (the message says what it was doing)."""
 
 
 def split_envs(n_envs: int, n_workers: int) -> list[int]:
@@ -41,7 +53,8 @@ class ParallelSamplerBase(BaseSampler):
     share of the ``batch_B`` environments and writes straight into the shared samples buffer.
 
     ``ActionServerCls`` (None here and in the CPU sampler, whose workers run their own agent
-    copy) names the action server class of the GPU samplers.
+    copy) names the action server class of the GPU samplers. Every wait on the workers gives
+    up after ``worker_timeout`` (see :class:`~rlfast.samplers.parallel.timeout.WorkerTimeout`).
     """
 
     ActionServerCls: type | None = None
@@ -81,6 +94,13 @@ class ParallelSamplerBase(BaseSampler):
         eval_split = split_envs(self.eval_n_envs, n_workers) if self.eval_n_envs else [0] * n_workers
         self.eval_n_envs_list = eval_split
         ctx = mp_context()
+        self._eval_max_T = self.eval_max_T(sum(eval_split)) if any(eval_split) else 0
+        starts = [sum(self.n_envs_list[:i]) for i in range(n_workers)]
+        self._status = StatusTable(
+            ctx, [env_ranks[s:s + n] for s, n in zip(starts, self.n_envs_list)],
+            [sum(eval_split[:i]) for i in range(n_workers)], self.batch_spec.T,
+            self._eval_max_T)
+        self._timeouts = WorkerTimeout(self.batch_spec.T)
         self.action_server = None
         if not agent_in_workers:
             self.action_server = self.ActionServerCls(
@@ -91,6 +111,7 @@ class ParallelSamplerBase(BaseSampler):
             stop_flags=self.action_server.stop_flags if self.action_server else ())
         if self.action_server is not None:
             self.action_server.supervisor = self._supervisor
+            self.action_server.describe_worker = self._status.describe
         # Only workers that have eval envs share the trajectory budget.
         evaluating = [i for i in range(n_workers) if eval_split[i] > 0]
         eval_traj_split = [None] * n_workers
@@ -103,7 +124,7 @@ class ParallelSamplerBase(BaseSampler):
             eval_CollectorCls=self.eval_CollectorCls, TrajInfoCls=self.TrajInfoCls,
             agent=agent if agent_in_workers else None, global_B=global_B,
             max_decorrelation_steps=self.max_decorrelation_steps,
-            eval_max_T=self.eval_max_T(sum(eval_split)) if any(eval_split) else 0)
+            eval_max_T=self._eval_max_T, status_table=self._status)
         workers_kwargs = []
         start = 0
         for i, n in enumerate(self.n_envs_list):
@@ -126,7 +147,9 @@ class ParallelSamplerBase(BaseSampler):
         # the workers when the sampler is dropped without shutdown().
         self._supervisor.start(sampling_process, workers_kwargs, name="rlfast-sampler",
                                owner=self)
-        self._supervisor.gather("ready")  # workers finished initializing
+        # Workers finished initializing (a silent one raises after the startup timeout).
+        self._supervisor.gather("ready", self._timeouts.startup(self.worker_timeout),
+                                self._status.describe)
         return examples
 
     @property
@@ -135,13 +158,20 @@ class ParallelSamplerBase(BaseSampler):
         supervisor = getattr(self, "_supervisor", None)
         return supervisor.processes if supervisor is not None else []
 
+    def worker_status(self, i: int) -> str:
+        """What worker ``i`` is doing now, in words (from its row of the shared status table),
+        e.g. "stepping environment 0 (env rank 2) at step 3 of 64 of the batch of iteration
+        7"; the same text a timeout error gives."""
+        return self._status.describe(i)
+
     def _send(self, command: str, itr: int) -> None:
         # The agent's algorithm-given sampling settings travel with each command (see
         # BaseAgent.sampling_state): the workers' agent copies were forked before they were set.
         self._supervisor.send_all((command, itr, self.agent.sampling_state()))
 
-    def _gather_traj_infos(self) -> list:
-        return [info for infos in self._supervisor.gather("done") for info in infos]
+    def _gather_traj_infos(self, deadline) -> list:
+        replies = self._supervisor.gather("done", deadline, self._status.describe)
+        return [info for infos in replies for info in infos]
 
     def _before_batch(self) -> None:
         """Hook: make the latest parameters visible to the workers (CPU sampler)."""
@@ -149,12 +179,16 @@ class ParallelSamplerBase(BaseSampler):
     def obtain_samples(self, itr: int) -> tuple[Samples, list]:
         """Have every worker collect its share of the batch (the action server serving their
         actions meanwhile, for the GPU samplers); returns (samples, completed trajectory
-        infos). A failed worker raises :class:`SamplerWorkerError` with its traceback."""
+        infos). A failed worker raises :class:`SamplerWorkerError` with its traceback, a
+        silent one (past ``worker_timeout``) with what it was doing."""
         self._before_batch()
+        deadline = self._timeouts.batch(self.worker_timeout)  # shared by this batch's waits
+        start = time.monotonic()
         self._send("sample", itr)
         if self.action_server is not None:
-            self.action_server.serve_actions(itr)
-        traj_infos = self._gather_traj_infos()
+            self.action_server.serve_actions(itr, deadline)
+        traj_infos = self._gather_traj_infos(deadline)
+        self._timeouts.record_batch(time.monotonic() - start)
         self.check_batch(self.samples_np, itr, self.env_offset)
         return self.samples_pyt, traj_infos
 
@@ -166,10 +200,14 @@ class ParallelSamplerBase(BaseSampler):
         self._before_batch()
         if self.action_server is not None:
             self.action_server.prepare_evaluation()
+        deadline = self._timeouts.evaluation(self.worker_timeout, self._eval_max_T)
+        start = time.monotonic()
         self._send("eval", itr)
         if self.action_server is not None:
-            self.action_server.serve_actions_evaluation(itr)
-        return self._gather_traj_infos()
+            self.action_server.serve_actions_evaluation(itr, deadline)
+        traj_infos = self._gather_traj_infos(deadline)
+        self._timeouts.record_evaluation(time.monotonic() - start)
+        return traj_infos
 
     def shutdown(self) -> None:
         """Stop and join every worker (terminating any that do not exit), on every path."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from rlfast.samplers.base import make_envs
+from rlfast.samplers.parallel.status import Phase
 from rlfast.utils.processes import StopChild
 from rlfast.utils.seed import set_seed
 
@@ -33,33 +34,48 @@ def set_worker_affinity(cpus, torch_threads: int | None) -> None:
 
 
 def sampling_process(conn, common_kwargs: dict, worker_kwargs: dict) -> None:
-    """Body of every parallel sampler worker (run by the process supervisor)."""
+    """Body of every parallel sampler worker (run by the process supervisor).
+
+    With ``common_kwargs["status_table"]`` (a :class:`~rlfast.samplers.parallel.status.
+    StatusTable`), the worker and its collectors publish what they are doing in row ``rank``.
+    """
     c, w = common_kwargs, worker_kwargs
     envs, eval_envs = [], []
+    table = c.get("status_table")
+    status = table.worker(w["rank"]) if table is not None else None
+
+    def publish(phase: Phase, itr: int | None = None) -> None:
+        if status is not None:
+            status.set(phase, itr)
+
     try:
         set_worker_affinity(w.get("cpus"), w.get("torch_threads", 1))
         set_seed(w["seed"])
+        publish(Phase.BUILDING_ENVS)
         envs = make_envs(c["EnvCls"], w["n_envs"], c["env_kwargs"], w["env_seed"], w["env_ranks"][0])
         agent = c.get("agent")
         collector = c["CollectorCls"](
             rank=w["rank"], envs=envs, samples_np=w["samples_np"], batch_T=c["batch_T"],
             TrajInfoCls=c["TrajInfoCls"], agent=agent, sync=w.get("sync"),
             step_buffer_np=w.get("step_buffer_np"), global_B=c["global_B"],
-            env_ranks=w["env_ranks"])
+            env_ranks=w["env_ranks"], status=status)
         eval_collector = None
         if w["eval_n_envs"] > 0:
+            publish(Phase.BUILDING_EVAL_ENVS)
             eval_envs = make_envs(c["EnvCls"], w["eval_n_envs"], c["eval_env_kwargs"],
                                   w["eval_env_seed"], 0)
             eval_collector = c["eval_CollectorCls"](
                 rank=w["rank"], envs=eval_envs, TrajInfoCls=c["TrajInfoCls"],
                 max_T=c["eval_max_T"], agent=agent, sync=w.get("sync"),
                 step_buffer_np=w.get("eval_step_buffer_np"),
-                max_trajectories=w["eval_max_trajectories"])
+                max_trajectories=w["eval_max_trajectories"], status=status)
         agent_inputs, traj_infos = collector.start_envs(c["max_decorrelation_steps"])
         collector.start_agent()
+        publish(Phase.REPLYING, -1)
         conn.send(("ready", None))
         while True:
             collector.reset_if_needed(agent_inputs)
+            publish(Phase.WAITING_COMMAND)
             try:
                 command, *args = conn.recv()
             except EOFError:
@@ -74,6 +90,7 @@ def sampling_process(conn, common_kwargs: dict, worker_kwargs: dict) -> None:
             else:
                 agent_inputs, traj_infos, completed = collector.collect_batch(
                     agent_inputs, traj_infos, itr)
+            publish(Phase.REPLYING, itr)
             conn.send(("done", completed))
     finally:
         for env in envs + eval_envs:

@@ -5,11 +5,15 @@ written by the workers; actions and agent_info written by the master) and one se
 per worker. Each time step it waits for every worker's "observations ready" semaphore, applies
 the agent resets the workers flagged, runs one batched ``agent.step`` and releases every
 worker's "actions ready" semaphore. Waits are bounded: while waiting, a dead worker is
-detected (through the sampler's process supervisor) and raised instead of hanging. The
+detected (through the sampler's process supervisor) and raised instead of hanging, and so is a
+worker that stays silent past the batch's deadline (the sampler's ``worker_timeout``): the
+error names the worker whose "observations ready" never came and what it was doing. The
 alternating servers split the workers into two groups and serve one group while the other
 steps its environments.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
@@ -17,6 +21,8 @@ from rlfast.agents.base import AgentInputs
 from rlfast.samplers.collections import BatchSpec
 from rlfast.utils.buffer import buffer_from_example, numpify_buffer, torchify_buffer
 from rlfast.utils.collections import AttrDict, namedarraytuple
+from rlfast.utils.finite import raise_if_inputs_nonfinite
+from rlfast.utils.processes import Deadline
 
 StepBuffer = namedarraytuple("StepBuffer", ["observation", "action", "reward", "reset",
                                             "agent_info"])
@@ -32,7 +38,8 @@ class ActionServer:
     """Serve actions to all workers as one batch (``GpuSampler``).
 
     Built by the sampler once the workers' environment counts are known; ``supervisor``
-    (set by the sampler before serving) reports dead workers during the bounded waits.
+    (set by the sampler before serving) reports dead workers during the bounded waits, and
+    ``describe_worker(i)`` (also set by the sampler) says what a silent worker was doing.
     """
 
     def __init__(self, agent, batch_spec: BatchSpec, n_envs_list: list[int],
@@ -44,6 +51,8 @@ class ActionServer:
         self.eval_n_envs_list = list(eval_n_envs_list)
         self.samples_np = samples_np
         self.supervisor = None
+        self.describe_worker: Callable[[int], str] | None = None
+        self._deadline = Deadline(None)
         self._starts = _starts(self.n_envs_list)
         self._eval_starts = _starts(self.eval_n_envs_list)
         example = StepBuffer(examples.observation, examples.action,
@@ -74,13 +83,19 @@ class ActionServer:
                     eval_step_buffer_np=self.eval_step_buffer_np[e0:e1])
 
     # ---- waiting --------------------------------------------------------------------------
-    def _acquire(self, semaphore) -> None:
-        while not semaphore.acquire(timeout=_WAIT_S):
+    def _acquire(self, w: int) -> None:
+        """Wait for worker ``w``'s "observations ready"; raise if it died or stayed silent
+        past the current deadline."""
+        semaphore, deadline = self.sync[w].obs_ready, self._deadline
+        while not semaphore.acquire(timeout=deadline.wait_s(_WAIT_S)):
             self.supervisor.check_alive()
+            if deadline.expired():
+                self.supervisor.fail_silent([w], "did not signal 'observations ready'",
+                                            deadline, self.describe_worker)
 
     def _wait_obs(self, workers: list[int]) -> None:
         for w in workers:
-            self._acquire(self.sync[w].obs_ready)
+            self._acquire(w)
 
     def _release_act(self, workers: list[int]) -> None:
         for w in workers:
@@ -100,7 +115,14 @@ class ActionServer:
         self._apply_resets(step_np, rows)
         inputs = AgentInputs(step_pyt.observation[rows], step_pyt.action[rows],
                              step_pyt.reward[rows])
-        action, agent_info = self.agent.step(*inputs)
+        try:
+            action, agent_info = self.agent.step(*inputs)
+        except Exception as error:  # noqa: BLE001 - named below when an input caused it
+            first = rows.start or 0
+            raise_if_inputs_nonfinite(error, dict(observation=inputs.observation,
+                                                  reward=inputs.prev_reward),
+                                      env_ids=range(first, first + len(inputs.prev_reward)))
+            raise
         step_np.action[rows] = numpify_buffer(action)
         if agent_info is not None:
             step_np.agent_info[rows] = numpify_buffer(agent_info)
@@ -119,9 +141,13 @@ class ActionServer:
                                      step_pyt.reward[rows])
             self.samples_np.agent.bootstrap_value[0, rows] = value.numpy()
 
-    def serve_actions(self, itr: int) -> None:
-        """Serve one training batch: ``batch_T`` steps, then the bootstrap value."""
-        step_np, step_pyt = self.step_buffer_np, self.step_buffer_pyt
+    def serve_actions(self, itr: int, deadline: Deadline | None = None) -> None:
+        """Serve one training batch: ``batch_T`` steps, then the bootstrap value. Every wait
+        gives up at ``deadline`` (None: never), raising the supervisor's error."""
+        self._deadline = Deadline.of(deadline)
+        self._serve_batch(self.step_buffer_np, self.step_buffer_pyt)
+
+    def _serve_batch(self, step_np, step_pyt) -> None:
         everyone, rows = list(range(self.n_workers)), slice(None)
         for _ in range(self.batch_spec.T):
             self._wait_obs(everyone)
@@ -137,8 +163,10 @@ class ActionServer:
             sync.eval_done.value = False
         self.agent.reset()
 
-    def serve_actions_evaluation(self, itr: int) -> None:
-        """Serve eval actions until every evaluating worker reports it has finished."""
+    def serve_actions_evaluation(self, itr: int, deadline: Deadline | None = None) -> None:
+        """Serve eval actions until every evaluating worker reports it has finished; every
+        wait gives up at ``deadline`` (None: never)."""
+        self._deadline = Deadline.of(deadline)
         step_np, step_pyt = self.eval_step_buffer_np, self.eval_step_buffer_pyt
         active = [w for w in range(self.n_workers) if self.eval_n_envs_list[w] > 0]
         while active:
@@ -181,8 +209,7 @@ class AlternatingActionServer(ActionServer):
         self.group_of_rows = {(rows.start, rows.stop): g
                               for g, (_, rows) in enumerate(self.worker_groups)}
 
-    def serve_actions(self, itr: int) -> None:
-        step_np, step_pyt = self.step_buffer_np, self.step_buffer_pyt
+    def _serve_batch(self, step_np, step_pyt) -> None:
         groups = self.worker_groups
         for _ in range(self.batch_spec.T):
             for workers, rows in groups:
@@ -210,8 +237,7 @@ class NoOverlapAlternatingActionServer(AlternatingActionServer):
     have stepped (no overlap), still in two half-batches so the same alternating agent works.
     Useful to measure what the overlap buys."""
 
-    def serve_actions(self, itr: int) -> None:
-        step_np, step_pyt = self.step_buffer_np, self.step_buffer_pyt
+    def _serve_batch(self, step_np, step_pyt) -> None:
         groups = self.worker_groups
         everyone = list(range(self.n_workers))
         for _ in range(self.batch_spec.T):

@@ -27,6 +27,7 @@ class ServerActions(ActionSource):
     """
 
     defer_resets = True
+    remote = True
 
     def __init__(self, sync=None, step_buffer_np=None, **_):
         self.sync = sync
