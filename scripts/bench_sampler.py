@@ -7,14 +7,28 @@ Every contender steps 8 Pong environments with frame skip 4 and uniformly random
 second (agent steps x frame skip). Each contender runs for about ``--seconds`` after a warm-up.
 
 Usage: python scripts/bench_sampler.py [--seconds 8] [--envs 8] [--batch-T 64] [--quick]
+
+``--check-finite`` measures instead what the samplers' NaN / inf check of each batch costs:
+each configuration (CartPole with an MLP agent; cheap environments with large float32 or
+uint8 frames and a random agent) runs on ONE sampler whose ``check_finite`` is switched on and
+off between rounds (interleaved, the order alternating, so drift hits both alike); the table
+gives the median throughput of each, the median ratio of back-to-back pairs, and the check
+alone timed on a real batch (the number least disturbed by other load on the machine).
+
+Usage: python scripts/bench_sampler.py --check-finite [--rounds 15] [--seconds 1]
+       [--envs 8] [--batch-T 64] [--configs cartpole-serial float-frames-cpu ...]
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import numpy as np
 from _bench_common import machine, rate
+
+from rlfast.envs import Env, EnvStep
+from rlfast.spaces import FloatBox, IntBox
 
 FRAME_SKIP = 4
 
@@ -101,17 +115,165 @@ def bench_gym_async(n_envs: int, seconds: float, batch_T: int) -> float:
     return bench_vector_env(env, n_envs, seconds, batch_T)
 
 
+# ---- cost of the samplers' finite check -------------------------------------------------------
+
+FRAMES = (4, 84, 84)
+
+
+class FrameEnv(Env):
+    """The cheapest environment with a large observation: ``shape`` frames of ``dtype``
+    (one preallocated frame, its first element set to the step count), reward 1, episodes of
+    1000 steps. Stands in for environments with big float observations (normalized images,
+    large state vectors), where the check's pass over the batch weighs most because the
+    environment itself costs almost nothing; uint8 frames (Atari) show the integer skip."""
+
+    def __init__(self, dtype: str = "float32", shape: tuple = FRAMES):
+        self.frame = np.zeros(shape, dtype=dtype)
+        self._observation_space = (IntBox(0, 256, shape=shape, dtype=dtype)
+                                   if np.dtype(dtype).kind in "ui" else
+                                   FloatBox(-1.0, 1.0, shape=shape, dtype=dtype))
+        self._action_space = IntBox(0, 4, dtype="int64")
+        self.t = 0
+
+    def reset(self):
+        self.t = 0
+        return self.frame
+
+    def step(self, action):
+        self.t += 1
+        self.frame.flat[0] = self.t % 100
+        return EnvStep(self.frame, 1.0, self.t >= 1000, None)
+
+
+CHECK_CONFIGS = {  # name: (environment, observation shape, sampler, agent)
+    "cartpole-serial": ("cartpole", None, "serial", "mlp"),
+    "cartpole-cpu": ("cartpole", None, "cpu", "mlp"),
+    "float-376-serial": ("float32", (376,), "serial", "random"),  # Humanoid-sized state
+    "float-frames-serial": ("float32", FRAMES, "serial", "random"),
+    "float-frames-cpu": ("float32", FRAMES, "cpu", "random"),
+    "uint8-frames-serial": ("uint8", FRAMES, "serial", "random"),
+}
+
+
+def _check_sampler(env: str, shape: tuple | None, sampler_name: str, agent_name: str,
+                   n_envs: int, batch_T: int):
+    import torch
+
+    from rlfast.agents import CategoricalPgAgent, RandomAgent
+    from rlfast.envs import make
+    from rlfast.samplers import CpuSampler, SerialSampler
+
+    torch.set_num_threads(1)
+    if env == "cartpole":
+        EnvCls, env_kwargs = make, dict(id="CartPole-v1")
+    else:
+        EnvCls, env_kwargs = FrameEnv, dict(dtype=env, shape=shape)
+    SamplerCls = dict(serial=SerialSampler, cpu=CpuSampler)[sampler_name]
+    sampler = SamplerCls(EnvCls=EnvCls, env_kwargs=env_kwargs, batch_T=batch_T, batch_B=n_envs,
+                         max_decorrelation_steps=0, check_finite=True)
+    agent = (RandomAgent() if agent_name == "random"
+             else CategoricalPgAgent(model_kwargs=dict(hidden_sizes=[64, 64])))
+    cores = n_cores()
+    affinity = None
+    if sampler_name != "serial":
+        affinity = dict(workers_cpus=[[c % cores] for c in range(min(n_envs, cores))])
+    sampler.initialize(agent=agent, affinity=affinity, seed=0)
+    agent.sample_mode(0)
+    return sampler
+
+
+def _time_check_alone(sampler, repeats: int = 7) -> float:
+    """Median seconds of one ``check_batch`` call on the sampler's last (real) batch."""
+    calls, per_call = 20, []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            sampler.check_batch(sampler.samples_np, 0)
+        per_call.append((time.perf_counter() - start) / calls)
+    return statistics.median(per_call)
+
+
+def bench_check_finite(name: str, n_envs: int, batch_T: int, rounds: int,
+                       seconds: float) -> dict:
+    """Steps/s of configuration ``name`` with the check on and off (medians over interleaved
+    rounds on one sampler), and the check alone per batch."""
+    sampler = _check_sampler(*CHECK_CONFIGS[name], n_envs, batch_T)
+    itr = [0]
+
+    def step():
+        sampler.obtain_samples(itr[0])
+        itr[0] += 1
+
+    try:
+        rates = {True: [], False: []}
+        for r in range(rounds):
+            for flag in ((True, False) if r % 2 == 0 else (False, True)):
+                sampler.check_finite = flag
+                rates[flag].append(rate(step, batch_T * n_envs, seconds))
+        sampler.check_finite = True
+        check_s = _time_check_alone(sampler)
+        obs = sampler.samples_np.env.observation
+    finally:
+        sampler.shutdown()
+    on, off = statistics.median(rates[True]), statistics.median(rates[False])
+    # Each round's on/off pair ran back to back: their ratio cancels slow drift in the load.
+    paired = sorted(a / b for a, b in zip(rates[True], rates[False]))
+    quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3
+    return dict(name=name, obs=f"{obs.dtype} {tuple(obs.shape[2:])}", mb=obs.nbytes / 2 ** 20,
+                on=on, off=off, ratio=statistics.median(paired),
+                spread=(quartiles[0], quartiles[-1]), check_us=check_s * 1e6,
+                share=check_s / (batch_T * n_envs / off))
+
+
+def main_check_finite(args: argparse.Namespace) -> None:
+    """Print the cost of ``sampler.check_finite`` for each chosen configuration."""
+    print(f"Machine: {machine()}")
+    print(f"check_finite on vs off: {args.envs} envs, batch_T {args.batch_T}, {args.rounds} "
+          f"interleaved rounds of ~{args.seconds:g} s each per setting, medians\n")
+    rows = []
+    for name in args.configs:
+        row = bench_check_finite(name, args.envs, args.batch_T, args.rounds, args.seconds)
+        rows.append(row)
+        print(f"  {name:<22} on {row['on']:>10,.0f}  off {row['off']:>10,.0f} steps/s  "
+              f"on/off {row['ratio']:.3f}  check {row['check_us']:,.1f} us/batch", flush=True)
+    print("\n| config | observation (batch MiB) | check on, steps/s | check off, steps/s "
+          "| on / off, paired (IQR) | check alone, us per batch | its share of a batch |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for row in rows:
+        low, high = row["spread"]
+        print(f"| {row['name']} | {row['obs']} ({row['mb']:.1f}) | {row['on']:,.0f} "
+              f"| {row['off']:,.0f} | {row['ratio']:.3f} ({low:.2f}-{high:.2f}) "
+              f"| {row['check_us']:,.1f} | {100 * row['share']:.2f}% |")
+    print("\non / off: median over rounds of the ratio of each back-to-back pair (1 = free); "
+          "the check alone is timed on a real batch, its share relative to a batch without it.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="per contender (default 8), or per round with --check-finite "
+                             "(default 1)")
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--batch-T", type=int, default=64)
     parser.add_argument("--samplers", nargs="+", default=["serial", "cpu", "gpu", "alternating"])
     parser.add_argument("--agents", nargs="+", default=["random", "atari_ff"])
     parser.add_argument("--cuda", action="store_true", help="agent on GPU 0 (gpu/alternating)")
     parser.add_argument("--quick", action="store_true", help="1 s per contender (smoke test)")
+    parser.add_argument("--check-finite", action="store_true",
+                        help="measure the samplers' NaN / inf check instead (see above)")
+    parser.add_argument("--rounds", type=int, default=15,
+                        help="--check-finite: interleaved rounds per setting")
+    parser.add_argument("--configs", nargs="+", default=list(CHECK_CONFIGS),
+                        choices=list(CHECK_CONFIGS), help="--check-finite: configurations")
     args = parser.parse_args()
-    seconds = 1.0 if args.quick else args.seconds
+    if args.check_finite:
+        if args.quick:
+            args.seconds, args.rounds = 0.5, 3
+        elif args.seconds is None:
+            args.seconds = 1.0
+        main_check_finite(args)
+        return
+    seconds = 1.0 if args.quick else (args.seconds or 8.0)
     print(f"Machine: {machine()}")
     print(f"Pong, {args.envs} envs, frame skip {FRAME_SKIP}, batch_T {args.batch_T}, "
           f"~{seconds:.0f} s per contender\n")

@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+import torch
+
+from rlfast.utils.finite import check_scalars_finite
 
 
 class RLAlgorithm(abc.ABC):
@@ -41,6 +46,27 @@ class RLAlgorithm(abc.ABC):
         The result is a namedtuple whose fields are ``opt_info_fields``, each a list of the
         values seen during the update, which the runner logs as columns.
         """
+
+    def check_finite(self, itr: int | None, values: Mapping[str, Any]) -> None:
+        """Raise :class:`~rlfast.utils.finite.NonFiniteError` naming this algorithm, the first
+        of ``values`` (losses, gradient norms: floats or 0-d tensors) that is NaN or inf, and
+        the iteration. Call it before ``optimizer.step()``, so a non-finite update never
+        reaches the weights, on values already on the host (no extra device sync)."""
+        check_scalars_finite(values, type(self).__name__, itr)
+
+    def clipped_step(self, itr: int, loss: torch.Tensor, parameters: Iterable[torch.Tensor],
+                     max_grad_norm: float) -> tuple[float, float]:
+        """One guarded gradient step: backward, clip the gradient norm to ``max_grad_norm``,
+        refuse a NaN / inf loss or gradient norm (:meth:`check_finite`), then step the
+        optimizer. Returns ``(loss, gradient norm)`` as floats for the diagnostics; bringing
+        them to the host before the step is the one device sync the check needs."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+        loss_value, grad_norm_value = loss.item(), float(grad_norm)
+        self.check_finite(itr, {"loss": loss_value, "gradNorm": grad_norm_value})
+        self.optimizer.step()
+        return loss_value, grad_norm_value
 
     def optim_state_dict(self) -> dict:
         """The optimizer's state, saved with the agent's parameters in snapshots."""

@@ -25,7 +25,10 @@ def project_distribution(next_p: torch.Tensor, returns: torch.Tensor, not_done: 
     delta_z = (v_max - v_min) / (len(z) - 1)
     tz = (returns.unsqueeze(-1) + discount_n * not_done.unsqueeze(-1) * z).clamp(v_min, v_max)
     b = (tz - v_min) / delta_z                      # fractional atom index, [B, P]
-    lower, upper = b.floor().long(), b.ceil().long()
+    # A NaN return must reach the loss as NaN (where the finite check names it), not become
+    # an out-of-range index: index as atom 0, weight with the NaN b (identity when finite).
+    index = b.nan_to_num(0.0)
+    lower, upper = index.floor().long(), index.ceil().long()
     # Where b lands exactly on an atom, lower == upper: give it all the mass.
     lower_weight = (upper.float() - b) + (lower == upper).float()
     upper_weight = b - lower.float()

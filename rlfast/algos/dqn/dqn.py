@@ -158,7 +158,8 @@ class DQN(RLAlgorithm):
                        sampler_itr: int | None = None) -> OptInfo:
         """Append the batch to replay, then (once learning has started) run
         ``updates_per_optimize`` gradient steps on replayed batches, updating priorities and
-        the target network as configured."""
+        the target network as configured. A NaN / inf loss or gradient norm raises
+        ``NonFiniteError`` before its step (see :meth:`clipped_step`)."""
         opt_info = OptInfo(loss=[], gradNorm=[], tdAbsErr=[])
         if samples is not None:
             self.replay_buffer.append_samples(self.samples_to_buffer(samples))
@@ -167,14 +168,12 @@ class DQN(RLAlgorithm):
         for _ in range(self.updates_per_optimize):
             batch = self.replay_buffer.sample_batch(self.replay_batch_size)
             loss, td_abs_errors = self.loss(batch)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.agent.parameters(), self.clip_grad_norm)
-            self.optimizer.step()
+            loss_value, grad_norm = self.clipped_step(itr, loss, self.agent.parameters(),
+                                                      self.clip_grad_norm)
             if self.prioritized_replay:
                 self.replay_buffer.update_batch_priorities(td_abs_errors.cpu().numpy())
-            opt_info.loss.append(loss.item())
-            opt_info.gradNorm.append(float(grad_norm))
+            opt_info.loss.append(loss_value)
+            opt_info.gradNorm.append(grad_norm)
             opt_info.tdAbsErr.extend(td_abs_errors.flatten()[::8].cpu().numpy().tolist())
             self.update_counter += 1
             if self.update_counter % self.target_update_interval == 0:

@@ -38,9 +38,9 @@ class A2C(PolicyGradientAlgo):
         self.agent.update_obs_rms(samples.env.observation)
         return_, advantage, valid = buffer_to(self.process_returns(samples), self.agent.device)
         loss, info = self.loss(samples, return_, advantage, valid)
-        grad_norm = self._grad_step(loss)
+        loss_value, grad_norm = self._grad_step(itr, loss)
         value = samples.agent.agent_info.value
-        return OptInfo(loss=[loss.item()], gradNorm=[grad_norm], entropy=[info.entropy.item()],
+        return OptInfo(loss=[loss_value], gradNorm=[grad_norm], entropy=[info.entropy.item()],
                        perplexity=[info.perplexity.item()], approxKl=[info.approxKl.item()],
                        explainedVariance=[explained_variance(return_, value, valid)])
 

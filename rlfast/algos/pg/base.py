@@ -37,7 +37,8 @@ class PolicyGradientAlgo(RLAlgorithm):
     reports ``env_info.timeout`` and ``bootstrap_timelimit`` is on, episodes cut by a time
     limit bootstrap from the value estimate instead of being treated as terminal, and the cut
     step itself is masked out of the loss. The subclasses set the defaults (they differ, e.g.
-    in ``value_loss_coeff``), so every argument here is required.
+    in ``value_loss_coeff``), so every argument here is required. Every gradient step is
+    refused with ``NonFiniteError`` when its loss or gradient norm is NaN or inf.
     """
 
     bootstrap_value = True
@@ -111,13 +112,11 @@ class PolicyGradientAlgo(RLAlgorithm):
             advantage = (advantage - mean) / (std + 1e-6)
         return return_, advantage, valid
 
-    def _grad_step(self, loss: torch.Tensor) -> float:
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.agent.parameters(), self.clip_grad_norm)
-        self.optimizer.step()
+    def _grad_step(self, itr: int, loss: torch.Tensor) -> tuple[float, float]:
+        """``(loss, gradient norm)`` of one clipped, finite-checked step on all parameters."""
+        values = self.clipped_step(itr, loss, self.agent.parameters(), self.clip_grad_norm)
         self.update_counter += 1
-        return float(grad_norm)
+        return values
 
 
 # ---- diagnostics (computed under no_grad; they never feed a loss) ----------------------------

@@ -95,8 +95,8 @@ class PPO(PolicyGradientAlgo):
                     loss, info = self.loss(*mb, init_rnn_state=init_rnn_state)
                 else:
                     loss, info = self.loss(*loss_inputs[idxs])
-                grad_norm = self._grad_step(loss)
-                opt_info.loss.append(loss.item())
+                loss_value, grad_norm = self._grad_step(itr, loss)
+                opt_info.loss.append(loss_value)
                 opt_info.gradNorm.append(grad_norm)
                 opt_info.entropy.append(info.entropy.item())
                 opt_info.perplexity.append(info.perplexity.item())

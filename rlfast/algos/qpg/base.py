@@ -6,7 +6,9 @@ gradient updates run. One update is one forward pass of every loss, ONE backward
 sum and ONE optimizer step: actor losses reach the critic through detached critic parameters,
 so they cannot move it, and the actor, critic (and entropy temperature) are parameter groups
 of one optimizer with their own learning rates. The targets follow by Polyak averaging.
-Diagnostics stay on the device until the iteration ends (one host transfer per iteration).
+Diagnostics stay on the device until the iteration ends (one host transfer per iteration);
+before each optimizer step a single boolean (is the loss plus the gradient norms finite?)
+is read, so a NaN / inf update raises ``NonFiniteError`` instead of reaching the weights.
 """
 from __future__ import annotations
 
@@ -120,7 +122,8 @@ class QpgAlgoBase(RLAlgorithm):
     @abc.abstractmethod
     def param_groups(self) -> list[dict]:
         """Optimizer parameter groups (dicts with ``params`` and ``lr``; ``clip=False`` keeps
-        a group out of gradient-norm clipping)."""
+        a group out of gradient-norm clipping; ``name`` (e.g. ``"q"``) names its gradient
+        norm ``<name>GradNorm`` in non-finite errors)."""
 
     @abc.abstractmethod
     def losses(self, batch: Any, update_policy: bool) -> tuple[torch.Tensor, dict, torch.Tensor]:
@@ -134,8 +137,11 @@ class QpgAlgoBase(RLAlgorithm):
         self.rank = rank
         groups = self.param_groups()
         self._clip_groups = [list(g["params"]) for g in groups if g.get("clip", True)]
-        for g in groups:
+        self._grad_norm_names = [f"{g.get('name', f'group{i}')}GradNorm"
+                                 for i, g in enumerate(groups) if g.get("clip", True)]
+        for g in groups:  # rlfast's own keys stay out of the optimizer (and its state_dict)
             g.pop("clip", None)
+            g.pop("name", None)
         kwargs = dict(self.optim_kwargs)
         if self.OptimCls in (torch.optim.Adam, torch.optim.AdamW) and \
                 not {"fused", "foreach"} & set(kwargs):
@@ -176,6 +182,7 @@ class QpgAlgoBase(RLAlgorithm):
             loss.backward()
             norms = [torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm, foreach=True)
                      for params in self._clip_groups]
+            self.check_update_finite(itr, loss, info, norms)
             self.optimizer.step()
             if self.prioritized_replay:
                 self.replay_buffer.update_batch_priorities(td_abs)
@@ -184,6 +191,17 @@ class QpgAlgoBase(RLAlgorithm):
                 self.agent.update_target(self.target_update_tau)
             diagnostics.append(self.diagnostics(info, norms, update_policy))
         return self._opt_info(diagnostics)
+
+    def check_update_finite(self, itr: int, loss: torch.Tensor, info: dict,
+                            norms: list[torch.Tensor]) -> None:
+        """Raise ``NonFiniteError`` (naming the loss term or gradient norm) if the summed loss
+        or a gradient norm is NaN or inf. The sum ``loss + sum(norms)`` is non-finite whenever
+        one of them is, so the fast path reads one boolean from the device; only a failure
+        looks at the terms one by one."""
+        if bool(torch.isfinite(sum(norms, loss.detach()))):
+            return
+        self.check_finite(itr, {**info, "loss": loss.detach(),
+                                **dict(zip(self._grad_norm_names, norms))})
 
     def diagnostics(self, info: dict, norms: list, update_policy: bool) -> dict:
         """Named scalar tensors of one update (NaN for policy terms on critic-only updates)."""

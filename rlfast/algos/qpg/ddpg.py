@@ -63,8 +63,8 @@ class DDPG(QpgAlgoBase):
 
     def param_groups(self) -> list[dict]:
         """The actor's parameters at ``learning_rate``, the critic's at ``q_learning_rate``."""
-        return [dict(params=list(self.agent.pi_parameters()), lr=self.learning_rate),
-                dict(params=list(self.agent.q_parameters()), lr=self.q_learning_rate)]
+        return [dict(params=list(self.agent.pi_parameters()), lr=self.learning_rate, name="mu"),
+                dict(params=list(self.agent.q_parameters()), lr=self.q_learning_rate, name="q")]
 
     def q_target(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(y, valid)``: the clipped n-step target and the valid mask (or None)."""

@@ -89,10 +89,11 @@ class SAC(QpgAlgoBase):
     def param_groups(self) -> list[dict]:
         """Actor, critics and (when learned) ``log_alpha``, all at ``learning_rate``; the
         temperature is not gradient-clipped."""
-        groups = [dict(params=list(self.agent.pi_parameters()), lr=self.learning_rate),
-                  dict(params=list(self.agent.q_parameters()), lr=self.learning_rate)]
+        groups = [dict(params=list(self.agent.pi_parameters()), lr=self.learning_rate, name="pi"),
+                  dict(params=list(self.agent.q_parameters()), lr=self.learning_rate, name="q")]
         if self.fixed_alpha is None:
-            groups.append(dict(params=[self.log_alpha], lr=self.learning_rate, clip=False))
+            groups.append(dict(params=[self.log_alpha], lr=self.learning_rate, clip=False,
+                               name="alpha"))
         return groups
 
     @property
