@@ -18,17 +18,18 @@ CORE = {
     "rlfast.utils.seed": "set_seed make_seed",
     "rlfast.utils.synchronize": "RWLock drain_queue find_port",
     "rlfast.utils.prog_bar": "ProgBarCounter",
-    "rlfast.utils.logging": "logger logger_context",
+    "rlfast.utils.logging": "logger logger_context load_snapshot SnapshotCorruptError",
     "rlfast.spaces": "IntBox FloatBox Composite GymSpaceWrapper",
     "rlfast.envs": "Env EnvStep EnvSpaces GymEnvWrapper EnvInfoWrapper make",
-    "rlfast.distributions": "Categorical Gaussian DistInfo DistInfoStd",
+    "rlfast.distributions": "Categorical Gaussian DistInfo DistInfoStd MultiCategorical",
     "rlfast.models": "MlpModel Conv2dModel Conv2dHeadModel",
     "rlfast.models.utils": "conv2d_output_shape ScaleGrad update_state_dict strip_ddp_state_dict",
     "rlfast.models.pg": "MujocoFfModel MujocoLstmModel CategoricalPgFfModel CategoricalPgLstmModel",
     "rlfast.agents": "AgentStep AgentInputs BaseAgent RandomAgent RecurrentAgentMixin "
                      "AlternatingRecurrentAgentMixin CategoricalPgAgent RecurrentCategoricalPgAgent "
                      "GaussianPgAgent RecurrentGaussianPgAgent AlternatingRecurrentGaussianPgAgent "
-                     "MujocoFfAgent MujocoLstmAgent",
+                     "MujocoFfAgent MujocoLstmAgent MultiCategoricalPgAgent "
+                     "RecurrentMultiCategoricalPgAgent AlternatingRecurrentMultiCategoricalPgAgent",
     "rlfast.algos": "RLAlgorithm PolicyGradientAlgo A2C PPO",
     "rlfast.algos.utils": "discount_return generalized_advantage_estimation discount_return_n_step "
                           "valid_from_done discount_return_tl generalized_advantage_estimation_tl",
@@ -65,8 +66,9 @@ QPG = {
 }
 LAUNCH = {
     "rlfast.utils.launching": "encode_affinity make_affinity affinity_from_code get_n_run_slots "
-                              "prepend_run_slot VariantLevel make_variants update_config "
-                              "load_variant save_variant run_experiments launch_experiment",
+                              "prepend_run_slot validate_affinity VariantLevel make_variants "
+                              "update_config load_variant save_variant run_experiments "
+                              "launch_experiment",
 }
 
 
@@ -78,7 +80,7 @@ def test_core_name_imports(module, name):
 
 def test_logger_module_functions():
     from rlfast.utils.logging import logger
-    for fn in ("log", "record_tabular", "dump_tabular", "save_itr_params"):
+    for fn in ("log", "record_tabular", "dump_tabular", "save_itr_params", "load_snapshot"):
         assert callable(getattr(logger, fn))
 
 

@@ -6,16 +6,20 @@ from rlfast.agents.dqn import (AlternatingAtariR2d1Agent, AlternatingR2d1Agent, 
                                EpsilonGreedyAgentMixin, R2d1Agent)
 from rlfast.agents.pg import (AgentInfo, AgentInfoRnn, AlternatingAtariLstmAgent,
                               AlternatingRecurrentCategoricalPgAgent,
-                              AlternatingRecurrentGaussianPgAgent, AtariFfAgent, AtariLstmAgent,
-                              CategoricalPgAgent, GaussianPgAgent, MujocoFfAgent, MujocoLstmAgent,
-                              RecurrentCategoricalPgAgent, RecurrentGaussianPgAgent)
+                              AlternatingRecurrentGaussianPgAgent,
+                              AlternatingRecurrentMultiCategoricalPgAgent, AtariFfAgent,
+                              AtariLstmAgent, CategoricalPgAgent, GaussianPgAgent, MujocoFfAgent,
+                              MujocoLstmAgent, MultiCategoricalPgAgent, RecurrentCategoricalPgAgent,
+                              RecurrentGaussianPgAgent, RecurrentMultiCategoricalPgAgent)
 from rlfast.agents.qpg import DdpgAgent, SacAgent, Td3Agent
 
 __all__ = [
     "AgentInputs", "AgentStep", "AgentInfo", "AgentInfoRnn", "BaseAgent", "RandomAgent",
     "RecurrentAgentMixin", "AlternatingRecurrentAgentMixin", "CategoricalPgAgent",
     "RecurrentCategoricalPgAgent", "AlternatingRecurrentCategoricalPgAgent", "GaussianPgAgent",
-    "RecurrentGaussianPgAgent", "AlternatingRecurrentGaussianPgAgent", "MujocoFfAgent",
+    "RecurrentGaussianPgAgent", "AlternatingRecurrentGaussianPgAgent", "MultiCategoricalPgAgent",
+    "RecurrentMultiCategoricalPgAgent", "AlternatingRecurrentMultiCategoricalPgAgent",
+    "MujocoFfAgent",
     "MujocoLstmAgent", "AtariFfAgent", "AtariLstmAgent", "AlternatingAtariLstmAgent",
     "EpsilonGreedyAgentMixin", "DqnAgent", "CatDqnAgent", "R2d1Agent", "AlternatingR2d1Agent",
     "AtariDqnAgent", "AtariCatDqnAgent", "AtariR2d1Agent", "AlternatingAtariR2d1Agent",

@@ -18,10 +18,28 @@ from rlfast.utils.buffer import buffer_to
 from rlfast.utils.collections import namedarraytuple
 
 __all__ = ["AgentInputs", "AgentStep", "BaseAgent", "RandomAgent", "RecurrentAgentMixin",
-           "AlternatingRecurrentAgentMixin", "rnn_state_for_storage", "stored_rnn_state"]
+           "AlternatingRecurrentAgentMixin", "rnn_state_for_storage", "stored_rnn_state",
+           "array_observation_shape"]
 
 AgentInputs = namedarraytuple("AgentInputs", ["observation", "prev_action", "prev_reward"])
 AgentStep = namedarraytuple("AgentStep", ["action", "agent_info"])
+
+
+def array_observation_shape(space, agent_name: str) -> tuple[int, ...]:
+    """The shape of an array observation space, for models that read one array.
+
+    A dict or tuple observation space (a ``Composite``, whose shape is a namedtuple of shapes)
+    is a ``TypeError`` that names the space and the cure: flatten it into one vector with
+    ``rlfast.envs.make(..., flatten_observation=True)`` (the presets do so for MLP agents).
+    """
+    shape = getattr(space, "shape", None)
+    if shape is None or hasattr(shape, "_fields") or not all(
+            isinstance(d, (int, np.integer)) for d in shape):
+        raise TypeError(
+            f"{agent_name} needs an array observation space, got {space!r}. Flatten dict or "
+            f"tuple observations into one vector: rlfast.envs.make(id, flatten_observation=True) "
+            f"(or GymEnvWrapper(env, flatten_observation=True)).")
+    return tuple(int(d) for d in shape)
 
 
 class BaseAgent(ABC):

@@ -1,6 +1,7 @@
 """Action distributions: formulas applied to model outputs (``dist_info``).
 
-``DistInfo`` here is the categorical one (``prob``); the Gaussian's mean-only
+``DistInfo`` here is the categorical one (``prob``), which ``MultiCategorical`` shares (its
+``prob`` concatenates one probability vector per action dimension); the Gaussian's mean-only
 variant is ``rlfast.distributions.gaussian.DistInfo``.
 """
 from rlfast.distributions.base import Distribution
@@ -8,6 +9,7 @@ from rlfast.distributions.categorical import Categorical, DistInfo
 from rlfast.distributions.discrete import DiscreteMixin
 from rlfast.distributions.epsilon_greedy import CategoricalEpsilonGreedy, EpsilonGreedy
 from rlfast.distributions.gaussian import DistInfoStd, Gaussian
+from rlfast.distributions.multi_categorical import MultiCategorical
 
-__all__ = ["Distribution", "DiscreteMixin", "Categorical", "Gaussian", "DistInfo", "DistInfoStd",
-           "EpsilonGreedy", "CategoricalEpsilonGreedy"]
+__all__ = ["Distribution", "DiscreteMixin", "Categorical", "MultiCategorical", "Gaussian",
+           "DistInfo", "DistInfoStd", "EpsilonGreedy", "CategoricalEpsilonGreedy"]

@@ -3,7 +3,8 @@
 The samplers pre-allocate buffer memory for every ``env_info`` field, so ``env_info`` must be a
 namedtuple whose fields, shapes and dtypes never change. ``GymEnvWrapper`` fixes that layout
 from the info dict of the first step after construction and then holds every later step to
-it; ``EnvInfoWrapper`` helps environments whose info keys come and go.
+it; ``EnvInfoWrapper`` helps environments whose info keys come and go (and drops keys whose
+values change shape). Warnings and errors about env_info name the key, the env and the cure.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 from gymnasium.utils import RecordConstructorArgs
 from gymnasium.wrappers import TimeLimit
 
-from rlfast.envs.base import Env, EnvStep
+from rlfast.envs.base import Env, EnvSpaces, EnvStep
 from rlfast.spaces.gym_wrapper import GymSpaceWrapper
 from rlfast.utils.collections import NamedTupleSchema
 
@@ -31,17 +32,23 @@ def _skipped_silently(key: Any) -> bool:
     return isinstance(key, str) and (key.startswith("_") or key in _VECTOR_KEYS)
 
 
+_CURE = ("make it present at every step with rlfast.envs.EnvInfoWrapper(env, "
+         "info_example={{{key!r}: <default value>}}) (or rlfast.envs.make(id, info_example=...))")
+
+
 class _InfoLayout:
     """The fixed field layout of ``env_info``, built from the first step's info dict.
 
     Each field is ``(key, dtype, shape, kind_class, nested)``; ``nested`` is an
     ``_InfoLayout`` for dict values (which become nested namedtuples). Converting a step's
     info walks this precomputed list once, so the per-step cost is a dict lookup and an
-    ``np.asarray`` per field, plus one set difference to detect new keys."""
+    ``np.asarray`` per field, plus one set difference to detect new keys. ``env_name`` names
+    the environment in warnings and errors."""
 
-    def __init__(self, info: Mapping, typename: str, path: str = "",
-                 trailing: tuple = ()) -> None:
+    def __init__(self, info: Mapping, typename: str, env_name: str = "the environment",
+                 path: str = "", trailing: tuple = ()) -> None:
         self._path = path
+        self._env_name = env_name
         self._fields: list = []
         self._known = frozenset(info.keys()) | frozenset(trailing)
         self._warned: set = set()
@@ -50,22 +57,22 @@ class _InfoLayout:
                 continue
             where = f"{path}{key}"
             if not isinstance(key, str) or not key.isidentifier() or keyword.iskeyword(key):
-                self._warn(f"env_info key {where!r} is not a valid namedtuple field name; it is "
-                           f"ignored at every step")
+                self._warn(f"env_info key {where!r} of {env_name} is not a valid namedtuple "
+                           f"field name; it is ignored at every step")
                 continue
             if isinstance(value, Mapping):
-                nested = _InfoLayout(value, f"{typename}_{key}", f"{where}.")
+                nested = _InfoLayout(value, f"{typename}_{key}", env_name, f"{where}.")
                 if not nested._fields:
-                    self._warn(f"env_info key {where!r} holds a dict with no numeric entries; "
-                               f"it is ignored at every step")
+                    self._warn(f"env_info key {where!r} of {env_name} holds a dict with no "
+                               f"numeric entries; it is ignored at every step")
                     continue
                 self._fields.append((key, None, None, None, nested))
                 continue
             arr = _as_numeric(value)
             if arr is None:
-                self._warn(f"env_info key {where!r} has non-numeric value {value!r} "
-                           f"(type {type(value).__name__}) at the first step; it is ignored "
-                           f"at every step")
+                self._warn(f"env_info key {where!r} of {env_name} has non-numeric value "
+                           f"{value!r} (type {type(value).__name__}) at the first step; it is "
+                           f"ignored at every step")
                 continue
             self._fields.append((key, arr.dtype, arr.shape, _KIND_CLASS[arr.dtype.kind], None))
         names = [field[0] for field in self._fields] + list(trailing)
@@ -100,21 +107,25 @@ class _InfoLayout:
         for field in self._fields:
             key, dtype, shape, kind_class, nested = field
             if key not in info:
+                self._warn_missing(key)
                 append(self._zero_value(field))
                 continue
             value = info[key]
             if nested is not None:
                 if not isinstance(value, Mapping):
-                    raise ValueError(f"env_info key {self._path}{key!r} was a dict at the first "
-                                     f"step but is {type(value).__name__} {value!r} now")
+                    raise ValueError(f"env_info key {self._path + key!r} of {self._env_name} was "
+                                     f"a dict at the first step but is {type(value).__name__} "
+                                     f"{value!r} now; {self._keep_out(key)}")
                 append(nested.convert(value))
                 continue
             arr = np.asarray(value)
             if arr.shape != shape or _KIND_CLASS.get(arr.dtype.kind) != kind_class:
                 raise ValueError(
-                    f"env_info key {self._path + key!r} changed from shape {shape} dtype {dtype} "
-                    f"at the first step to shape {arr.shape} dtype {arr.dtype}; env_info "
-                    f"fields must keep their shape and dtype kind at every step"
+                    f"env_info key {self._path + key!r} of {self._env_name} changed from shape "
+                    f"{shape} dtype {dtype} at the first step to shape {arr.shape} dtype "
+                    f"{arr.dtype}; env_info fields must keep their shape and dtype kind at every "
+                    f"step. Give it one shape at every step (e.g. pad it), or "
+                    f"{self._keep_out(key)}"
                 )
             if arr.dtype != dtype:
                 arr = arr.astype(dtype)
@@ -122,14 +133,29 @@ class _InfoLayout:
         values.extend(trailing_values)
         return self._make(values)
 
+    def _keep_out(self, key: str) -> str:
+        top = (self._path + key).split(".")[0]
+        return (f"keep {top!r} out of env_info with rlfast.envs.EnvInfoWrapper(env, "
+                f"info_example={{...the keys you need...}}, drop_other_keys=True)")
+
+    def _warn_missing(self, key: str) -> None:
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        self._warn(f"env_info key {self._path + key!r} of {self._env_name} was present at the "
+                   f"first step but is missing now, so it is filled with zeros here. Info keys "
+                   f"that come and go can give other instances of this env a different env_info "
+                   f"layout from the samples buffer's (an error when their env_info is written); "
+                   + _CURE.format(key=key))
+
     def _warn_new_keys(self, new_keys: set) -> None:
         for key in new_keys:
             if key in self._warned or _skipped_silently(key):
                 continue
             self._warned.add(key)
-            self._warn(f"env_info key {self._path}{key!r} was not present at the first step, so "
-                       f"it has no buffer space and is dropped (make it present at every step, "
-                       f"e.g. with rlfast.envs.EnvInfoWrapper)")
+            self._warn(f"env_info key {self._path}{key!r} of {self._env_name} was not present at "
+                       f"the first step, so it has no buffer space and is dropped; "
+                       + _CURE.format(key=key))
 
 
 def _as_numeric(value: Any) -> np.ndarray | None:
@@ -141,6 +167,16 @@ def _as_numeric(value: Any) -> np.ndarray | None:
     except (ValueError, TypeError):  # ragged sequences
         return None
     return arr if arr.dtype.kind in _KIND_CLASS else None
+
+
+def _env_name(env: Any) -> str:
+    """The env's gymnasium id, else the class name of the innermost env."""
+    try:
+        spec = env.spec
+    except Exception:  # a wrapper whose spec cannot be built
+        spec = None
+    env_id = getattr(spec, "id", None)
+    return str(env_id) if env_id else type(getattr(env, "unwrapped", env)).__name__
 
 
 def _find_horizon(env: Any) -> int | None:
@@ -168,18 +204,25 @@ class GymEnvWrapper(Env):
     With ``final_observation=True`` (array observations only), ``env_info`` also carries
     ``final_observation``: the observation the step returned when it ended the episode (zeros
     on other steps). The sampler resets the env on ``done``, so this is the only record of the
-    state a time limit cut the episode in; time-limit replay buffers bootstrap from it."""
+    state a time limit cut the episode in; time-limit replay buffers bootstrap from it.
+
+    With ``flatten_observation=True`` observations are flattened into one float vector
+    (``gymnasium.spaces.flatten``; Dict entries in the Dict space's key order, Discrete ones
+    one-hot): how dict and tuple observations reach the MLP agents."""
 
     def __init__(self, env: gymnasium.Env, act_null_value: Any = 0, obs_null_value: Any = 0,
-                 force_float32: bool = True, final_observation: bool = False) -> None:
+                 force_float32: bool = True, final_observation: bool = False,
+                 flatten_observation: bool = False) -> None:
         if not isinstance(env, gymnasium.Env):
             raise TypeError(f"GymEnvWrapper needs a gymnasium.Env, got {type(env).__name__}")
         self.env = env
+        self._name = _env_name(env)
         self._action_space = GymSpaceWrapper(env.action_space, null_value=act_null_value,
                                              name="act", force_float32=force_float32)
         self._observation_space = GymSpaceWrapper(env.observation_space,
                                                   null_value=obs_null_value, name="obs",
-                                                  force_float32=force_float32)
+                                                  force_float32=force_float32,
+                                                  flatten=flatten_observation)
         self._revert_action = self._action_space.revert
         self._convert_observation = self._observation_space.convert
         self._info_layout: _InfoLayout | None = None
@@ -204,13 +247,13 @@ class GymEnvWrapper(Env):
         done = terminated or truncated
         if self._final_zero is None:
             if layout is None:
-                layout = self._info_layout = _InfoLayout(info or {}, "EnvInfo",
+                layout = self._info_layout = _InfoLayout(info or {}, "EnvInfo", self._name,
                                                          trailing=("timeout",))
             env_info = layout.convert(info, truncated and not terminated)
         else:
             if layout is None:
                 layout = self._info_layout = _InfoLayout(
-                    info or {}, "EnvInfo", trailing=("timeout", "final_observation"))
+                    info or {}, "EnvInfo", self._name, trailing=("timeout", "final_observation"))
             env_info = layout.convert(info, truncated and not terminated,
                                       observation if done else self._final_zero)
         return EnvStep(observation, float(reward), done, env_info)
@@ -238,6 +281,12 @@ class GymEnvWrapper(Env):
         """The time limit (``max_episode_steps``) of the wrapped env, or None."""
         return self._horizon
 
+    @property
+    def name(self) -> str:
+        """The gymnasium id of the wrapped env (its class name when it has no spec); error
+        messages use it."""
+        return self._name
+
     def close(self) -> None:
         """Close the wrapped gym env."""
         self.env.close()
@@ -261,33 +310,42 @@ class EnvInfoWrapper(gymnasium.Wrapper, RecordConstructorArgs):
     """A gymnasium wrapper that puts every key of ``info_example`` into the info dict of every
     ``step`` (and ``reset``), using the example's value where the env left a key out. Put it
     under ``GymEnvWrapper`` when an env reports some info keys only on some steps (e.g. at
-    episode end), so that those keys exist at the first step and get buffer space."""
+    episode end), so that those keys exist at every step, in every instance of the env, and
+    get buffer space. With ``drop_other_keys=True`` the info dict keeps only the example's
+    (top-level) keys, which removes keys whose values change shape."""
 
-    def __init__(self, env: gymnasium.Env, info_example: Mapping) -> None:
+    def __init__(self, env: gymnasium.Env, info_example: Mapping,
+                 drop_other_keys: bool = False) -> None:
         if not isinstance(info_example, Mapping):
             raise TypeError(f"info_example must be a dict of default info values, got "
                             f"{type(info_example).__name__}")
-        RecordConstructorArgs.__init__(self, info_example=dict(info_example))
+        RecordConstructorArgs.__init__(self, info_example=dict(info_example),
+                                       drop_other_keys=bool(drop_other_keys))
         gymnasium.Wrapper.__init__(self, env)
         self.info_example = dict(info_example)
+        self.drop_other_keys = bool(drop_other_keys)
+
+    def _fill(self, info: Mapping) -> dict:
+        filled = _infill(info, self.info_example)
+        if self.drop_other_keys:
+            filled = {key: filled[key] for key in self.info_example}
+        return filled
 
     def step(self, action: Any) -> tuple:
+        """Step the env; the info dict holds every key of ``info_example``."""
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, reward, terminated, truncated, _infill(info, self.info_example)
+        return obs, reward, terminated, truncated, self._fill(info)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        """Reset the env; the info dict holds every key of ``info_example``."""
         obs, info = self.env.reset(seed=seed, options=options)
-        return obs, _infill(info, self.info_example)
+        return obs, self._fill(info)
 
 
-def make(id: Any, info_example: Mapping | None = None, seed: int | None = None,
-         final_observation: bool = False, **kwargs: Any) -> GymEnvWrapper:
-    """``gymnasium.make(id, **kwargs)``, wrapped in ``EnvInfoWrapper(info_example)`` if one is
-    given, then in ``GymEnvWrapper`` (``final_observation`` passed on); seeded with ``seed``
-    (applied at the first reset). Use as the ``EnvCls`` of a sampler, e.g.
-    ``env_kwargs=dict(id="CartPole-v1")``."""
+def _gym_make(id: Any, **kwargs: Any) -> gymnasium.Env:
+    """``gymnasium.make(id, **kwargs)``; its errors name the id."""
     try:
-        env = gymnasium.make(id, **kwargs)
+        return gymnasium.make(id, **kwargs)
     except gymnasium.error.Error as err:
         message = f"rlfast.envs.make could not make gymnasium environment {id!r}: {err}"
         try:
@@ -295,9 +353,31 @@ def make(id: Any, info_example: Mapping | None = None, seed: int | None = None,
         except Exception:  # an error type with an unusual constructor
             raise gymnasium.error.Error(message) from err
         raise wrapped from err
+
+
+def gym_spaces(id: Any, **kwargs: Any) -> EnvSpaces:
+    """The gymnasium (not rlfast) observation and action spaces of ``gymnasium.make(id,
+    **kwargs)``, as ``EnvSpaces``; the env is closed again. For choosing an agent before any
+    wrapping (the presets use it), so spaces rlfast cannot wrap are still reported."""
+    env = _gym_make(id, **kwargs)
+    try:
+        return EnvSpaces(observation=env.observation_space, action=env.action_space)
+    finally:
+        env.close()
+
+
+def make(id: Any, info_example: Mapping | None = None, seed: int | None = None,
+         final_observation: bool = False, flatten_observation: bool = False,
+         **kwargs: Any) -> GymEnvWrapper:
+    """``gymnasium.make(id, **kwargs)``, wrapped in ``EnvInfoWrapper(info_example)`` if one is
+    given, then in ``GymEnvWrapper`` (``final_observation`` and ``flatten_observation`` passed
+    on); seeded with ``seed`` (applied at the first reset). Use as the ``EnvCls`` of a
+    sampler, e.g. ``env_kwargs=dict(id="CartPole-v1")``."""
+    env = _gym_make(id, **kwargs)
     if info_example is not None:
         env = EnvInfoWrapper(env, info_example)
-    wrapper = GymEnvWrapper(env, final_observation=final_observation)
+    wrapper = GymEnvWrapper(env, final_observation=final_observation,
+                            flatten_observation=flatten_observation)
     if seed is not None:
         wrapper.seed(seed)
     return wrapper

@@ -2,21 +2,32 @@
 
 A preset is a nested dict with sections ``agent``, ``algo``, ``sampler`` and ``runner``;
 every leaf can be overridden from the command line by its dotted key. The agent and model are
-chosen from the environment: categorical on discrete actions, Gaussian on continuous ones,
-and the convolutional Atari agent for ``atari:<game>`` (rlfast's own AtariEnv).
+chosen from the environment's gymnasium spaces, matched exactly: categorical on Discrete
+actions, one categorical per dimension on (1-D) MultiDiscrete and MultiBinary actions (PPO and
+A2C only), Gaussian on 1-D float Box actions, and the convolutional Atari agent for
+``atari:<game>`` (rlfast's own AtariEnv). An algorithm that cannot act in the space is a
+``ValueError`` naming the space and the algorithms that can. Dict and Tuple observations are
+flattened into one vector for the MLP agents (``env.flatten_observation``).
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import torch
+from gymnasium import spaces as gym_spaces
 
-from rlfast.agents import (AlternatingRecurrentCategoricalPgAgent, CategoricalPgAgent,
-                           MujocoFfAgent, MujocoLstmAgent, RecurrentCategoricalPgAgent)
+from rlfast.agents import (AlternatingRecurrentCategoricalPgAgent,
+                           AlternatingRecurrentMultiCategoricalPgAgent, CategoricalPgAgent,
+                           MujocoFfAgent, MujocoLstmAgent, MultiCategoricalPgAgent,
+                           RecurrentCategoricalPgAgent, RecurrentMultiCategoricalPgAgent)
 from rlfast.algos import A2C, PPO, RLAlgorithm
 from rlfast.algos.dqn import DQN, R2D1, CategoricalDQN
 from rlfast.algos.qpg import DDPG, SAC, TD3
 from rlfast.envs import make as make_gym_env
+from rlfast.envs.gym import gym_spaces as make_gym_spaces
 from rlfast.experiments.qpg_presets import ENV_TUNED, QPG_ALGOS, QPG_PRESETS
 from rlfast.runners import MinibatchRlEval
 from rlfast.samplers import (AlternatingSampler, CpuEvalCollector, CpuResetCollector, CpuSampler,
@@ -189,38 +200,99 @@ ATARI_PREFIX = "atari:"
 SAMPLER_SAFETY = dict(check_finite=True, worker_timeout="auto")
 
 
-def env_kind(env_id: str) -> str:
-    """Which preset family fits ``env_id``: ``"atari"`` for ``atari:<game>``, else
-    ``"discrete"`` or ``"continuous"`` from the action space of a freshly made environment.
+# Action kinds (``EnvTraits.kind``), the preset family each uses, the algorithms that can act
+# in them and how messages name them. MultiDiscrete actions use the "discrete" hyperparameters
+# with the per-dimension categorical agent, which only the policy-gradient algorithms have.
+ACTION_KIND_FAMILY = {"atari": "atari", "discrete": "discrete", "multi_discrete": "discrete",
+                      "continuous": "continuous"}
+MULTI_DISCRETE_ALGOS = ("a2c", "ppo")
+_KIND_LABEL = {"atari": "Atari (discrete)", "discrete": "Discrete",
+               "multi_discrete": "MultiDiscrete / MultiBinary", "continuous": "continuous Box"}
 
-    Presets differ by action space (categorical vs Gaussian policies, DQN vs QPG), so the
-    environment is made once here, inspected and closed again.
-    """
+EnvTraits = namedtuple("EnvTraits", ["kind", "action_space", "observation_space"])
+EnvTraits.__doc__ = ("What the presets need to know of an environment: the action ``kind`` "
+                     "(a key of ACTION_KIND_FAMILY, or None for an action space no preset "
+                     "supports) and the gymnasium spaces (None for Atari games).")
+
+
+def action_kind(space: Any) -> str | None:
+    """The action kind of a gymnasium action space: ``"discrete"`` (Discrete),
+    ``"multi_discrete"`` (1-D MultiDiscrete or MultiBinary), ``"continuous"`` (1-D float Box),
+    else None (Dict, Tuple, integer Box, multi-dimensional spaces, ...)."""
+    if isinstance(space, gym_spaces.Discrete):
+        return "discrete"
+    if isinstance(space, (gym_spaces.MultiDiscrete, gym_spaces.MultiBinary)):
+        return "multi_discrete" if len(space.shape) == 1 else None
+    if isinstance(space, gym_spaces.Box) and np.dtype(space.dtype).kind == "f" and \
+            len(space.shape) == 1:
+        return "continuous"
+    return None
+
+
+def inspect_env(env_id: str) -> EnvTraits:
+    """The ``EnvTraits`` of ``env_id``: ``atari:<game>`` is an Atari game (nothing is made);
+    a gymnasium id is made once, its spaces read and the env closed again."""
     if env_id.startswith(ATARI_PREFIX):
-        return "atari"
-    env = make_gym_env(env_id)
-    try:
-        return "discrete" if getattr(env.action_space, "n", None) is not None and \
-            tuple(env.action_space.shape) == () else "continuous"
-    finally:
-        env.close()
+        return EnvTraits("atari", None, None)
+    spaces = make_gym_spaces(env_id)
+    return EnvTraits(action_kind(spaces.action), spaces.action, spaces.observation)
+
+
+def env_kind(env_id: str) -> str | None:
+    """The action kind of ``env_id`` (see ``inspect_env`` and ``action_kind``)."""
+    return inspect_env(env_id).kind
+
+
+def algos_for(kind: str) -> list[str]:
+    """The preset algorithms that can act in action spaces of ``kind``, sorted."""
+    family = ACTION_KIND_FAMILY[kind]
+    return sorted(algo for algo, presets in PRESETS.items() if family in presets and
+                  (kind != "multi_discrete" or algo in MULTI_DISCRETE_ALGOS))
+
+
+def check_algo_fits(algo: str, traits: EnvTraits, env_id: str) -> str:
+    """The preset family of ``algo`` for this environment, or a ``ValueError`` that names the
+    action space and the algorithms that can act in it."""
+    if algo not in PRESETS:
+        raise ValueError(f"unknown algorithm {algo!r}; choose from {sorted(PRESETS)}")
+    space = "" if traits.action_space is None else " " + " ".join(str(traits.action_space).split())
+    if traits.kind is None:
+        supported = "; ".join(f"{label} ({', '.join(algos_for(kind))})"
+                              for kind, label in _KIND_LABEL.items() if kind != "atari")
+        raise ValueError(f"no rlfast algorithm can act in the action space{space} of {env_id}; "
+                         f"the presets support these action spaces: {supported} (MultiDiscrete, "
+                         f"MultiBinary and Box ones 1-D)")
+    able = algos_for(traits.kind)
+    if algo not in able:
+        own = ", ".join(label for kind, label in _KIND_LABEL.items() if algo in algos_for(kind))
+        raise ValueError(f"{algo!r} cannot act in the {_KIND_LABEL[traits.kind]} action "
+                         f"space{space} of {env_id} (it acts in {own} action spaces); "
+                         f"algorithms that can: {', '.join(able)}")
+    return ACTION_KIND_FAMILY[traits.kind]
+
+
+def needs_flat_observation(traits: EnvTraits) -> bool:
+    """Whether the MLP agents need ``env.flatten_observation``: a Dict or Tuple observation
+    space, which they read flattened into one vector."""
+    return isinstance(traits.observation_space, (gym_spaces.Dict, gym_spaces.Tuple))
 
 
 def get_preset(algo: str, env_id: str) -> dict:
     """The preset for ``algo`` matched to ``env_id``: a fresh nested dict that the caller
     may change freely.
 
-    The family preset (``env_kind``) comes first, then any per-environment tuning from
-    ``ENV_TUNED``; an unknown algorithm, or one without a preset for this kind of action
-    space, is a ``ValueError`` naming the valid choices.
+    The family preset (from the action space, ``check_algo_fits``) comes first, then any
+    per-environment tuning from ``ENV_TUNED``; Dict and Tuple observations add
+    ``env.flatten_observation=True``. An unknown algorithm, or one that cannot act in this
+    action space, is a ``ValueError`` naming the valid choices.
     """
     if algo not in PRESETS:
         raise ValueError(f"unknown algorithm {algo!r}; choose from {sorted(PRESETS)}")
-    kind = env_kind(env_id)
-    if kind not in PRESETS[algo]:
-        raise ValueError(f"{algo!r} has no preset for {kind} action spaces ({env_id}); "
-                         f"it supports: {sorted(PRESETS[algo])}")
-    config = deep_merge(PRESETS[algo][kind], ENV_TUNED.get((algo, env_id), {}))
+    traits = inspect_env(env_id)
+    family = check_algo_fits(algo, traits, env_id)
+    config = deep_merge(PRESETS[algo][family], ENV_TUNED.get((algo, env_id), {}))
+    if needs_flat_observation(traits):
+        config["env"] = dict(config.get("env", {}), flatten_observation=True)
     for key, value in SAMPLER_SAFETY.items():  # every preset can set them with --set
         config["sampler"].setdefault(key, value)
     return config
@@ -294,6 +366,11 @@ def _agent_class(kind: str, recurrent: bool, sampler: str) -> type:
         if recurrent:
             return AlternatingRecurrentCategoricalPgAgent if alternating else RecurrentCategoricalPgAgent
         return CategoricalPgAgent
+    if kind == "multi_discrete":
+        if recurrent:
+            return (AlternatingRecurrentMultiCategoricalPgAgent if alternating
+                    else RecurrentMultiCategoricalPgAgent)
+        return MultiCategoricalPgAgent
     if recurrent:
         if alternating:
             raise ValueError("no alternating recurrent Gaussian preset agent; use --sampler gpu")
@@ -316,11 +393,15 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
 
     Everything is constructed but nothing is started: no process, environment step or
     gradient step happens until ``runner.train()``. Errors in the configuration (unknown
-    sampler, unknown Atari game, a combination without an agent) surface here. Without
+    sampler, unknown Atari game, an algorithm that cannot act in the action space, a
+    combination without an agent) surface here. Dict and Tuple observations are flattened for
+    the MLP agents unless the config says ``env.flatten_observation=False``. Without
     ``affinity`` the run uses every available core (``default_affinity``).
     """
     check_choice(sampler, "sampler", SAMPLERS)
-    kind = env_kind(env_id)
+    traits = inspect_env(env_id)
+    check_algo_fits(algo_name, traits, env_id)
+    kind = traits.kind
     agent_cfg = dict(config["agent"])
     recurrent = agent_cfg.pop("recurrent", False)
     if algo_name in QPG_ALGOS:
@@ -330,7 +411,10 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
         agent = _value_agent_class(algo_name, kind, sampler)(**agent_cfg)
     else:
         agent = _agent_class(kind, recurrent, sampler)(**agent_cfg)
-    EnvCls, env_kwargs, TrajInfoCls = _env_factory(env_id, config.get("env", {}))
+    env_cfg = dict(config.get("env", {}))
+    if needs_flat_observation(traits):  # also for configs not made by get_preset
+        env_cfg.setdefault("flatten_observation", True)
+    EnvCls, env_kwargs, TrajInfoCls = _env_factory(env_id, env_cfg)
     sampler_cfg = dict(config["sampler"])
     # Recurrent agents replay whole sequences, so environments wait for the batch end to reset.
     cpu_side = sampler in ("serial", "cpu")

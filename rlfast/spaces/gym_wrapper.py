@@ -37,11 +37,12 @@ def _build(space: Any, null_value: Any, name: str, force_float32: bool) -> tuple
         box = IntBox(start, start + n, shape=(), dtype=dtype, null_value=null_value)
         return box, _leaf_converter(dtype), _to_python_int
     if isinstance(space, gym_spaces.MultiDiscrete):
+        # Per-dimension bounds, kept as arrays even when equal: ``n`` is the space's nvec.
         dtype = np.dtype(space.dtype)
-        start = np.asarray(getattr(space, "start", 0), dtype=np.int64)
-        high = start + np.asarray(space.nvec, dtype=np.int64)
-        box = IntBox(_collapse(np.broadcast_to(start, high.shape)), _collapse(high),
-                     shape=space.shape, dtype=dtype, null_value=null_value)
+        high = np.asarray(space.start, dtype=np.int64) + np.asarray(space.nvec, dtype=np.int64)
+        start = np.array(np.broadcast_to(np.asarray(space.start, dtype=np.int64), high.shape))
+        box = IntBox(start, high, shape=space.shape, dtype=dtype,
+                     null_value=_null_in_range(null_value, start, high))
         return box, _leaf_converter(dtype), _leaf_converter(dtype)
     if isinstance(space, gym_spaces.MultiBinary):
         dtype = np.dtype(space.dtype)
@@ -88,8 +89,51 @@ def _build(space: Any, null_value: Any, name: str, force_float32: bool) -> tuple
     supported = ", ".join(SUPPORTED_GYM_SPACES)
     raise TypeError(
         f"GymSpaceWrapper cannot wrap gymnasium space type {type(space).__name__} ({space!r}); "
-        f"supported types: {supported}"
+        f"supported types: {supported} (or any space gymnasium.spaces.flatten_space accepts, "
+        f"flattened into one vector with flatten=True; rlfast.envs.make(id, "
+        f"flatten_observation=True) for observations)"
     )
+
+
+def _build_flat(space: Any, null_value: Any, force_float32: bool) -> tuple:
+    """``(FloatBox, convert, revert)`` for ``space`` flattened into one vector with
+    gymnasium's ``flatten_space`` / ``flatten`` / ``unflatten`` (Dict entries in the Dict
+    space's key order, Discrete entries one-hot)."""
+    try:
+        flat = gym_spaces.flatten_space(space)
+    except NotImplementedError as err:
+        raise TypeError(f"GymSpaceWrapper cannot flatten gymnasium space {space!r}: {err}") from err
+    flat_dtype = np.dtype(flat.dtype)
+    if flat_dtype.kind == "f" and not (force_float32 and flat_dtype == np.float64):
+        dtype = flat_dtype
+    else:
+        dtype = np.dtype(np.float32)
+    box = FloatBox(_collapse(np.asarray(flat.low, dtype=np.float64)),
+                   _collapse(np.asarray(flat.high, dtype=np.float64)),
+                   shape=flat.shape, null_value=null_value, dtype=dtype)
+    flatten, unflatten = gym_spaces.flatten, gym_spaces.unflatten
+
+    def convert(value: Any) -> np.ndarray:
+        return np.asarray(flatten(space, value), dtype=dtype)
+
+    def revert(value: Any) -> Any:
+        return unflatten(space, np.asarray(value, dtype=flat_dtype))
+
+    return box, convert, revert
+
+
+def _null_in_range(null_value: Any, low: Any, high: Any) -> Any:
+    """``null_value`` where it lies in ``[low, high)``, else ``low`` (per entry): the null of
+    a MultiDiscrete dimension with ``start > 0`` is its first value, not an invalid 0 (the
+    per-dimension categorical agents one-hot the previous action relative to ``start``)."""
+    null = np.asarray(null_value)
+    if null.dtype.kind not in "biuf":
+        return null_value
+    low, high = np.asarray(low), np.asarray(high)
+    inside = (null >= low) & (null < high)
+    if np.all(inside):
+        return null_value
+    return np.where(inside, null, low)
 
 
 def _leaf_converter(dtype: np.dtype) -> Callable[[Any], np.ndarray]:
@@ -115,20 +159,32 @@ class GymSpaceWrapper:
     """Wraps a gymnasium space in the rlfast interface. Discrete becomes a scalar ``IntBox``
     over ``range(start, start + n)``; integer Boxes (e.g. uint8 images) become ``IntBox`` with
     the Box's dtype; float Boxes become ``FloatBox`` (float64 narrowed to float32 when
-    ``force_float32``); MultiDiscrete becomes an ``IntBox`` with per-dimension bounds; Dict
+    ``force_float32``); MultiDiscrete becomes an ``IntBox`` with per-dimension bounds
+    ``[start, start + nvec)`` (so ``n`` is ``nvec``); MultiBinary an ``IntBox`` over {0, 1}; Dict
     becomes a ``Composite`` whose values are namedtuples from a ``NamedTupleSchema`` called
     ``name`` (nested Dicts recurse, named ``{name}_{key}``), so they pickle under spawn.
+    With ``flatten=True`` any space gymnasium can flatten (Dict and Tuple included) becomes
+    one ``FloatBox`` vector instead (``gymnasium.spaces.flatten``: Dict entries in the Dict
+    space's key order, Discrete entries one-hot), what MLP models read.
     ``convert`` turns a gym value into the rlfast form and ``revert`` turns it back; shape,
-    dtype, n, low, high and the other attributes pass through to the wrapped rlfast space."""
+    dtype, n, low, high and the other attributes pass through to the wrapped rlfast space.
+    An integer ``null_value`` outside a MultiDiscrete dimension's range is replaced by that
+    dimension's lowest value."""
 
     def __init__(self, space: Any, null_value: Any = 0, name: str = "obs",
-                 force_float32: bool = True) -> None:
+                 force_float32: bool = True, flatten: bool = False) -> None:
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"GymSpaceWrapper name must be a Python identifier, got {name!r}")
         self.gym_space = space
         self.name = name
         self.force_float32 = force_float32
-        self.space, self._convert, self._revert = _build(space, null_value, name, force_float32)
+        self.flatten = bool(flatten)
+        self.space, self._convert, self._revert = self._make(null_value)
+
+    def _make(self, null_value: Any) -> tuple:
+        if self.flatten:
+            return _build_flat(self.gym_space, null_value, self.force_float32)
+        return _build(self.gym_space, null_value, self.name, self.force_float32)
 
     def sample(self) -> Any:
         """A random value in rlfast form (namedtuple for Dict spaces), from the rlfast space's
@@ -154,20 +210,22 @@ class GymSpaceWrapper:
     def __getattr__(self, name: str) -> Any:
         # Only reached for attributes not found normally; guard against recursion while
         # unpickling (before ``space`` exists).
-        if name.startswith("__") or name in ("space", "_convert", "_revert"):
+        if name.startswith("__") or name in ("space", "_convert", "_revert", "flatten",
+                                             "gym_space", "force_float32"):
             raise AttributeError(name)
         return getattr(self.space, name)
 
     def __getstate__(self) -> dict:
         # The converters are closures; rebuild them from the gym space on unpickling.
         return {"gym_space": self.gym_space, "name": self.name,
-                "force_float32": self.force_float32, "space": self.space}
+                "force_float32": self.force_float32, "flatten": self.flatten, "space": self.space}
 
     def __setstate__(self, state: dict) -> None:
         self.gym_space = state["gym_space"]
         self.name = state["name"]
         self.force_float32 = state["force_float32"]
-        _, self._convert, self._revert = _build(self.gym_space, 0, self.name, self.force_float32)
+        self.flatten = state.get("flatten", False)
+        _, self._convert, self._revert = self._make(0)
         self.space = state["space"]
 
     def __repr__(self) -> str:

@@ -9,6 +9,7 @@ from gymnasium import spaces as gs
 
 from rlfast.envs import EnvInfoWrapper, EnvSpaces, EnvStep, GymEnvWrapper, make
 from rlfast.spaces import Composite, FloatBox, GymSpaceWrapper, IntBox
+import tests.envs._space_envs  # noqa: F401  (registers the rlfast_test/ ids)
 
 
 class ScriptedInfoEnv(gymnasium.Env):
@@ -139,7 +140,9 @@ def test_env_info_layout_fixed_at_first_step():
     assert info._fields == ("score", "steps", "vec", "episode", "timeout")
     assert info.score == 1.5 and isinstance(info.score, np.floating)
     assert info.episode.l == 3 and info.episode._fields == ("r", "l")
-    second = env.step(0).env_info
+    with pytest.warns(UserWarning, match=r"'steps' of ScriptedInfoEnv.*missing.*zeros.*"
+                                         r"EnvInfoWrapper\(env, info_example=\{'steps'"):
+        second = env.step(0).env_info
     assert second.steps == 0 and second.steps.dtype == info.steps.dtype  # missing -> zero
     assert second.vec.dtype == np.float32  # cast to the first step's dtype
     assert second.episode.r == 2.0 and second.timeout is False
@@ -158,6 +161,7 @@ def test_new_key_warns_once_and_is_dropped():
     messages = [str(w.message) for w in caught]
     assert len([m for m in messages if "'late'" in m]) == 1, messages
     assert len(messages) == 1
+    assert "of ScriptedInfoEnv" in messages[0] and "rlfast.envs.EnvInfoWrapper" in messages[0]
     assert all(s.env_info._fields == ("a", "timeout") for s in steps)
     assert steps[-1].env_info.a == 3.0
 
@@ -167,8 +171,18 @@ def test_shape_change_raises_naming_key():
     env = GymEnvWrapper(ScriptedInfoEnv(infos))
     env.reset()
     env.step(0)
-    with pytest.raises(ValueError, match=r"'pos'.*\(2,\).*\(3,\)"):
+    with pytest.raises(ValueError, match=r"'pos' of ScriptedInfoEnv.*\(2,\).*\(3,\).*"
+                                         r"EnvInfoWrapper.*drop_other_keys=True"):
         env.step(0)
+
+
+def test_env_info_wrapper_can_drop_other_keys():
+    infos = [{"pos": np.zeros(2), "a": 1.0}, {"pos": np.zeros(3), "a": 2.0}]
+    env = GymEnvWrapper(EnvInfoWrapper(ScriptedInfoEnv(infos), {"a": 0.0, "b": 0},
+                                       drop_other_keys=True))
+    steps = run_steps(env, 3)
+    assert all(s.env_info._fields == ("a", "b", "timeout") for s in steps)
+    assert steps[-1].env_info.a == 2.0 and steps[-1].env_info.b == 0
 
 
 def test_dtype_kind_change_raises():
@@ -240,3 +254,36 @@ def test_dict_spaces_convert_and_revert():
     assert step.done and step.env_info.timeout is False
     assert isinstance(env.action_space.spaces[0], IntBox)
     assert isinstance(env.observation_space.spaces[1], FloatBox)
+
+
+def test_flatten_observation_dict_follows_the_dict_space_key_order():
+    from tests.envs._space_envs import DictObsEnv
+    inner = DictObsEnv()
+    env = GymEnvWrapper(inner, flatten_observation=True)
+    space = env.observation_space
+    assert isinstance(space.space, FloatBox) and space.shape == (5,) and space.dtype == np.float32
+    # gymnasium's Dict sorts its keys ("cue" before "position"); Discrete entries are one-hot.
+    np.testing.assert_array_equal(space.low, [0, 0, 0, -1, -1])
+    obs = env.reset()
+    expected = np.concatenate([np.eye(3)[inner.cue], inner.position])
+    np.testing.assert_array_equal(obs, expected.astype(np.float32))
+    step = env.step(inner.cue)
+    assert step.observation.shape == (5,) and step.reward == 1.0
+    assert obs.dtype == np.float32 and space.contains(obs)
+
+
+def test_flatten_observation_tuple_and_make():
+    env = make("rlfast_test/TupleObs-v0", flatten_observation=True)
+    assert env.observation_space.shape == (5,)  # Box(2) then one-hot Discrete(3), tuple order
+    obs = env.reset()
+    assert obs.shape == (5,) and obs[2:].sum() == 1.0 and np.all(np.abs(obs[:2]) <= 1)
+    # Without flattening a Tuple observation cannot be wrapped, and the error names the cure.
+    with pytest.raises(TypeError, match="flatten_observation=True"):
+        make("rlfast_test/TupleObs-v0")
+    back = pickle.loads(pickle.dumps(env.observation_space))
+    np.testing.assert_array_equal(back.convert((np.zeros(2, np.float32), 1)), [0, 0, 0, 1, 0])
+
+
+def test_env_name_is_the_gymnasium_id():
+    assert make("CartPole-v1").name == "CartPole-v1"
+    assert GymEnvWrapper(ScriptedInfoEnv([{}])).name == "ScriptedInfoEnv"

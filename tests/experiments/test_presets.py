@@ -1,7 +1,15 @@
-"""Presets and the experiment builder: merged tuning, agent choice per sampler, early errors."""
+"""Presets and the experiment builder: merged tuning, agent choice per sampler and per action
+space, flattened dict observations, early errors."""
 import pytest
 
-from rlfast.experiments.presets import PRESETS, build_experiment, default_affinity, get_preset
+import tests.envs._space_envs  # noqa: F401  (registers the rlfast_test/ ids)
+from rlfast.agents import (AlternatingRecurrentMultiCategoricalPgAgent, CategoricalPgAgent,
+                           DqnAgent, MujocoFfAgent, MultiCategoricalPgAgent,
+                           RecurrentMultiCategoricalPgAgent)
+from rlfast.cli import main
+from rlfast.experiments.presets import (PRESETS, build_experiment, default_affinity, env_kind,
+                                        get_preset)
+from rlfast.utils.logging import logger_context
 from rlfast.experiments.qpg_presets import ENV_TUNED
 from rlfast.utils.misc import available_cpus
 
@@ -46,3 +54,122 @@ def test_unknown_atari_game_fails_while_building():
     config = get_preset("ppo", "atari:pong")
     with pytest.raises(ValueError, match="pong"):
         build_experiment("ppo", "atari:pongg", config, sampler="serial", seed=0)
+
+
+# ---- the agent for every action space, and clear errors for the rest -----------------------
+
+MATCH = "rlfast_test/MatchTarget-v0"
+DICT_OBS = "rlfast_test/DictObs-v0"
+
+
+def test_action_kinds_match_the_space_exactly():
+    assert env_kind("CartPole-v1") == "discrete"
+    assert env_kind("Pendulum-v1") == "continuous"
+    assert env_kind(MATCH) == "multi_discrete"  # was "continuous": a Gaussian agent
+    assert env_kind("rlfast_test/MultiBinaryAct-v0") == "multi_discrete"
+    assert env_kind("rlfast_test/DictAct-v0") is None
+    assert env_kind("rlfast_test/MultiDiscrete2dAct-v0") is None
+    assert env_kind("atari:pong") == "atari"
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_pg_presets_pick_the_multicategorical_agent(algo):
+    config = get_preset(algo, MATCH)
+    assert config["algo"] == get_preset(algo, "CartPole-v1")["algo"]  # the discrete family
+    runner = build_experiment(algo, MATCH, config, sampler="serial", seed=0)
+    assert type(runner.agent) is MultiCategoricalPgAgent
+    config["agent"]["recurrent"] = True
+    runner = build_experiment(algo, MATCH, config, sampler="serial", seed=0)
+    assert type(runner.agent) is RecurrentMultiCategoricalPgAgent
+    runner = build_experiment(algo, MATCH, config, sampler="alternating", seed=0)
+    assert type(runner.agent) is AlternatingRecurrentMultiCategoricalPgAgent
+    multibinary = "rlfast_test/MultiBinaryAct-v0"
+    runner = build_experiment(algo, multibinary, get_preset(algo, multibinary), sampler="serial")
+    assert type(runner.agent) is MultiCategoricalPgAgent
+
+
+def test_known_spaces_keep_their_agents():
+    assert type(build_experiment("ppo", "CartPole-v1", get_preset("ppo", "CartPole-v1"),
+                                 sampler="serial").agent) is CategoricalPgAgent
+    assert type(build_experiment("ppo", "Pendulum-v1", get_preset("ppo", "Pendulum-v1"),
+                                 sampler="serial").agent) is MujocoFfAgent
+    assert "env" not in get_preset("ppo", "CartPole-v1")  # no flattening for array observations
+
+
+@pytest.mark.parametrize("algo", ["dqn", "cat_dqn", "rainbow", "r2d1", "ddpg", "td3", "sac"])
+def test_value_and_qpg_presets_refuse_multidiscrete_naming_space_and_algorithms(algo):
+    for env_id, space in [(MATCH, "MultiDiscrete([3 4 2])"),
+                          ("rlfast_test/MultiBinaryAct-v0", "MultiBinary(3)")]:
+        with pytest.raises(ValueError) as caught:
+            get_preset(algo, env_id)
+        message = str(caught.value)
+        assert f"{algo!r} cannot act in the MultiDiscrete / MultiBinary action space {space} " \
+            f"of {env_id} (it acts in " in message
+        assert message.endswith("algorithms that can: a2c, ppo")
+        with pytest.raises(ValueError, match="algorithms that can: a2c, ppo"):
+            build_experiment(algo, env_id, get_preset("ppo", env_id), sampler="serial")
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn", "sac"])
+def test_dict_and_2d_action_spaces_are_refused_by_every_preset(algo):
+    with pytest.raises(ValueError, match=r"no rlfast algorithm can act in the action space "
+                                         r"Dict\('force'.*'move': Discrete\(2\)\) of "
+                                         r"rlfast_test/DictAct-v0; the presets support.*"
+                                         r"MultiDiscrete / MultiBinary \(a2c, ppo\)"):
+        get_preset(algo, "rlfast_test/DictAct-v0")
+    with pytest.raises(ValueError, match=r"MultiDiscrete\(\[\[2 2\] \[3 3\]\]\)"):
+        get_preset(algo, "rlfast_test/MultiDiscrete2dAct-v0")
+
+
+def test_qpg_and_dqn_name_the_algorithms_for_the_other_spaces():
+    with pytest.raises(ValueError, match=r"'sac' cannot act in the Discrete action space "
+                                         r"Discrete\(2\) of CartPole-v1 \(it acts in continuous "
+                                         r"Box action spaces\); algorithms that can: "
+                                         r"a2c, cat_dqn, dqn, ppo, r2d1, rainbow"):
+        get_preset("sac", "CartPole-v1")
+    with pytest.raises(ValueError, match=r"'dqn' cannot act in the continuous Box action space "
+                                         r".*Pendulum-v1 \(it acts in Atari \(discrete\), "
+                                         r"Discrete action spaces\); algorithms that can: a2c, "
+                                         r"ddpg, ppo, sac, td3"):
+        get_preset("dqn", "Pendulum-v1")
+
+
+def _short_run(algo, env_id, tmp_path):
+    config = get_preset(algo, env_id)
+    config["runner"].update(n_steps=512, log_interval_steps=256)
+    config["sampler"].update(batch_T=32, batch_B=4, eval_n_envs=2, eval_max_steps=64,
+                             eval_max_trajectories=2)
+    if algo == "dqn":
+        config["algo"].update(min_steps_learn=128, batch_size=32)
+    runner = build_experiment(algo, env_id, config, sampler="serial", seed=0)
+    with logger_context(str(tmp_path), 0, algo, {}, override_prefix=True):
+        return runner, runner.train()
+
+
+@pytest.mark.parametrize("algo,env_id", [("ppo", DICT_OBS), ("dqn", DICT_OBS),
+                                         ("ppo", "rlfast_test/TupleObs-v0")])
+def test_dict_and_tuple_observations_are_flattened_for_mlp_agents(algo, env_id, tmp_path):
+    assert get_preset(algo, env_id)["env"]["flatten_observation"] is True
+    runner, result = _short_run(algo, env_id, tmp_path)
+    assert runner.sampler.env_kwargs["flatten_observation"] is True
+    assert type(runner.agent) is (DqnAgent if algo == "dqn" else CategoricalPgAgent)
+    assert runner.agent.env_model_kwargs["observation_shape"] == (5,)  # one-hot cue + position
+    assert [steps for steps, _ in result["eval_returns"]] == [0, 256, 512]
+
+
+def test_unflattened_dict_observation_is_a_clear_error_at_startup():
+    config = get_preset("ppo", DICT_OBS)
+    config["env"]["flatten_observation"] = False
+    runner = build_experiment("ppo", DICT_OBS, config, sampler="serial", seed=0)
+    with pytest.raises(TypeError, match=r"CategoricalPolicy needs an array observation space, got "
+                                        r"GymSpaceWrapper\(Dict.*flatten_observation=True"):
+        runner.agent.initialize(runner.sampler.EnvCls(**runner.sampler.env_kwargs).spaces)
+
+
+def test_cli_trains_ppo_on_dict_observations(tmp_path, capsys):
+    code = main(["train", "ppo", DICT_OBS, "--steps", "256", "--sampler", "serial",
+                 "--n-envs", "2", "--log-dir", str(tmp_path / "run"), "--no-progress",
+                 "--set", "sampler.batch_T=64", "--set", "runner.log_interval_steps=128",
+                 "--set", "sampler.eval_max_steps=32"])
+    assert code == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("Final evaluation return")

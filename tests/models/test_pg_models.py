@@ -195,3 +195,44 @@ def test_bad_observation_rank_is_reported():
     model = CategoricalPgFfModel(OBS_SHAPE, A)
     with pytest.raises(ValueError, match="between"):
         model(torch.zeros(2, 2, 2, 6), None, None)
+
+
+# ---- one softmax per action dimension (MultiDiscrete actions) ---------------------------------
+@pytest.mark.parametrize("nvec", [(3, 4, 2), (3, 3)])
+@pytest.mark.parametrize("lead_shape", LEAD_SHAPES)
+def test_categorical_models_with_action_nvec_give_one_distribution_per_dimension(nvec, lead_shape):
+    from rlfast.models.pg.model_parts import segment_softmax
+    size = sum(nvec)
+    torch.manual_seed(0)
+    ff = CategoricalPgFfModel(OBS_SHAPE, size, hidden_sizes=[8], action_nvec=nvec)
+    lstm = CategoricalPgLstmModel(OBS_SHAPE, size, hidden_sizes=[8], lstm_size=5, action_nvec=nvec)
+    obs, _, prev_reward = _inputs(lead_shape)
+    prev_action = torch.zeros(lead_shape + (size,))
+    for pi in (ff(obs)[0], lstm(obs, prev_action, prev_reward)[0]):
+        assert pi.shape == lead_shape + (size,)
+        for part in pi.split(list(nvec), dim=-1):
+            torch.testing.assert_close(part.sum(-1), torch.ones(lead_shape))
+    # The probabilities are the per-segment softmax of the policy MLP's logits.
+    logits = ff.pi(obs.reshape(-1, *OBS_SHAPE))
+    expected = torch.cat([torch.softmax(p, -1) for p in logits.split(list(nvec), -1)], -1)
+    torch.testing.assert_close(ff(obs)[0].reshape(-1, size), expected)
+    torch.testing.assert_close(segment_softmax(logits, nvec), expected)
+
+
+def test_action_nvec_must_sum_to_action_size():
+    with pytest.raises(ValueError, match=r"action_nvec \[3, 4\] must be positive sizes summing "
+                                         r"to action_size \(6\)"):
+        CategoricalPgFfModel(OBS_SHAPE, 6, action_nvec=[3, 4])
+    with pytest.raises(ValueError, match="CategoricalPgLstmModel"):
+        CategoricalPgLstmModel(OBS_SHAPE, 2, action_nvec=[2, 0])
+
+
+def test_without_action_nvec_the_model_is_unchanged():
+    torch.manual_seed(3)
+    plain = CategoricalPgFfModel(OBS_SHAPE, A, hidden_sizes=[8])
+    obs = _inputs((4,))[0]
+    torch.testing.assert_close(plain(obs)[0], torch.softmax(plain.pi(obs), -1), rtol=0, atol=0)
+    torch.manual_seed(3)
+    same_init = CategoricalPgFfModel(OBS_SHAPE, A, hidden_sizes=[8], action_nvec=[A])
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(),
+                                                 same_init.state_dict().values()))

@@ -138,3 +138,42 @@ def test_unsupported_space_type_error():
 def test_bad_dict_key():
     with pytest.raises(ValueError, match="bad key"):
         GymSpaceWrapper(gs.Dict({"bad key": gs.Discrete(2)}))
+
+
+def test_multidiscrete_keeps_per_dimension_bounds_and_start():
+    equal = GymSpaceWrapper(gs.MultiDiscrete([3, 3]), name="act")
+    assert isinstance(equal.high, np.ndarray)  # not collapsed to a scalar: n is the nvec
+    np.testing.assert_array_equal(equal.n, [3, 3])
+    shifted = GymSpaceWrapper(gs.MultiDiscrete([2, 3], start=[1, -1]), name="act")
+    np.testing.assert_array_equal(shifted.low, [1, -1])
+    np.testing.assert_array_equal(shifted.high, [3, 2])
+    np.testing.assert_array_equal(shifted.n, [2, 3])
+    # The default null value 0 lies outside dimension 0's values {1, 2}: that one becomes 1.
+    np.testing.assert_array_equal(shifted.null_value(), [1, 0])
+    assert shifted.contains(shifted.null_value())
+    draws = np.stack([shifted.sample() for _ in range(200)])
+    assert draws.min(axis=0).tolist() == [1, -1] and draws.max(axis=0).tolist() == [2, 1]
+    assert not shifted.contains(np.array([0, 0]))  # below dimension 0's start
+    assert not shifted.contains(np.array([1, 2]))  # above dimension 1's last value
+
+
+def test_flatten_dict_and_tuple_spaces():
+    wrapped = GymSpaceWrapper(nested_dict_space(), flatten=True)
+    assert isinstance(wrapped.space, FloatBox) and wrapped.dtype == np.float32
+    # image 4, inner (flags 2, mode 3 one-hot), state 3: the Dicts sort their keys
+    assert wrapped.shape == (12,)
+    value = {"image": np.arange(4, dtype=np.uint8).reshape(2, 2), "state": np.array([.1, .2, .3]),
+             "inner": {"mode": 2, "flags": np.array([1, 0], np.int8)}}
+    flat = wrapped.convert(value)
+    np.testing.assert_allclose(flat, [0, 1, 2, 3, 1, 0, 0, 0, 1, .1, .2, .3], rtol=1e-6)
+    back = wrapped.revert(flat)
+    assert back["inner"]["mode"] == 2 and back["image"].dtype == np.uint8
+    pickled = pickle.loads(pickle.dumps(wrapped))
+    np.testing.assert_array_equal(pickled.convert(value), flat)
+    tuple_space = GymSpaceWrapper(gs.Tuple([gs.Discrete(2), gs.Discrete(3)]), flatten=True)
+    np.testing.assert_array_equal(tuple_space.convert((1, 0)), [0, 1, 1, 0, 0])
+
+
+def test_unsupported_space_error_names_flattening():
+    with pytest.raises(TypeError, match="flatten=True"):
+        GymSpaceWrapper(gs.Tuple([gs.Discrete(2), gs.Discrete(3)]))

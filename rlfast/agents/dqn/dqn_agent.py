@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from rlfast.agents.base import AgentStep, BaseAgent
+from rlfast.agents.base import AgentStep, BaseAgent, array_observation_shape
 from rlfast.agents.dqn.epsilon_greedy import EpsilonGreedyAgentMixin
 from rlfast.agents.recurrent import stored_rnn_state
 from rlfast.distributions import EpsilonGreedy
@@ -38,9 +38,11 @@ def discrete_q_model_kwargs(env_spaces, agent_name: str, image_model: bool = Fal
     action_space = env_spaces.action
     if getattr(action_space, "n", None) is None or tuple(action_space.shape) != ():
         raise TypeError(f"{agent_name} needs a scalar discrete action space (IntBox with n actions); got "
-                        f"{action_space!r}. Use DDPG/TD3/SAC agents for continuous actions.")
+                        f"{action_space!r}. Use DDPG/TD3/SAC agents for continuous actions and "
+                        f"MultiCategoricalPgAgent (PPO/A2C) for MultiDiscrete or MultiBinary ones.")
     shape_name = "image_shape" if image_model else "observation_shape"
-    return {shape_name: tuple(env_spaces.observation.shape), "output_size": int(action_space.n)}
+    return {shape_name: array_observation_shape(env_spaces.observation, agent_name),
+            "output_size": int(action_space.n)}
 
 
 class QValuePolicy:

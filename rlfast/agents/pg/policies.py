@@ -4,15 +4,29 @@ A ``PgAgent`` delegates everything that depends on the kind of action to one of 
 stateless objects: the model's environment-dependent keyword arguments, the distribution,
 how the model's distribution outputs become that distribution's ``dist_info``, the greedy
 action for evaluation, and what a recurrent model sees as the previous action.
+``CategoricalPolicy`` serves scalar discrete actions, ``MultiCategoricalPolicy`` vectors of
+discrete actions (MultiDiscrete, MultiBinary) and ``GaussianPolicy`` continuous ones.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
 
-from rlfast.distributions import Categorical, DistInfo, DistInfoStd, Gaussian
+from rlfast.agents.base import array_observation_shape
+from rlfast.distributions import Categorical, DistInfo, DistInfoStd, Gaussian, MultiCategorical
 
-__all__ = ["CategoricalPolicy", "GaussianPolicy", "PgPolicy"]
+__all__ = ["CategoricalPolicy", "MultiCategoricalPolicy", "GaussianPolicy", "PgPolicy"]
+
+_AGENTS_BY_SPACE = ("CategoricalPgAgent for a scalar discrete action (Discrete), "
+                    "MultiCategoricalPgAgent for a vector of discrete actions (MultiDiscrete, "
+                    "MultiBinary), GaussianPgAgent / MujocoFfAgent for continuous actions (Box)")
+
+
+def _is_integer_space(space) -> bool:
+    dtype = getattr(space, "dtype", None)
+    return dtype is not None and np.dtype(dtype).kind in "biu"
 
 
 class CategoricalPolicy:
@@ -30,8 +44,8 @@ class CategoricalPolicy:
         action_space = env_spaces.action
         if getattr(action_space, "n", None) is None or tuple(action_space.shape) != ():
             raise TypeError("Categorical agents need a scalar discrete action space; got "
-                            f"{action_space!r}. Use a Gaussian agent for continuous actions.")
-        observation_shape = tuple(env_spaces.observation.shape)
+                            f"{action_space!r}. Use {_AGENTS_BY_SPACE}.")
+        observation_shape = array_observation_shape(env_spaces.observation, "CategoricalPolicy")
         if self.image_model:
             return dict(image_shape=observation_shape, output_size=int(action_space.n))
         return dict(observation_shape=observation_shape, action_size=int(action_space.n))
@@ -53,6 +67,54 @@ class CategoricalPolicy:
         return distribution.to_onehot(prev_action)
 
 
+class MultiCategoricalPolicy:
+    """Independent categoricals, one per action dimension, for a 1-D integer action space
+    (MultiDiscrete, MultiBinary: an ``IntBox`` of shape ``[D]`` with per-dimension bounds).
+
+    The model gets ``action_size = sum(nvec)`` and ``action_nvec = nvec`` and outputs one
+    probability vector per dimension, concatenated (``CategoricalPgFfModel`` and
+    ``CategoricalPgLstmModel`` do so when given ``action_nvec``); the distribution is
+    ``MultiCategorical(nvec, start=low)``, so actions are in the space's own units.
+    """
+
+    def make_env_to_model_kwargs(self, env_spaces: Any) -> dict:
+        """Observation shape, ``action_size = sum(nvec)`` and ``action_nvec``."""
+        nvec, _ = self._nvec_and_low(env_spaces.action)
+        return dict(observation_shape=array_observation_shape(env_spaces.observation,
+                                                              "MultiCategoricalPolicy"),
+                    action_size=int(sum(nvec)), action_nvec=tuple(nvec))
+
+    @staticmethod
+    def _nvec_and_low(space: Any) -> tuple[list, list]:
+        """Per-dimension value counts and lowest values of a 1-D integer box, else raise."""
+        shape = tuple(getattr(space, "shape", None) or ())
+        low, high = getattr(space, "low", None), getattr(space, "high", None)
+        if len(shape) != 1 or low is None or high is None or not _is_integer_space(space):
+            raise TypeError(f"MultiCategorical agents need a 1-D integer action space (IntBox of "
+                            f"shape [D], from MultiDiscrete or MultiBinary); got {space!r}. Use "
+                            f"{_AGENTS_BY_SPACE}.")
+        low = np.broadcast_to(np.asarray(low, dtype=np.int64), shape)
+        high = np.broadcast_to(np.asarray(high, dtype=np.int64), shape)
+        return (high - low).tolist(), low.tolist()
+
+    def make_distribution(self, env_spaces: Any) -> MultiCategorical:
+        """``MultiCategorical`` over the space's per-dimension values ``[low, high)``."""
+        nvec, low = self._nvec_and_low(env_spaces.action)
+        return MultiCategorical(nvec, start=low)
+
+    def dist_info(self, pi: torch.Tensor) -> DistInfo:
+        """The model's concatenated per-dimension probabilities as ``DistInfo(prob)``."""
+        return DistInfo(prob=pi)
+
+    def greedy_action(self, dist_info: DistInfo, distribution: MultiCategorical) -> torch.Tensor:
+        """The most likely value of every dimension."""
+        return distribution.argmax(dist_info)
+
+    def model_prev_action(self, prev_action: torch.Tensor, distribution: MultiCategorical) -> torch.Tensor:
+        """Recurrent models read the previous action as concatenated one-hots."""
+        return distribution.to_onehot(prev_action)
+
+
 class GaussianPolicy:
     """Diagonal Gaussian over a flat action vector; the model outputs ``(mu, log_std)``.
 
@@ -62,10 +124,14 @@ class GaussianPolicy:
 
     def make_env_to_model_kwargs(self, env_spaces) -> dict:
         """``dict(observation_shape, action_size)``; the action space must be flat."""
-        shape = tuple(env_spaces.action.shape)
-        if len(shape) != 1:
-            raise TypeError(f"Gaussian agents need a flat continuous action space; got shape {shape}")
-        return dict(observation_shape=tuple(env_spaces.observation.shape), action_size=shape[0])
+        space = env_spaces.action
+        shape = tuple(space.shape)
+        if len(shape) != 1 or _is_integer_space(space):
+            raise TypeError(f"Gaussian agents need a flat continuous action space (FloatBox of "
+                            f"shape [A]); got {space!r}. Use {_AGENTS_BY_SPACE}.")
+        return dict(observation_shape=array_observation_shape(env_spaces.observation,
+                                                              "GaussianPolicy"),
+                    action_size=shape[0])
 
     def make_distribution(self, env_spaces) -> Gaussian:
         """``Gaussian`` over the action vector, clipped to a symmetric finite bound."""
@@ -86,7 +152,7 @@ class GaussianPolicy:
         return prev_action
 
 
-PgPolicy = CategoricalPolicy | GaussianPolicy
+PgPolicy = CategoricalPolicy | MultiCategoricalPolicy | GaussianPolicy
 
 
 def _symmetric_bound(space) -> float | None:

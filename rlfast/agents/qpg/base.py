@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlfast.agents.base import AgentStep
+from rlfast.agents.base import AgentStep, array_observation_shape
 from rlfast.models.utils import strip_ddp_state_dict
 from rlfast.utils.checks import check_positive
 from rlfast.utils.collections import namedarraytuple
@@ -103,7 +103,9 @@ class QpgAgentBase:
                              f"low={low.tolist()}, high={high.tolist()}")
         self._action_center = ((high + low) / 2).astype(np.float32)
         self._action_half = ((high - low) / 2).astype(np.float32)
-        return dict(observation_shape=tuple(env_spaces.observation.shape), action_size=shape[0])
+        return dict(observation_shape=array_observation_shape(env_spaces.observation,
+                                                              type(self).__name__),
+                    action_size=shape[0])
 
     def q_model_extra_kwargs(self) -> dict:
         """Keyword arguments the subclass adds to the critic (e.g. ``ensemble_size=2``)."""

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 import torch
 
 from rlfast.models.mlp import MlpModel
-from rlfast.models.pg.model_parts import MlpPgModel, ObservationNormalizer, categorical_outputs, init_mlp_
+from rlfast.models.pg.model_parts import (MlpPgModel, ObservationNormalizer, categorical_outputs,
+                                          check_action_nvec, init_mlp_)
 
 __all__ = ["CategoricalPgFfModel"]
 
@@ -20,6 +21,10 @@ class CategoricalPgFfModel(MlpPgModel):
     init (hidden gain sqrt(2), policy output 0.01, value output 1.0) starts the
     policy near uniform.  ``normalize_observation=True`` adds running
     observation normalization, updated through ``update_obs_rms()``.
+
+    ``action_nvec`` (for MultiDiscrete actions) splits the ``action_size = sum(action_nvec)``
+    policy outputs into one softmax per action dimension, so ``pi`` holds the per-dimension
+    probability vectors concatenated.
     """
 
     def __init__(
@@ -31,8 +36,10 @@ class CategoricalPgFfModel(MlpPgModel):
         normalize_observation: bool = False,
         norm_obs_clip: float = 10,
         norm_obs_var_clip: float = 1e-6,
+        action_nvec: Sequence[int] | None = None,
     ):
         super().__init__(observation_shape, action_size, normalize_observation, "CategoricalPgFfModel")
+        self.action_nvec = check_action_nvec(action_nvec, self.action_size, "CategoricalPgFfModel")
         hidden_sizes = [64, 64] if hidden_sizes is None else list(hidden_sizes)
         self.pi = MlpModel(self.input_size, hidden_sizes, output_size=self.action_size, nonlinearity=hidden_nonlinearity)
         self.value = MlpModel(self.input_size, hidden_sizes, output_size=1, nonlinearity=hidden_nonlinearity)
@@ -42,4 +49,4 @@ class CategoricalPgFfModel(MlpPgModel):
 
     def heads(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Action probabilities and state value."""
-        return categorical_outputs(self.pi, self.value, observation)
+        return categorical_outputs(self.pi, self.value, observation, self.action_nvec)

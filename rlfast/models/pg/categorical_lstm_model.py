@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import torch
 
 from rlfast.models.pg.lstm_common import LstmPgModel
-from rlfast.models.pg.model_parts import categorical_outputs, policy_value_heads
+from rlfast.models.pg.model_parts import categorical_outputs, check_action_nvec, policy_value_heads
 
 __all__ = ["CategoricalPgLstmModel"]
 
@@ -19,7 +19,9 @@ class CategoricalPgLstmModel(LstmPgModel):
     probabilities, ``value`` ``[...]``, with the observation's leading dims
     ``[]``, ``[B]`` or ``[T, B]``; ``next_rnn_state`` is an ``RnnState`` of
     ``[1, B, lstm_size]`` tensors.  ``prev_action`` is one-hot (float)
-    ``[..., action_size]``; the agent converts integer actions.
+    ``[..., action_size]``; the agent converts integer actions.  ``action_nvec`` (for
+    MultiDiscrete actions) makes ``pi`` one softmax per action dimension, concatenated, and
+    ``prev_action`` the concatenated one-hots (``action_size = sum(action_nvec)``).
     """
 
     def __init__(
@@ -32,12 +34,14 @@ class CategoricalPgLstmModel(LstmPgModel):
         normalize_observation: bool = False,
         norm_obs_clip: float = 10,
         norm_obs_var_clip: float = 1e-6,
+        action_nvec: Sequence[int] | None = None,
     ):
         super().__init__(observation_shape, action_size, [64] if hidden_sizes is None else list(hidden_sizes),
                          lstm_size, nonlinearity, normalize_observation, norm_obs_clip, norm_obs_var_clip,
                          "CategoricalPgLstmModel")
+        self.action_nvec = check_action_nvec(action_nvec, self.action_size, "CategoricalPgLstmModel")
         self.pi, self.value = policy_value_heads(lstm_size, self.action_size)
 
     def heads(self, lstm_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Action probabilities and state value."""
-        return categorical_outputs(self.pi, self.value, lstm_out)
+        return categorical_outputs(self.pi, self.value, lstm_out, self.action_nvec)

@@ -1,5 +1,6 @@
 """Parts shared by the policy-gradient models: orthogonal init, observation normalization, the
-categorical policy and value heads, and the forward pass of the vector-observation MLP models."""
+categorical policy and value heads (one softmax, or one per action dimension for MultiDiscrete
+actions), and the forward pass of the vector-observation MLP models."""
 from __future__ import annotations
 
 import math
@@ -15,7 +16,8 @@ from rlfast.utils.checks import check_positive
 from rlfast.utils.tensor import infer_leading_dims, restore_leading_dims
 
 __all__ = ["orthogonal_init_", "init_mlp_", "ObservationNormalizer", "HIDDEN_GAIN",
-           "policy_value_heads", "categorical_outputs", "MlpPgModel"]
+           "policy_value_heads", "categorical_outputs", "segment_softmax", "check_action_nvec",
+           "MlpPgModel"]
 
 
 def init_mlp_(mlp: torch.nn.Module, output_gain: float, hidden_gain: float = HIDDEN_GAIN) -> None:
@@ -65,10 +67,42 @@ def policy_value_heads(input_size: int, output_size: int) -> tuple[torch.nn.Line
     return pi, value
 
 
-def categorical_outputs(pi: torch.nn.Module, value: torch.nn.Module,
-                        features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(softmax(pi(features)), value(features))``: action probabilities and state values."""
-    return F.softmax(pi(features), dim=-1), value(features).squeeze(-1)
+def check_action_nvec(action_nvec: Sequence[int] | None, action_size: int,
+                      owner: str) -> tuple[int, ...] | None:
+    """``action_nvec`` as a tuple of positive ints summing to ``action_size`` (None stays None).
+
+    ``action_nvec`` splits the policy output into one categorical per action dimension (a
+    MultiDiscrete action space with these sizes); ``action_size`` is then their sum.
+    """
+    if action_nvec is None:
+        return None
+    nvec = tuple(int(n) for n in action_nvec)
+    if not nvec or any(n < 1 for n in nvec) or sum(nvec) != action_size:
+        raise ValueError(f"{owner}: action_nvec {list(action_nvec)} must be positive sizes summing "
+                         f"to action_size ({action_size}).")
+    return nvec
+
+
+def segment_softmax(logits: torch.Tensor, nvec: Sequence[int]) -> torch.Tensor:
+    """Softmax over each consecutive segment of sizes ``nvec`` of the trailing dim (one
+    probability vector per action dimension, concatenated back): ``[..., sum(nvec)]``."""
+    n0 = nvec[0]
+    if all(n == n0 for n in nvec):  # equal sizes: one reshaped softmax
+        lead = logits.shape[:-1]
+        return F.softmax(logits.reshape(*lead, len(nvec), n0), dim=-1).reshape(*lead, n0 * len(nvec))
+    return torch.cat([F.softmax(part, dim=-1) for part in logits.split(list(nvec), dim=-1)], dim=-1)
+
+
+def categorical_outputs(pi: torch.nn.Module, value: torch.nn.Module, features: torch.Tensor,
+                        nvec: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(softmax(pi(features)), value(features))``: action probabilities and state values.
+
+    With ``nvec`` the softmax is taken per segment (``segment_softmax``): independent
+    categoricals, one per action dimension.
+    """
+    logits = pi(features)
+    prob = F.softmax(logits, dim=-1) if nvec is None else segment_softmax(logits, nvec)
+    return prob, value(features).squeeze(-1)
 
 
 class MlpPgModel(torch.nn.Module, metaclass=ABCMeta):
