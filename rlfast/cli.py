@@ -3,13 +3,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import importlib
 import os
+import signal
 import sys
+import tempfile
 
 from rlfast.experiments.config import ConfigError, apply_overrides
-from rlfast.experiments.presets import (PRESETS, SAMPLERS, build_experiment, default_sampler,
-                                       get_preset)
-from rlfast.runners import MinibatchRlEval
+from rlfast.experiments.presets import (ATARI_PREFIX, PRESETS, SAMPLERS, build_experiment,
+                                       default_sampler, get_preset)
+from rlfast.runners import MinibatchRlEval, TrainingInterrupted
+from rlfast.runners.interrupts import signal_name
+from rlfast.utils.logging.context import ExistingRunError, experiment_dir, find_run_files
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,7 +37,11 @@ def _parser() -> argparse.ArgumentParser:
                             "(on GPU 0 when CUDA is available)")
     train.add_argument("--log-dir", default=None,
                        help="write progress.csv, debug.log, params.json here "
-                            "(default: data/local/<date>/<time>/<algo>_<env>/run_0)")
+                            "(default: data/local/<date>/<time>/<algo>_<env>/run_0); "
+                            "a directory that already holds a run is refused")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace the run already in --log-dir (its logs and snapshots "
+                            "are deleted; other files stay)")
     train.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override a preset value, e.g. algo.learning_rate=3e-4")
     train.add_argument("--snapshot-mode", default="last", choices=("none", "last", "all", "gap"),
@@ -52,6 +62,7 @@ class TrainRun:
     config: dict
     runner: MinibatchRlEval
     log_params: dict
+    exp_dir: str
 
 
 def resolve_config(args: argparse.Namespace) -> dict:
@@ -73,7 +84,7 @@ def affinity_for_run(code: str | None) -> dict | None:
     """
     if code is None:
         return None
-    from rlfast.utils.launching import affinity_from_code, prepend_run_slot
+    from rlfast.utils.launching import affinity_from_code, prepend_run_slot, validate_affinity
     if "slt" not in code:
         code = prepend_run_slot(0, code)
     affinity = affinity_from_code(code)
@@ -81,26 +92,128 @@ def affinity_for_run(code: str | None) -> dict | None:
         raise ValueError(f"--affinity {code}: multi-GPU and asynchronous codes describe "
                          f"several processes; rlfast train runs one (use a code without "
                          f"gpr > 1 or ass)")
+    validate_affinity(affinity)  # before any directory or process: cores and GPUs exist
     return dict(affinity)
+
+
+def check_env_id(env_id: str) -> None:
+    """Refuse (``ConfigError``) a gymnasium id that is not registered, naming close matches.
+
+    ``atari:<game>`` ids are rlfast's own and checked where the game is resolved;
+    ``module:Env-v0`` ids import their module first, as ``gymnasium.make`` does.
+    """
+    if env_id.startswith(ATARI_PREFIX):
+        return
+    import gymnasium
+    from gymnasium.envs.registration import find_highest_version, parse_env_id
+
+    module, _, name = env_id.rpartition(":")
+    reason = ""
+    if module:
+        try:
+            importlib.import_module(module)  # registers its environments
+        except ImportError as e:
+            reason = f" (importing {module!r} failed: {e})"
+    if not reason:
+        if name in gymnasium.registry:
+            return
+        try:
+            namespace, base, version = parse_env_id(name)
+        except gymnasium.error.Error:
+            pass  # not even shaped like an id
+        else:
+            if version is None and find_highest_version(namespace, base) is not None:
+                return  # gymnasium.make takes the latest version
+    by_lower = {registered.lower(): registered for registered in gymnasium.registry}
+    close = [by_lower[m] for m in difflib.get_close_matches(name.lower(), by_lower, n=3,
+                                                            cutoff=0.6)]
+    if close:
+        hint = f"did you mean {' or '.join(close)}?"
+    else:
+        hint = ("gymnasium.pprint_registry() lists the registered ids; "
+                f"use {ATARI_PREFIX}<game> for Atari")
+    raise ConfigError(f"unknown gymnasium environment {env_id!r}{reason}; {hint}")
+
+
+def log_dir_for_run(args: argparse.Namespace) -> str:
+    """The absolute experiment directory of the run: ``--log-dir`` as given, else a
+    date-stamped ``<data dir>/local/<date>/<time>/<algo>_<env>/run_0``."""
+    if args.log_dir is not None:
+        return experiment_dir(args.log_dir, 0, override_prefix=True)
+    return experiment_dir(f"{args.algo}_{args.env}", 0)
+
+
+def check_log_dir(exp_dir: str, option: str = "--log-dir", overwrite: bool = False) -> None:
+    """Refuse (``ConfigError``) a log directory that cannot be written or, unless
+    ``overwrite``, that already holds a run.
+
+    Writability is tried, not guessed from permission bits (which root ignores and which
+    say nothing of /proc or read-only mounts): the missing directories are created, a
+    temporary file is written and removed, and whatever was created is removed again, so
+    the check leaves no trace. ``option`` names the directory in messages.
+    """
+    if os.path.exists(exp_dir) and not os.path.isdir(exp_dir):
+        raise ConfigError(f"{option} {exp_dir} is not a directory")
+    created = []
+    probe = exp_dir
+    while not os.path.lexists(probe):
+        created.append(probe)
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    try:
+        os.makedirs(exp_dir, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=exp_dir, prefix=".rlfast-write-check-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename and e.filename != exp_dir else ""
+        raise ConfigError(f"cannot write to {option} {exp_dir}: "
+                          f"{e.strerror or e}{where}") from None
+    finally:
+        for path in created:  # deepest first
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+    if find_run_files(exp_dir) and not overwrite:
+        raise ConfigError(_existing_run_message(exp_dir, option))
+
+
+def _existing_run_message(exp_dir: str, option: str) -> str:
+    return (f"{option} {exp_dir} already holds a run ({', '.join(find_run_files(exp_dir))}); "
+            f"pass --overwrite to replace it, or choose another --log-dir")
+
+
+def _log_dir_option(args: argparse.Namespace) -> str:
+    return "--log-dir" if args.log_dir is not None else "log directory"
 
 
 def configure_train(args: argparse.Namespace) -> TrainRun:
     """Resolve and build everything ``rlfast train`` needs, starting nothing.
 
-    Preset lookup, overrides, affinity parsing and experiment construction all happen
-    here, so that a mistake in the command line is reported (as ``ConfigError`` or
-    ``ValueError``) before any process starts or any directory is written.
+    Environment id, preset lookup, overrides, affinity parsing, the log directory
+    (writable, and holding no earlier run unless ``--overwrite``) and experiment
+    construction are all checked here, so that a mistake in the command line is reported
+    (as ``ConfigError`` or ``ValueError``) before any process starts or any file is
+    written.
     """
     if args.sampler is None:
         args.sampler = default_sampler(args.algo)
+    if args.algo in PRESETS:  # an unknown algorithm is reported by get_preset
+        check_env_id(args.env)
     config = resolve_config(args)
     affinity = affinity_for_run(args.affinity)
+    exp_dir = log_dir_for_run(args)
+    check_log_dir(exp_dir, _log_dir_option(args), overwrite=getattr(args, "overwrite", False))
     runner = build_experiment(args.algo, args.env, config, sampler=args.sampler, seed=args.seed,
                               affinity=affinity)
     runner.progress_bar = not args.no_progress
     log_params = dict(algo=args.algo, env=args.env, sampler=args.sampler, seed=args.seed,
                       affinity=args.affinity, config=config)
-    return TrainRun(args=args, config=config, runner=runner, log_params=log_params)
+    return TrainRun(args=args, config=config, runner=runner, log_params=log_params,
+                    exp_dir=exp_dir)
 
 
 def run_train(run: TrainRun) -> dict:
@@ -110,13 +223,9 @@ def run_train(run: TrainRun) -> dict:
     from rlfast.utils.logging import logger, logger_context
 
     args = run.args
-    if args.log_dir is not None:
-        context = logger_context(os.path.abspath(args.log_dir), 0, f"{args.algo}_{args.env}",
-                                 run.log_params, snapshot_mode=args.snapshot_mode,
-                                 override_prefix=True)
-    else:
-        context = logger_context(f"{args.algo}_{args.env}", 0, f"{args.algo}_{args.env}",
-                                 run.log_params, snapshot_mode=args.snapshot_mode)
+    context = logger_context(run.exp_dir, 0, f"{args.algo}_{args.env}", run.log_params,
+                             snapshot_mode=args.snapshot_mode, override_prefix=True,
+                             overwrite=getattr(args, "overwrite", False))
     with context as exp_dir:
         logger.log(f"rlfast train {args.algo} {args.env}: logging to {exp_dir}")
         result = run.runner.train()
@@ -142,9 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rlfast`` console script; returns the exit status.
 
     Only configuration errors are short: a ``ConfigError`` or ``ValueError`` while the run
-    is being configured prints ``rlfast: error: ...`` and returns 2. Once training has
-    started, an exception propagates with its full traceback (a bug there must not be
-    mistaken for a typo in the command line); Ctrl-C returns 130.
+    is being configured (including an unknown environment id and a log directory that
+    cannot be written or already holds a run) prints ``rlfast: error: ...`` and returns 2.
+    Once training has started, an exception propagates with its full traceback (a bug
+    there must not be mistaken for a typo in the command line). An interrupted run
+    (the runner has logged it, saved a final snapshot when one was due and stopped its
+    workers) prints ``rlfast: interrupted (SIGTERM)`` or ``(SIGINT)`` and returns
+    128 + the signal number: 143 for SIGTERM, 130 for Ctrl-C.
     """
     args = _parser().parse_args(argv)
     if args.command != "train":
@@ -153,13 +266,21 @@ def main(argv: list[str] | None = None) -> int:
         try:
             run = configure_train(args)
         except (ConfigError, ValueError) as e:
-            print(f"rlfast: error: {e}", file=sys.stderr)
-            return 2
-        run_train(run)
-    except KeyboardInterrupt:
-        print("rlfast: interrupted", file=sys.stderr)
-        return 130
+            return _config_error(e)
+        try:
+            run_train(run)
+        except ExistingRunError:  # a run appeared in the directory since the check
+            return _config_error(_existing_run_message(run.exp_dir, _log_dir_option(args)))
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM as TrainingInterrupted
+        signum = e.signum if isinstance(e, TrainingInterrupted) else signal.SIGINT
+        print(f"rlfast: interrupted ({signal_name(signum)})", file=sys.stderr)
+        return 128 + int(signum)
     return 0
+
+
+def _config_error(error: Exception) -> int:
+    print(f"rlfast: error: {error}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

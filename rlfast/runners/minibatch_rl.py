@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import abc
 import math
+import signal
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -12,7 +13,9 @@ import numpy as np
 import psutil
 import torch
 
+from rlfast.runners.interrupts import SigtermGuard, TrainingInterrupted, signal_name
 from rlfast.utils.checks import check_int
+from rlfast.utils.launching.affinity import validate_affinity
 from rlfast.utils.logging import logger
 from rlfast.utils.prog_bar import ProgBarCounter
 from rlfast.utils.seed import make_seed, set_seed
@@ -51,6 +54,7 @@ class MinibatchRlBase(abc.ABC):
         self.rank, self.world_size = 0, 1
         self.stop_requested = False
         self.itrs_done = 0
+        self._snapshot_itrs_done = 0  # iterations covered by the last snapshot handed over
         self._pbar: ProgBarCounter | None = None
 
     # ---- startup / shutdown ------------------------------------------------------------------
@@ -83,14 +87,18 @@ class MinibatchRlBase(abc.ABC):
         return n_itr
 
     def _set_master_affinity(self) -> None:
+        validate_affinity(self.affinity)
+        # What shutdown restores: a run started in-process (a notebook, a sweep script, a test)
+        # must not leave its caller pinned to the run's cores or thread count.
+        self._previous_threads = torch.get_num_threads()
+        self._previous_cpus = None
         cpus = self.affinity.get("master_cpus")
         if cpus and self.affinity.get("set_affinity", True):
             proc = psutil.Process()
             if hasattr(proc, "cpu_affinity"):
-                try:
-                    proc.cpu_affinity(list(cpus))
-                except (OSError, ValueError):
-                    pass
+                previous = proc.cpu_affinity()
+                proc.cpu_affinity(list(cpus))  # validated above: these cores exist
+                self._previous_cpus = previous
         # Small RL models run fastest on one thread; extra intra-op threads spin against the
         # sampler workers for the same cores. Affinity can ask for more.
         threads = self.affinity.get("master_torch_threads")
@@ -108,6 +116,20 @@ class MinibatchRlBase(abc.ABC):
         if self._pbar is not None:
             self._pbar.stop()
         self.sampler.shutdown()
+        self._restore_master_affinity()
+
+    def _restore_master_affinity(self) -> None:
+        previous_cpus = getattr(self, "_previous_cpus", None)
+        if previous_cpus:
+            try:
+                psutil.Process().cpu_affinity(previous_cpus)
+            except (OSError, ValueError):
+                pass  # e.g. the container's cpu set shrank meanwhile: keep the run's cores
+            self._previous_cpus = None
+        previous_threads = getattr(self, "_previous_threads", None)
+        if previous_threads:
+            torch.set_num_threads(previous_threads)
+            self._previous_threads = None
 
     def get_traj_info_kwargs(self) -> dict:
         """Keyword arguments for the sampler's trajectory infos: the algorithm's discount,
@@ -134,6 +156,7 @@ class MinibatchRlBase(abc.ABC):
         according to the run's snapshot mode."""
         logger.log("saving snapshot...")
         logger.save_itr_params(itr, self.get_itr_snapshot(itr))
+        self._snapshot_itrs_done = itr + 1
 
     # ---- diagnostics -------------------------------------------------------------------------
     def initialize_logging(self) -> None:
@@ -220,21 +243,65 @@ class MinibatchRlBase(abc.ABC):
         """Run a whole experiment: startup, the training loop, shutdown; return
         ``final_result()``.
 
-        ``shutdown`` also runs when the loop raises (an error or Ctrl-C), and the exception
-        propagates; "Training complete." is logged only when the loop finished.
+        ``shutdown`` also runs when the loop raises (an error or an interrupt), and the
+        exception propagates; "Training complete." is logged only when the loop finished.
+        In the main thread, SIGTERM (sent by Slurm, Kubernetes or ``timeout`` before they
+        kill) raises ``TrainingInterrupted`` for the duration of ``train``, the previous
+        handler being restored afterwards. On it, or on Ctrl-C (``KeyboardInterrupt``),
+        the run logs that it was interrupted, saves a final snapshot when iterations
+        finished since the last one (so a preempted run loses at most the iterations of
+        one log interval), stops the sampler and re-raises.
         """
         self._pbar = None
-        try:
-            n_itr = self.startup()
-            self.before_loop()
-            self._start_progress()
-            self._run_loop(n_itr)
-        except BaseException:
+        self.itrs_done = self._snapshot_itrs_done = 0
+        with SigtermGuard() as sigterm:
+            try:
+                n_itr = self.startup()
+                self.before_loop()
+                self._start_progress()
+                self._run_loop(n_itr)
+                sigterm.defer()  # the loop is over: SIGTERM must not cut the shutdown short
+            except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM as TrainingInterrupted
+                sigterm.defer()
+                self._stop_interrupted(interrupt)
+                raise
+            except BaseException:
+                sigterm.defer()
+                self.shutdown()
+                raise
+            logger.log("Training complete.")
             self.shutdown()
-            raise
-        logger.log("Training complete.")
-        self.shutdown()
+        if sigterm.received is not None:  # it came after the loop: pass it on to the caller
+            logger.log(f"{signal_name(sigterm.received)} received after training completed.")
+            raise TrainingInterrupted(sigterm.received)
         return self.final_result()
+
+    def _stop_interrupted(self, interrupt: KeyboardInterrupt) -> None:
+        """Log the interrupt, save the final snapshot when one is due, then shut down (also
+        when saving fails: that error then propagates, chained to the interrupt)."""
+        if self._pbar is not None:
+            self._pbar.stop()
+            self._pbar = None
+        signum = getattr(interrupt, "signum", signal.SIGINT)
+        how = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal_name(signum)
+        steps = self.itrs_done * getattr(self, "itr_batch_size", 0)
+        logger.log(f"Training interrupted by {how} after {self.itrs_done} iterations "
+                   f"({steps} steps); stopping.", with_prefix=False)
+        try:
+            if self._final_snapshot_due():
+                self.save_itr_snapshot(self.itrs_done - 1)
+        finally:
+            self.shutdown()
+
+    def _final_snapshot_due(self) -> bool:
+        """Iterations finished since the last snapshot, and the logger keeps a snapshot of
+        the last one (a snapshot directory is set; mode "last" or "all", or "gap" on an
+        iteration the gap selects)."""
+        itr = self.itrs_done - 1
+        if itr < 0 or self._snapshot_itrs_done > itr or logger.get_snapshot_dir() is None:
+            return False
+        mode = logger.get_snapshot_mode()
+        return mode in ("last", "all") or (mode == "gap" and itr % logger.get_snapshot_gap() == 0)
 
     # ---- what subclasses decide --------------------------------------------------------------
     @abc.abstractmethod

@@ -210,3 +210,36 @@ def test_training_error_exits_with_traceback_config_error_is_short(tmp_path):
         assert short.stderr.startswith("rlfast: error: "), short.stderr
         assert "Traceback" not in short.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_unknown_gymnasium_id_is_a_one_line_error(tmp_path, capsys):
+    assert main(["train", "ppo", "NoSuchEnv-v9", "--log-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err == ("rlfast: error: unknown gymnasium environment 'NoSuchEnv-v9'; "
+                   "gymnasium.pprint_registry() lists the registered ids; "
+                   "use atari:<game> for Atari\n")
+    assert not (tmp_path / "x").exists()
+    for typo, meant in (("CartPole-v9", "CartPole-v1"), ("cartpole-v1", "CartPole-v1"),
+                        ("Pendulm-v1", "Pendulum-v1")):
+        assert main(["train", "ppo", typo]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"rlfast: error: unknown gymnasium environment {typo!r}; "
+                              f"did you mean {meant}"), err
+        assert err.count("\n") == 1
+
+
+def test_unknown_gymnasium_id_no_traceback_in_a_real_process(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "rlfast", "train", "ppo", "NoSuchEnv-v9"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("rlfast: error: unknown gymnasium environment 'NoSuchEnv-v9'")
+    assert "Traceback" not in done.stderr
+    assert os.listdir(tmp_path) == []  # no data/ directory either
+
+
+def test_check_env_id_accepts_what_gymnasium_make_accepts():
+    from rlfast.cli import check_env_id
+    for env_id in ("CartPole-v1", "Pendulum", "gymnasium.envs:CartPole-v1", "atari:pong"):
+        check_env_id(env_id)
+    with pytest.raises(ValueError, match="importing 'no_such_module' failed"):
+        check_env_id("no_such_module:Thing-v0")

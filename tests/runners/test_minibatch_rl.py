@@ -9,7 +9,7 @@ from rlfast.algos import A2C, PPO
 from rlfast.envs import make
 from rlfast.runners import MinibatchRl, MinibatchRlBase, MinibatchRlEval
 from rlfast.samplers import SerialSampler
-from rlfast.utils.logging import logger_context
+from rlfast.utils.logging import load_snapshot, logger_context
 
 
 def _runner(RunnerCls=MinibatchRlEval, seed=3, n_steps=1024, algo=None, **kw):
@@ -57,7 +57,7 @@ def test_log_schedule_and_snapshot(tmp_path):
     rows = _returns(d / "progress.csv")
     assert [int(r[0]) for r in rows] == [0, 256, 512, 768, 1024]
     assert [s for s, _ in result["eval_returns"]] == [0, 256, 512, 768, 1024]
-    snap = torch.load(d / "params.pkl", weights_only=False)
+    snap = load_snapshot(d / "params.pkl")
     assert snap["itr"] == runner.n_itr - 1
     assert snap["cum_steps"] == 1024
     agent = CategoricalPgAgent(model_kwargs=dict(hidden_sizes=[16]))

@@ -1,0 +1,194 @@
+"""Runners on SIGTERM and Ctrl-C: log it, save a final snapshot when one is due, stop the
+sampler, re-raise; the SIGTERM handler lives only as long as ``train``."""
+import os
+import pickle
+import signal
+import threading
+
+import pytest
+import torch
+
+from rlfast.agents import CategoricalPgAgent
+from rlfast.algos import PPO
+from rlfast.envs import make
+from rlfast.runners import MinibatchRl, MinibatchRlEval, TrainingInterrupted
+from rlfast.runners import minibatch_rl
+from rlfast.samplers import SerialSampler
+from rlfast.utils.logging import load_snapshot, logger_context
+
+BATCH = 32  # batch_T 8 x batch_B 4
+LOG_EVERY = 4  # iterations per log row (and regular snapshot)
+
+
+class _HookedPPO(PPO):
+    """PPO that calls ``hook(itr)`` before optimizing each iteration."""
+
+    def __init__(self, hook, **kwargs):
+        super().__init__(learning_rate=1e-3, minibatches=1, epochs=1, **kwargs)
+        self.hook = hook
+
+    def optimize_agent(self, itr, samples=None, sampler_itr=None):
+        self.hook(itr)
+        return super().optimize_agent(itr, samples)
+
+
+def _sigterm_at(target_itr):
+    def hook(itr):
+        if itr == target_itr:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler raises before this returns
+
+    return hook
+
+
+def _ctrl_c_at(target_itr):
+    def hook(itr):
+        if itr == target_itr:
+            raise KeyboardInterrupt
+
+    return hook
+
+
+def _runner(hook, RunnerCls=MinibatchRlEval, n_steps=100 * BATCH):
+    sampler = SerialSampler(EnvCls=make, env_kwargs=dict(id="CartPole-v1"), batch_T=8,
+                            batch_B=4, max_decorrelation_steps=5, eval_n_envs=1,
+                            eval_max_steps=50, eval_max_trajectories=1)
+    runner = RunnerCls(algo=_HookedPPO(hook), agent=CategoricalPgAgent(
+        model_kwargs=dict(hidden_sizes=[8])), sampler=sampler, n_steps=n_steps, seed=1,
+        log_interval_steps=LOG_EVERY * BATCH, progress_bar=False)
+    shutdowns = []
+    original = sampler.shutdown
+    sampler.shutdown = lambda: (shutdowns.append(True), original())
+    return runner, shutdowns
+
+
+def _train(runner, exp_dir, snapshot_mode="last"):
+    with logger_context(str(exp_dir), 0, "interrupts", {}, override_prefix=True,
+                        snapshot_mode=snapshot_mode):
+        return runner.train()
+
+
+def _snapshot(exp_dir):
+    return load_snapshot(exp_dir / "params.pkl")
+
+
+def test_sigterm_saves_final_snapshot_logs_and_reraises(tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    runner, shutdowns = _runner(_sigterm_at(6))  # regular snapshots after itrs 3 and 7
+    with pytest.raises(TrainingInterrupted) as caught:
+        _train(runner, tmp_path)
+    assert caught.value.signum == signal.SIGTERM
+    assert isinstance(caught.value, KeyboardInterrupt)
+    assert shutdowns == [True]
+    assert signal.getsignal(signal.SIGTERM) is before
+    log = (tmp_path / "debug.log").read_text()
+    assert f"Training interrupted by SIGTERM after 6 iterations ({6 * BATCH} steps)" in log
+    assert "Training complete." not in log
+    snap = _snapshot(tmp_path)  # itrs 0-5 finished; the last regular snapshot was itr 3
+    assert snap["itr"] == 5 and snap["cum_steps"] == 6 * BATCH
+    for key, value in runner.agent.state_dict().items():
+        assert torch.equal(value, snap["agent_state_dict"][key])
+    error = pickle.loads(pickle.dumps(caught.value))
+    assert isinstance(error, TrainingInterrupted) and error.signum == signal.SIGTERM
+
+
+def test_ctrl_c_saves_final_snapshot_and_reraises(tmp_path):
+    runner, shutdowns = _runner(_ctrl_c_at(5), RunnerCls=MinibatchRl)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        _train(runner, tmp_path)
+    assert not isinstance(caught.value, TrainingInterrupted)
+    assert shutdowns == [True]
+    log = (tmp_path / "debug.log").read_text()
+    assert f"Training interrupted by Ctrl-C (SIGINT) after 5 iterations ({5 * BATCH} steps)" in log
+    assert _snapshot(tmp_path)["itr"] == 4
+
+
+def test_no_final_snapshot_when_none_is_due(tmp_path):
+    # Interrupted right after the regular snapshot of itr 3: nothing new to save.
+    runner, _ = _runner(_sigterm_at(4))
+    saved = []
+    original = runner.save_itr_snapshot
+    runner.save_itr_snapshot = lambda itr: (saved.append(itr), original(itr))
+    with pytest.raises(TrainingInterrupted):
+        _train(runner, tmp_path / "due")
+    assert saved == [3]
+    # Snapshot mode "none": the logger keeps nothing, so no final snapshot either.
+    runner, shutdowns = _runner(_sigterm_at(2))
+    with pytest.raises(TrainingInterrupted):
+        _train(runner, tmp_path / "none", snapshot_mode="none")
+    assert shutdowns == [True]
+    assert not list((tmp_path / "none").glob("*.pkl"))
+    # Interrupted in the first iteration: no iteration finished, nothing to save.
+    runner, _ = _runner(_sigterm_at(0))
+    with pytest.raises(TrainingInterrupted):
+        _train(runner, tmp_path / "first")
+    assert "after 0 iterations" in (tmp_path / "first" / "debug.log").read_text()
+    assert not (tmp_path / "first" / "params.pkl").exists()
+
+
+def test_gap_mode_final_snapshot_only_on_a_gap_iteration(tmp_path):
+    for target, expected in ((7, ["itr_6.pkl"]), (6, [])):
+        runner, _ = _runner(_sigterm_at(target))
+        exp_dir = tmp_path / f"gap{target}"
+        with logger_context(str(exp_dir), 0, "gap", {}, override_prefix=True,
+                            snapshot_mode="gap", snapshot_gap=3):
+            with pytest.raises(TrainingInterrupted):
+                runner.train()
+        # Regular snapshots at itrs 3 (selected by gap 3) and 7 (not reached).
+        assert sorted(p.name for p in exp_dir.glob("*.pkl")) == sorted(["itr_3.pkl"] + expected)
+
+
+def test_snapshot_error_during_interrupt_propagates_after_shutdown(tmp_path, monkeypatch):
+    runner, shutdowns = _runner(_sigterm_at(2))
+
+    def refuse(itr, params):
+        raise FloatingPointError("non-finite weights in snapshot")
+
+    monkeypatch.setattr(minibatch_rl.logger, "save_itr_params", refuse)
+    with pytest.raises(FloatingPointError, match="non-finite") as caught:
+        _train(runner, tmp_path)
+    assert isinstance(caught.value.__context__, TrainingInterrupted)
+    assert shutdowns == [True]
+
+
+def test_sigterm_during_final_shutdown_completes_it_then_raises(tmp_path):
+    runner, _ = _runner(lambda itr: None, n_steps=2 * BATCH)
+    stopped = []
+    original = runner.sampler.shutdown
+
+    def shutdown():
+        os.kill(os.getpid(), signal.SIGTERM)  # deferred: the shutdown must finish
+        original()
+        stopped.append(True)
+
+    runner.sampler.shutdown = shutdown
+    with pytest.raises(TrainingInterrupted):
+        _train(runner, tmp_path)
+    assert stopped == [True]
+    log = (tmp_path / "debug.log").read_text()
+    assert "Training complete." in log and "SIGTERM received after training completed" in log
+
+
+def test_handler_restored_after_success_and_not_installed_off_main_thread(tmp_path):
+    def marker(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, marker)
+    try:
+        runner, _ = _runner(lambda itr: None, n_steps=2 * BATCH)
+        seen = []
+        runner.algo.hook = lambda itr: seen.append(signal.getsignal(signal.SIGTERM))
+        result = _train(runner, tmp_path / "main")
+        assert result["cum_steps"] == 2 * BATCH
+        assert seen and all(h is not marker for h in seen)  # replaced while training
+        assert signal.getsignal(signal.SIGTERM) is marker  # and restored
+
+        runner, _ = _runner(lambda itr: None, n_steps=2 * BATCH)
+        outcome = []
+        thread = threading.Thread(target=lambda: outcome.append(
+            _train(runner, tmp_path / "thread")))
+        thread.start()
+        thread.join(timeout=120)
+        assert outcome and outcome[0]["cum_steps"] == 2 * BATCH
+        assert signal.getsignal(signal.SIGTERM) is marker
+    finally:
+        signal.signal(signal.SIGTERM, previous)
