@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlfast.utils.logging import add_exp_param, check_progress, logger, logger_context
+from rlfast.utils.finite import NonFiniteError
+from rlfast.utils.logging import (add_exp_param, check_progress, load_snapshot, logger,
+                                  logger_context)
+from rlfast.utils.logging.serialization import atomic_write
 
 
 @pytest.fixture(autouse=True)
@@ -212,10 +215,10 @@ def test_snapshot_modes(tmp_path, mode, expected):
         logger.save_itr_params(itr, {"itr": itr, "w": torch.full((3,), float(itr))})
     assert set(os.listdir(tmp_path)) == expected
     if mode == "last":
-        loaded = torch.load(tmp_path / "params.pkl", weights_only=True)
+        loaded = load_snapshot(tmp_path / "params.pkl")
         assert loaded["itr"] == 4 and torch.equal(loaded["w"], torch.full((3,), 4.0))
     if mode == "gap":
-        assert torch.load(tmp_path / "itr_2.pkl", weights_only=True)["itr"] == 2
+        assert load_snapshot(tmp_path / "itr_2.pkl")["itr"] == 2
 
 
 def test_snapshot_bad_settings_and_no_dir(tmp_path):
@@ -241,8 +244,68 @@ def test_snapshot_save_is_atomic(tmp_path, mode):
     with pytest.raises(RuntimeError, match="cannot pickle"):
         logger.save_itr_params(0, {"itr": 1, "w": torch.zeros(1000), "bad": Unpicklable()})
     assert set(os.listdir(tmp_path)) == before  # No temp files, nothing new.
-    loaded = torch.load(first, weights_only=True)
+    loaded = load_snapshot(first)
     assert loaded["itr"] == 0 and torch.equal(loaded["w"], good["w"])
+
+
+def test_next_save_removes_stale_temp_files_of_that_snapshot_only(tmp_path):
+    """A save killed mid-write leaves ``.params.pkl.<12 hex>.tmp``; the next save of
+    params.pkl removes it, and nothing else."""
+    logger.set_snapshot_dir(tmp_path)
+    logger.set_snapshot_mode("last")
+    stale = [".params.pkl.0123456789ab.tmp", ".params.pkl.ffffffffffff.tmp"]
+    unrelated = [".params.pkl.0123456789AB.tmp", ".params.pkl.0123456789a.tmp",
+                 ".params.pkl.0123456789abc.tmp", ".params.pkl.0123456789ab.tmp.bak",
+                 "params.pkl.0123456789ab.tmp", ".itr_3.pkl.0123456789ab.tmp",
+                 ".xparams.pkl.0123456789ab.tmp", "notes.txt"]
+    for name in stale + unrelated:
+        (tmp_path / name).write_bytes(b"partial")
+    os.mkdir(tmp_path / ".params.pkl.aaaaaaaaaaaa.tmp")  # A directory is never removed.
+    logger.save_itr_params(0, {"itr": 0, "w": torch.ones(2)})
+    assert sorted(os.listdir(tmp_path)) == sorted(unrelated + ["params.pkl",
+                                                               ".params.pkl.aaaaaaaaaaaa.tmp"])
+    assert load_snapshot(tmp_path / "params.pkl")["itr"] == 0
+
+
+def test_stale_temp_sweep_spares_a_save_in_progress(tmp_path):
+    """A temp file this process is writing right now (here: an outer save whose write_fn
+    starts a second save of the same file) is not stale and must survive the sweep."""
+    target = tmp_path / "params.json"
+
+    def outer(f):
+        f.write("outer")
+        atomic_write(target, lambda g: g.write("inner"), binary=False)
+        assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]  # outer's temp file
+
+    atomic_write(target, outer, binary=False)
+    assert target.read_text() == "outer" and os.listdir(tmp_path) == ["params.json"]
+
+
+def test_non_finite_snapshot_is_refused_and_previous_kept(tmp_path):
+    logger.set_snapshot_dir(tmp_path)
+    logger.set_snapshot_mode("last")
+    good = {"itr": 0, "agent": {"w": torch.arange(3.0), "b": torch.zeros(2)}}
+    path = logger.save_itr_params(0, good)
+    before = open(path, "rb").read()
+    bad = {"itr": 1, "agent": {"w": torch.tensor([1.0, float("nan"), 2.0]), "b": torch.zeros(2)},
+           "optim": {"state": {0: {"exp_avg": torch.tensor([float("inf")])}}},
+           "steps": torch.arange(3), "lr": 1e-3}
+    with pytest.raises(NonFiniteError, match=r"refusing to save snapshot .*params\.pkl "
+                                             r"\(iteration 1\): NaN or inf in agent\.w, "
+                                             r"optim\.state\.0\.exp_avg; the snapshot file"):
+        logger.save_itr_params(1, bad)
+    assert open(path, "rb").read() == before and os.listdir(tmp_path) == ["params.pkl"]
+    many = {f"w{i}": torch.tensor([float("nan")]) for i in range(10)}
+    with pytest.raises(NonFiniteError, match=r"w0, w1, .*w7 and 2 more;"):
+        logger.save_itr_params(2, many)
+    assert load_snapshot(path)["itr"] == 0
+
+
+def test_snapshot_digest_key_is_reserved(tmp_path):
+    logger.set_snapshot_dir(tmp_path)
+    logger.set_snapshot_mode("last")
+    with pytest.raises(ValueError, match="'snapshot_sha256' is reserved"):
+        logger.save_itr_params(0, {"snapshot_sha256": "x"})
 
 
 def test_log_parameters_lite_json_safe(tmp_path):

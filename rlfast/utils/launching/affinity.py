@@ -39,19 +39,29 @@ cores again. In async runs each optimizer GPU's first ``res`` cores serve that o
 process and every other core of the run's GPUs goes to sampler workers; CPU-only async runs
 give the first ``res`` cores of the run to the optimizer. A code that does not divide the
 machine raises ValueError.
+
+A code describes the machine it was written for, not the one it runs on: ``validate_affinity``
+checks a decoded affinity against this machine's cores and GPUs, and runners call it before
+pinning anything, so that ``4cpu`` on a 2-core machine fails at startup instead of running
+unpinned.
 """
 from __future__ import annotations
 
+import numbers
+import os
+import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import psutil
 
 from rlfast.utils.collections import AttrDict
+from rlfast.utils.misc import available_cpus
 from rlfast.utils.launching.affinity_codes import (ABBREVIATIONS, DEFAULTS, HardwareSpec,
                                                    check_value, format_code, parse_code)
 
 __all__ = ["encode_affinity", "make_affinity", "affinity_from_code", "get_n_run_slots",
-           "prepend_run_slot", "detect_hyperthread_offset"]
+           "prepend_run_slot", "detect_hyperthread_offset", "validate_affinity"]
 
 
 def detect_hyperthread_offset() -> int:
@@ -297,3 +307,129 @@ def make_affinity(run_slot: int = 0, **kwargs: Any) -> AttrDict | list[AttrDict]
     """The affinity of ``run_slot`` for ``encode_affinity(**kwargs)`` in one call."""
     return affinity_from_code(encode_affinity(run_slot=run_slot, **kwargs))
 
+
+
+# ------------------------------------------------------------------------------- validation
+
+_CPU_KEYS = ("all_cpus", "master_cpus")
+
+
+def _ids(values: Any, what: str) -> list[int]:
+    """``values`` as a list of non-negative ints, or ValueError naming the bad entries."""
+    values = list(values)
+    bad = [v for v in values
+           if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 0]
+    if bad:
+        raise ValueError(f"affinity {what} must be non-negative integer ids, got {bad!r}")
+    return [int(v) for v in values]
+
+
+def _used_ids(affinity: Any, pin: bool, cpus: set[int], gpus: set[int]) -> None:
+    """Add the cpu ids that ``affinity`` pins (when ``pin`` and its ``set_affinity`` allow)
+    and its ``cuda_idx`` values to ``cpus`` and ``gpus``, through every documented shape."""
+    if isinstance(affinity, (list, tuple)):
+        for entry in affinity:
+            _used_ids(entry, pin, cpus, gpus)
+        return
+    if not isinstance(affinity, Mapping):
+        raise TypeError(f"an affinity is a dict or a list of dicts, got "
+                        f"{type(affinity).__name__}: {affinity!r}")
+    pin = pin and bool(affinity.get("set_affinity", True))
+    if pin:
+        for key in _CPU_KEYS:
+            if affinity.get(key) is not None:
+                cpus.update(_ids(affinity[key], key))
+        for worker_cpus in affinity.get("workers_cpus") or ():  # A list per worker, or one id.
+            if worker_cpus is not None:
+                cpus.update(_ids(worker_cpus if isinstance(worker_cpus, (list, tuple))
+                                 else [worker_cpus], "workers_cpus"))
+    cuda_idx = affinity.get("cuda_idx")
+    if cuda_idx is not None:
+        gpus.update(_ids([cuda_idx], "cuda_idx"))
+    for key in ("optimizer", "sampler"):  # The async shape.
+        if affinity.get(key) is not None:
+            _used_ids(affinity[key], pin, cpus, gpus)
+
+
+def _pinnable(cpus: Iterable[int]) -> set[int]:
+    """Those of ``cpus`` the OS lets this process run on, found by pinning a short-lived
+    thread to each one in turn (Linux affinity is per thread, so the process's own mask is
+    untouched). Empty where the OS has no ``sched_setaffinity``."""
+    set_affinity = getattr(os, "sched_setaffinity", None)
+    if set_affinity is None:
+        return set()
+    found: set[int] = set()
+
+    def probe() -> None:
+        for cpu in cpus:
+            try:
+                set_affinity(0, {cpu})
+            except (OSError, ValueError, OverflowError):
+                continue
+            found.add(cpu)
+
+    thread = threading.Thread(target=probe, name="rlfast-cpu-probe", daemon=True)
+    thread.start()
+    thread.join()
+    return found
+
+
+def _format_ids(ids: Iterable[int]) -> str:
+    return ", ".join(str(i) for i in sorted(ids))
+
+
+def _plural(noun: str, items: Any) -> str:
+    return noun if len(items) == 1 else noun + "s"
+
+
+def validate_affinity(affinity: Mapping[str, Any] | list | tuple | None) -> None:
+    """Raise ValueError if ``affinity`` uses CPU cores or GPUs that this machine lacks.
+
+    ``affinity`` is any shape ``affinity_from_code`` returns (one dict, a list of dicts for
+    multi-GPU runs, or the async dict with ``optimizer`` and ``sampler``), or a hand-written
+    dict with some of those keys; None and ``{}`` pass. The cpu ids in ``all_cpus``,
+    ``master_cpus`` and ``workers_cpus`` must be cpus this process may run on: those of
+    ``os.sched_getaffinity(0)`` (all ``os.cpu_count()`` cpus where the OS has no affinity
+    mask), plus any other that the OS accepts when a probe thread is pinned to it, since a
+    runner that pinned this process earlier narrowed its mask, not the machine. Cpus are not
+    checked where ``set_affinity`` is False (code token ``0saf``): such a run pins nothing.
+    Each ``cuda_idx`` must be below ``torch.cuda.device_count()`` whatever ``set_affinity``
+    says, because the run puts its model on that GPU either way. The error names every
+    missing core and GPU and what the machine has.
+    """
+    if affinity is None:
+        return
+    cpus: set[int] = set()
+    gpus: set[int] = set()
+    _used_ids(affinity, True, cpus, gpus)
+    problems = []
+    if cpus:
+        allowed = set(available_cpus())
+        missing = cpus - allowed
+        if missing:
+            usable = _pinnable(sorted(missing))
+            missing -= usable
+            allowed |= usable
+        if missing:
+            problems.append(
+                f"{_plural('cpu', missing)} {_format_ids(missing)} "
+                f"{'does' if len(missing) == 1 else 'do'} not exist or this process may not "
+                f"use {'it' if len(missing) == 1 else 'them'} (it may run on "
+                f"{_plural('cpu', allowed)} {_format_ids(allowed)}). Encode the affinity for "
+                f"this machine, or add 0saf to the code to run without pinning")
+    if gpus:
+        import torch
+
+        n_gpu = torch.cuda.device_count()
+        missing_gpus = sorted(g for g in gpus if g >= n_gpu)
+        if missing_gpus:
+            have = (f"{n_gpu} CUDA {'device' if n_gpu == 1 else 'devices'} "
+                    f"(cuda:0..cuda:{n_gpu - 1})" if n_gpu
+                    else "no CUDA device (torch.cuda.device_count() == 0)")
+            problems.append(
+                f"{_plural('GPU', missing_gpus)} {', '.join(f'cuda:{g}' for g in missing_gpus)} "
+                f"(cuda_idx) {'does' if len(missing_gpus) == 1 else 'do'} not exist: torch "
+                f"sees {have}. "
+                f"Encode the affinity for this machine's GPUs (0gpu for a CPU-only run)")
+    if problems:
+        raise ValueError("affinity does not fit this machine: " + "; ".join(problems))

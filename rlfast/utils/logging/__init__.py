@@ -3,9 +3,13 @@
 Use ``from rlfast.utils.logging import logger`` and call ``logger.log(...)``,
 ``logger.record_tabular(...)``, ``logger.dump_tabular()`` and
 ``logger.save_itr_params(...)`` anywhere; wrap a run in ``logger_context(...)`` to send
-all of it to an experiment directory.
+all of it to an experiment directory. Read a snapshot back with ``load_snapshot(path)``
+(also ``logger.load_snapshot``), which checks the digest stored in it and raises
+``SnapshotCorruptError`` for a damaged file.
 """
 from rlfast.utils.logging import logger
 from rlfast.utils.logging.context import add_exp_param, check_progress, logger_context
+from rlfast.utils.logging.snapshot import SnapshotCorruptError, load_snapshot
 
-__all__ = ["logger", "logger_context", "add_exp_param", "check_progress"]
+__all__ = ["logger", "logger_context", "add_exp_param", "check_progress", "load_snapshot",
+           "SnapshotCorruptError"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime
+import fnmatch
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -21,9 +22,79 @@ from rlfast.utils.checks import check_choice, check_int
 from rlfast.utils.logging import logger
 
 __all__ = ["logger_context", "add_exp_param", "check_progress", "get_data_dir",
-           "DATA_DIR_ENV_VAR"]
+           "DATA_DIR_ENV_VAR", "ExistingRunError", "experiment_dir", "find_run_files",
+           "remove_run_files"]
 
 DATA_DIR_ENV_VAR = "RLFAST_DATA_DIR"
+
+# What marks a directory as holding a run: the files every run writes, and snapshots.
+RUN_MARKERS = ("progress.csv", "debug.log", "params.json", "*.pkl")
+# Everything a run writes, removed by ``remove_run_files``: the markers (snapshots by the
+# names the logger gives them, with any sidecar file), TensorBoard event files, and the
+# hidden temporary files of an atomic write that never finished (``.<name>.<hex>.tmp``).
+RUN_OUTPUTS = ("progress.csv", "debug.log", "params.json", "params.pkl", "itr_*.pkl",
+               "params.pkl.*", "itr_*.pkl.*", "events.out.tfevents.*")
+
+
+class ExistingRunError(FileExistsError):
+    """The experiment directory already holds a run that starting here would destroy."""
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _regular_files(exp_dir: str) -> list[str]:
+    try:
+        names = os.listdir(exp_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(n for n in names if os.path.isfile(os.path.join(exp_dir, n)))
+
+
+def find_run_files(exp_dir: str | os.PathLike) -> list[str]:
+    """Names of the files in ``exp_dir`` (not its subdirectories) that show it holds a run:
+    ``progress.csv``, ``debug.log``, ``params.json`` or any ``*.pkl`` snapshot. Empty when
+    the directory is missing or holds none of them."""
+    return [n for n in _regular_files(os.fspath(exp_dir)) if _matches(n, RUN_MARKERS)]
+
+
+def remove_run_files(exp_dir: str | os.PathLike) -> list[str]:
+    """Delete the files an earlier run wrote into ``exp_dir`` and return their names.
+
+    Only rlfast's own outputs go (the logs, ``params.json``, ``params.pkl`` and
+    ``itr_<n>.pkl`` snapshots with their sidecar files, TensorBoard event files and
+    leftover temporary files of interrupted atomic writes); subdirectories and any other
+    file stay.
+    """
+    exp_dir = os.fspath(exp_dir)
+    removed = []
+    for name in _regular_files(exp_dir):
+        base = name
+        if name.startswith(".") and name.endswith(".tmp") and name.count(".") >= 3:
+            base = name[1:].rsplit(".", 2)[0]  # .<name>.<hex>.tmp -> <name>
+        if _matches(base, RUN_OUTPUTS):
+            os.unlink(os.path.join(exp_dir, name))
+            removed.append(name)
+    return removed
+
+
+def experiment_dir(log_dir: str | os.PathLike, run_ID: int | str,
+                   override_prefix: bool = False) -> str:
+    """The absolute experiment directory ``logger_context`` uses for these arguments:
+    exactly ``log_dir`` with ``override_prefix``, else
+    ``<DATA_DIR>/local/<yyyymmdd>/<hhmmss>/<log_dir>/run_<run_ID>`` (stamped now)."""
+    log_dir = os.fspath(log_dir)
+    if override_prefix:
+        return os.path.abspath(log_dir)
+    if os.path.isabs(log_dir):
+        raise ValueError(
+            f"log_dir {log_dir!r} is absolute but override_prefix=False; pass a relative "
+            "log_dir (placed under the date-stamped data directory) or override_prefix=True "
+            "to use the path exactly.")
+    now = datetime.datetime.now()
+    return os.path.abspath(os.path.join(get_data_dir(), "local", now.strftime("%Y%m%d"),
+                                        now.strftime("%H%M%S"), log_dir, f"run_{run_ID}"))
 
 
 def get_data_dir() -> str:
@@ -45,7 +116,8 @@ def _summary_writer_class() -> Any:
 def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
                    log_params: Mapping[str, Any] | None = None,
                    snapshot_mode: str = "none", override_prefix: bool = False,
-                   use_summary_writer: bool = False, snapshot_gap: int = 1) -> Iterator[str]:
+                   use_summary_writer: bool = False, snapshot_gap: int = 1,
+                   overwrite: bool = False) -> Iterator[str]:
     """Direct the logger at one experiment directory for the duration of a run.
 
     Without ``override_prefix`` the experiment directory is
@@ -58,29 +130,32 @@ def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
     ``SummaryWriter`` writes event files there. On exit (also on error) the outputs and
     writer are closed and the previous snapshot settings and writer restored. Yields
     the absolute experiment directory.
+
+    A directory that already holds a run (see ``find_run_files``) is refused with
+    ``ExistingRunError`` (a ``FileExistsError``) before anything is written, so a second
+    run never truncates the first one's ``progress.csv``, mixes into its ``debug.log`` or
+    replaces its snapshots; with ``overwrite=True`` the earlier run's files are deleted
+    (``remove_run_files``) and the new run starts clean. A context nested in one that
+    already logs to the same directory continues that run and is not refused.
     """
-    log_dir = os.fspath(log_dir)
-    if not override_prefix and os.path.isabs(log_dir):
-        raise ValueError(
-            f"log_dir {log_dir!r} is absolute but override_prefix=False; pass a relative "
-            "log_dir (placed under the date-stamped data directory) or override_prefix=True "
-            "to use the path exactly.")
+    exp_dir = experiment_dir(log_dir, run_ID, override_prefix)
     if log_params is not None and not isinstance(log_params, Mapping):
         raise TypeError(f"log_params must be a dict or None, got {type(log_params).__name__}.")
     check_choice(snapshot_mode, "snapshot_mode", logger.SNAPSHOT_MODES)
     check_int(snapshot_gap, "snapshot_gap", minimum=1)
     writer_class = _summary_writer_class() if use_summary_writer else None
 
-    if override_prefix:
-        exp_dir = os.path.abspath(log_dir)
-    else:
-        now = datetime.datetime.now()
-        exp_dir = os.path.abspath(os.path.join(
-            get_data_dir(), "local", now.strftime("%Y%m%d"), now.strftime("%H%M%S"),
-            log_dir, f"run_{run_ID}"))
-    os.makedirs(exp_dir, exist_ok=True)
     text_path = os.path.join(exp_dir, "debug.log")
     tabular_path = os.path.join(exp_dir, "progress.csv")
+    if text_path not in logger.get_text_outputs():  # not a context nested in this run's own
+        earlier = find_run_files(exp_dir)
+        if earlier and not overwrite:
+            raise ExistingRunError(
+                f"{exp_dir} already holds a run ({', '.join(earlier)}); pass overwrite=True "
+                "to replace it, or choose another log_dir")
+        if earlier:
+            remove_run_files(exp_dir)
+    os.makedirs(exp_dir, exist_ok=True)
 
     previous = (logger.get_snapshot_dir(), logger.get_snapshot_mode(),
                 logger.get_snapshot_gap(), logger.get_tf_summary_writer())

@@ -10,7 +10,9 @@ without a logger being threaded through every constructor. It has three channels
   prints as a table and appends as one row to every CSV output (``progress.csv``), and
   optionally to a TensorBoard ``SummaryWriter``;
 * snapshots: ``save_itr_params`` writes training state with ``torch.save`` according to
-  the snapshot mode, always atomically so a killed run keeps its previous snapshot.
+  the snapshot mode, always atomically so a killed run keeps its previous snapshot, never
+  with NaN or inf weights, and with a sha256 digest of its content that ``load_snapshot``
+  verifies when the snapshot is read back.
 
 ``rlfast.utils.logging.context.logger_context`` sets all of this up for one run.
 """
@@ -27,9 +29,15 @@ import numpy as np
 
 from rlfast.utils.checks import check_choice, check_int
 from rlfast.utils.logging.serialization import atomic_write, json_safe
+# load_snapshot and SnapshotCorruptError are re-exported: logger.load_snapshot(path) reads
+# back what logger.save_itr_params wrote.
+from rlfast.utils.logging.snapshot import (SNAPSHOT_DIGEST_KEY,  # noqa: F401
+                                           SnapshotCorruptError, load_snapshot,
+                                           snapshot_digest)
 from rlfast.utils.logging.tabular_csv import TabularCsvFile, to_cell
 
 SNAPSHOT_MODES = ("none", "last", "all", "gap")
+_MAX_NAMED_ENTRIES = 8  # How many non-finite entries a refused save names.
 _COLORS = dict(gray=30, red=31, green=32, yellow=33, blue=34, magenta=35, cyan=36,
                white=37, crimson=38)
 
@@ -321,7 +329,11 @@ def save_itr_params(itr: int, params: Mapping[str, Any]) -> str | None:
     Mode "last" overwrites ``params.pkl``; "all" writes ``itr_{itr}.pkl``; "gap" writes
     ``itr_{itr}.pkl`` when ``itr % gap == 0``; "none" (or no snapshot dir) saves
     nothing. Every save is atomic (temporary file, fsync, rename), so an interrupted
-    save leaves the previous snapshot intact. Returns the path written, or None.
+    save leaves the previous snapshot intact. The saved dict also holds
+    ``SNAPSHOT_DIGEST_KEY``: the sha256 of its content, which :func:`load_snapshot` checks.
+    A snapshot with a NaN or inf in any float tensor or array is not written:
+    ``rlfast.utils.finite.NonFiniteError`` names the bad entries and the file on disk keeps
+    its last good content. Returns the path written, or None.
     """
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a dict of snapshot entries, got {type(params).__name__}.")
@@ -333,10 +345,25 @@ def save_itr_params(itr: int, params: Mapping[str, Any]) -> str | None:
         file_name = f"itr_{itr}.pkl"
     else:
         return None
-    import torch  # Imported lazily: the logger itself needs no torch.
+    if SNAPSHOT_DIGEST_KEY in params:
+        raise ValueError(f"{SNAPSHOT_DIGEST_KEY!r} is reserved for the digest that "
+                         f"save_itr_params adds; rename that snapshot entry")
+    # Imported lazily: the logger itself needs no torch.
+    import torch
 
-    return atomic_write(os.path.join(_snapshot_dir, file_name),
-                        lambda f: torch.save(dict(params), f))
+    from rlfast.utils.finite import NonFiniteError, nonfinite_entries
+
+    path = os.path.join(_snapshot_dir, file_name)
+    snapshot = dict(params)
+    bad = nonfinite_entries(snapshot)
+    if bad:
+        named = ", ".join(bad[:_MAX_NAMED_ENTRIES])
+        more = f" and {len(bad) - _MAX_NAMED_ENTRIES} more" if len(bad) > _MAX_NAMED_ENTRIES else ""
+        raise NonFiniteError(
+            f"refusing to save snapshot {path} (iteration {itr}): NaN or inf in {named}{more}; "
+            f"the snapshot file on disk keeps its last good content")
+    snapshot[SNAPSHOT_DIGEST_KEY] = snapshot_digest(snapshot)
+    return atomic_write(path, lambda f: torch.save(snapshot, f))
 
 
 def log_parameters_lite(log_file: str | os.PathLike, params: Any) -> None:

@@ -4,9 +4,11 @@ Snapshots and ``params.json`` must never be left half-written: a run killed in t
 middle of a save should still have its previous file intact. ``atomic_write`` gets this
 by writing to a temporary file in the destination directory, syncing it to disk and only
 then renaming it over the final name (a rename within one directory is atomic on POSIX
-and Windows). ``json_safe`` turns arbitrary configuration objects (classes, numpy
-scalars, named tuples, dataclasses, ...) into values that ``json.dump`` accepts, so that
-recording hyperparameters can never crash a run.
+and Windows). A kill in the middle of a save can still leave the temporary file behind; the
+next ``atomic_write`` to the same destination removes such leftovers. ``json_safe`` turns
+arbitrary configuration objects (classes, numpy scalars, named tuples, dataclasses, ...)
+into values that ``json.dump`` accepts, so that recording hyperparameters can never crash a
+run.
 """
 from __future__ import annotations
 
@@ -14,13 +16,55 @@ import dataclasses
 import enum
 import inspect
 import os
+import re
 import secrets
+import threading
 from collections.abc import Callable
 from typing import IO, Any
 
 import numpy as np
 
 __all__ = ["atomic_write", "json_safe"]
+
+_TOKEN_BYTES = 6  # The temporary name carries 2 * _TOKEN_BYTES lowercase hex digits.
+# Temporary files that this process is writing right now (absolute paths). A temporary file
+# is registered before it is created and unregistered only once it has been renamed or
+# removed, so the stale-file sweep of a concurrent save in another thread never takes it.
+_writing: set[str] = set()
+_writing_lock = threading.Lock()
+
+
+def _temp_path(directory: str, base: str) -> str:
+    return os.path.join(directory, f".{base}.{secrets.token_hex(_TOKEN_BYTES)}.tmp")
+
+
+def _remove_stale_temps(directory: str, base: str) -> list[str]:
+    """Delete leftover temporary files of destination ``base`` in ``directory``.
+
+    Only names of the exact form ``atomic_write`` creates for this destination
+    (``.<base>.<12 hex digits>.tmp``) are touched, and never one this process is writing at
+    the moment. rlfast has one writer per run directory, so any other such file is the
+    remnant of a save that was killed. Returns the names removed.
+    """
+    pattern = re.compile(r"\." + re.escape(base) + r"\.[0-9a-f]{%d}\.tmp\Z" % (2 * _TOKEN_BYTES))
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if not pattern.match(name):
+            continue
+        full = os.path.join(directory, name)
+        with _writing_lock:
+            if full in _writing:
+                continue
+        try:
+            os.unlink(full)
+        except OSError:  # Already gone, or not a file: leave it.
+            continue
+        removed.append(name)
+    return removed
 
 
 def _fsync_directory(directory: str) -> None:
@@ -47,12 +91,30 @@ def atomic_write(path: str | os.PathLike, write_fn: Callable[[IO], None],
     file in the same directory, are flushed and fsync'ed, and the temporary file is then
     ``os.replace``-d onto ``path``. If anything raises (including KeyboardInterrupt),
     the temporary file is removed, ``path`` is untouched and the exception propagates.
-    Returns the absolute destination path.
+    Temporary files of ``path`` left by an earlier save that was killed (a process cannot
+    clean up after SIGKILL) are deleted first; temporary files this process is writing
+    right now, and every other file, are left alone. Returns the absolute destination path.
     """
     path = os.path.abspath(os.fspath(path))
     directory, base = os.path.split(path)
     os.makedirs(directory, exist_ok=True)
-    tmp_path = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.tmp")
+    tmp_path = _temp_path(directory, base)
+    with _writing_lock:
+        _writing.add(tmp_path)
+    try:
+        _remove_stale_temps(directory, base)
+        _write_and_replace(tmp_path, path, write_fn, binary)
+    finally:
+        with _writing_lock:
+            _writing.discard(tmp_path)
+    _fsync_directory(directory)
+    return path
+
+
+def _write_and_replace(tmp_path: str, path: str, write_fn: Callable[[IO], None],
+                       binary: bool) -> None:
+    """Create ``tmp_path``, fill it with ``write_fn``, fsync it and rename it to ``path``;
+    on any exception remove it and re-raise."""
     # os.open with mode 0o666 lets the process umask decide the final permissions,
     # exactly as for a file created with open().
     fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
@@ -78,8 +140,6 @@ def atomic_write(path: str | os.PathLike, write_fn: Callable[[IO], None],
         except FileNotFoundError:
             pass
         raise
-    _fsync_directory(directory)
-    return path
 
 
 def _qualified_name(obj: Any) -> str:

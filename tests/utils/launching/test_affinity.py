@@ -1,12 +1,19 @@
 """Affinity codes: encoding, decoding into per-slot CPU/GPU layouts, and bad input."""
 from __future__ import annotations
 
+import errno
+import os
+import threading
+import types
+
 import psutil
 import pytest
+import torch
 
 from rlfast.utils.collections import AttrDict
 from rlfast.utils.launching.affinity import (affinity_from_code, encode_affinity,
-                                             get_n_run_slots, make_affinity, prepend_run_slot)
+                                             get_n_run_slots, make_affinity, prepend_run_slot,
+                                             validate_affinity)
 from rlfast.utils.launching.affinity_codes import HardwareSpec, format_code, parse_code
 
 
@@ -374,3 +381,109 @@ def test_encode_validates_the_layout_and_values():
         encode_affinity(n_cpu_core=4, run_slot=4, hyperthread_offset=0)
     with pytest.raises(ValueError, match="non-empty string"):
         get_n_run_slots(None)
+
+
+# ---- validate_affinity: a code checked against the machine it runs on --------------------------
+class FakeMachine:
+    """Stands in for the OS and CUDA: ``mask`` is the process's affinity mask, ``cpus`` the
+    cpus the OS would let a thread pin to, ``n_gpu`` what torch sees. Records the threads that
+    tried to pin themselves (nothing is really pinned)."""
+
+    def __init__(self, monkeypatch, mask, cpus=None, n_gpu=0):
+        self.mask, self.cpus, self.pinning_threads = set(mask), set(cpus or mask), []
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(self.mask), raising=False)
+        monkeypatch.setattr(os, "sched_setaffinity", self._set_affinity, raising=False)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: n_gpu)
+
+    def _set_affinity(self, pid, cpus):
+        self.pinning_threads.append(threading.get_ident())
+        if not set(cpus) <= self.cpus:
+            raise OSError(errno.EINVAL, "Invalid argument")
+
+
+def test_validate_affinity_four_cores_on_a_two_core_machine(monkeypatch):
+    FakeMachine(monkeypatch, mask={0, 1})
+    with pytest.raises(ValueError, match=r"cpus 2, 3 do not exist .* may run on cpus 0, 1\)"):
+        validate_affinity(affinity_from_code("0slt_4cpu_0gpu_0hto_4cpr"))
+
+
+def test_validate_affinity_slot_on_a_missing_core(monkeypatch):
+    FakeMachine(monkeypatch, mask={0, 1})
+    validate_affinity(affinity_from_code("1slt_4cpu_0gpu_0hto"))  # core 1 exists
+    with pytest.raises(ValueError, match=r"cpu 3 does not exist") as caught:
+        validate_affinity(affinity_from_code("3slt_4cpu_0gpu_0hto"))
+    assert "GPU" not in str(caught.value)
+    with pytest.raises(ValueError, match=r"cpu 2 does not exist"):  # core 0's hyperthread
+        validate_affinity(affinity_from_code("0slt_2cpu_0gpu_2hto"))
+    with pytest.raises(ValueError, match=r"cpu 5 does not exist"):  # hand-written, one worker
+        validate_affinity({"workers_cpus": [[0], 5]})
+
+
+def test_validate_affinity_missing_gpu_even_without_pinning(monkeypatch):
+    FakeMachine(monkeypatch, mask={0, 1}, n_gpu=0)
+    for code in ("0slt_2cpu_1gpu_0hto", "0slt_2cpu_1gpu_0hto_0saf"):
+        with pytest.raises(ValueError, match=r"GPU cuda:0 \(cuda_idx\) does not exist: torch "
+                                             r"sees no CUDA device"):
+            validate_affinity(affinity_from_code(code))
+
+
+def test_validate_affinity_multi_gpu_and_async_shapes(monkeypatch):
+    FakeMachine(monkeypatch, mask={0, 1, 2, 3}, n_gpu=1)
+    for code in ("0slt_4cpu_2gpu_0hto_2gpr", "0slt_4cpu_2gpu_0hto_1ass_1res_1gpr_1sgr"):
+        with pytest.raises(ValueError, match=r"GPU cuda:1 \(cuda_idx\) does not exist: torch "
+                                             r"sees 1 CUDA device \(cuda:0..cuda:0\)"):
+            validate_affinity(affinity_from_code(code))
+    FakeMachine(monkeypatch, mask={0, 1}, n_gpu=2)
+    with pytest.raises(ValueError, match=r"cpus 2, 3 do not exist") as caught:
+        validate_affinity(affinity_from_code("0slt_4cpu_2gpu_0hto_1ass_1res_1gpr_1sgr"))
+    assert "GPU" not in str(caught.value)
+    validate_affinity(affinity_from_code("0slt_2cpu_0gpu_0hto_1ass_1res_2cpr"))
+
+
+def test_validate_affinity_0saf_skips_the_cpu_check(monkeypatch):
+    FakeMachine(monkeypatch, mask={0, 1})
+    validate_affinity(affinity_from_code("0slt_4cpu_0gpu_0hto_4cpr_0saf"))
+    validate_affinity({"master_cpus": [9], "set_affinity": False})
+
+
+def test_validate_affinity_valid_codes_pass(monkeypatch):
+    machine = FakeMachine(monkeypatch, mask={0, 1}, n_gpu=1)
+    for code in ("0slt_2cpu_0gpu_0hto", "1slt_2cpu_0gpu_0hto", "0slt_2cpu_0gpu_0hto_2cpr",
+                 "0slt_2cpu_1gpu_0hto"):
+        validate_affinity(affinity_from_code(code))
+    validate_affinity(None)
+    validate_affinity({})
+    assert machine.pinning_threads == []  # Every cpu was in the mask: nothing to probe.
+
+
+def test_validate_affinity_accepts_cores_outside_a_narrowed_mask(monkeypatch):
+    """A runner pinned this process to core 0 earlier; the next run's core 1 still exists.
+    It is probed on another thread, so the process's own mask is not touched."""
+    machine = FakeMachine(monkeypatch, mask={0}, cpus={0, 1})
+    validate_affinity(affinity_from_code("1slt_2cpu_0gpu_0hto"))
+    assert machine.pinning_threads and threading.get_ident() not in machine.pinning_threads
+    with pytest.raises(ValueError, match=r"cpu 2 does not exist .* may run on cpus 0, 1\)"):
+        validate_affinity({"master_cpus": [1], "workers_cpus": [[2]]})
+
+
+def test_validate_affinity_rejects_malformed_ids(monkeypatch):
+    FakeMachine(monkeypatch, mask={0, 1})
+    with pytest.raises(ValueError, match=r"master_cpus must be non-negative integer ids.*-1"):
+        validate_affinity({"master_cpus": [0, -1]})
+    with pytest.raises(ValueError, match=r"cuda_idx .*'0'"):
+        validate_affinity({"cuda_idx": "0"})
+    with pytest.raises(TypeError, match="dict or a list of dicts"):
+        validate_affinity("0slt_2cpu_0gpu_0hto")
+
+
+def test_runner_startup_validates_affinity_before_pinning(monkeypatch):
+    """MinibatchRl checks its affinity before pinning the master (which used to swallow the
+    failure and run unpinned)."""
+    from rlfast.runners.minibatch_rl import MinibatchRlBase
+    FakeMachine(monkeypatch, mask={0, 1})
+    pinned = []
+    monkeypatch.setattr(psutil.Process, "cpu_affinity", lambda self, cpus=None: pinned.append(cpus))
+    runner = types.SimpleNamespace(affinity=dict(affinity_from_code("0slt_4cpu_0gpu_0hto_4cpr")))
+    with pytest.raises(ValueError, match=r"cpus 2, 3 do not exist"):
+        MinibatchRlBase._set_master_affinity(runner)
+    assert pinned == []
