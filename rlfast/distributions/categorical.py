@@ -20,6 +20,18 @@ __all__ = ["Categorical", "DistInfo", "EPS"]
 
 EPS = 1e-8
 
+
+def probs_kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """sum over the last dim of p (log p - log q): the KL of categoricals given by their
+    probabilities (of several independent ones when their vectors are concatenated)."""
+    return torch.sum(p * (torch.log(p + EPS) - torch.log(q + EPS)), dim=-1)
+
+
+def probs_entropy(p: torch.Tensor) -> torch.Tensor:
+    """-sum over the last dim of p log p: the entropy of categoricals given by their
+    probabilities (summed over independent ones when their vectors are concatenated)."""
+    return -torch.sum(p * torch.log(p + EPS), dim=-1)
+
 DistInfo = namedarraytuple("DistInfo", ["prob"])
 
 
@@ -63,11 +75,8 @@ class Categorical(DiscreteMixin, Distribution):
 
     def kl(self, old_dist_info: Any, new_dist_info: Any) -> torch.Tensor:
         """KL(old || new) = sum_k p_k (log p_k - log q_k)."""
-        p = self._prob(old_dist_info)
-        q = self._prob(new_dist_info)
-        return torch.sum(p * (torch.log(p + EPS) - torch.log(q + EPS)), dim=-1)
+        return probs_kl(self._prob(old_dist_info), self._prob(new_dist_info))
 
     def entropy(self, dist_info: Any) -> torch.Tensor:
         """H(p) = -sum_k p_k log p_k."""
-        p = self._prob(dist_info)
-        return -torch.sum(p * torch.log(p + EPS), dim=-1)
+        return probs_entropy(self._prob(dist_info))

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rlfast.distributions.base import Distribution
-from rlfast.distributions.categorical import EPS
+from rlfast.distributions.categorical import EPS, probs_entropy, probs_kl
 
 __all__ = ["MultiCategorical"]
 
@@ -151,14 +151,11 @@ class MultiCategorical(Distribution):
 
     def kl(self, old_dist_info: Any, new_dist_info: Any) -> torch.Tensor:
         """KL(old || new) = sum_d sum_k p_dk (log p_dk - log q_dk)."""
-        p = self._prob(old_dist_info)
-        q = self._prob(new_dist_info)
-        return torch.sum(p * (torch.log(p + EPS) - torch.log(q + EPS)), dim=-1)
+        return probs_kl(self._prob(old_dist_info), self._prob(new_dist_info))
 
     def entropy(self, dist_info: Any) -> torch.Tensor:
         """H = sum_d H(p_d) = -sum_d sum_k p_dk log p_dk."""
-        p = self._prob(dist_info)
-        return -torch.sum(p * torch.log(p + EPS), dim=-1)
+        return probs_entropy(self._prob(dist_info))
 
     # ---- one-hot -----------------------------------------------------------------------
     def to_onehot(self, x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

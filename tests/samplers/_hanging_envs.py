@@ -7,10 +7,7 @@ rlfast Env: observation ``[steps, seed tag]``, two actions, reward 1 per step, e
 import os
 import time
 
-import numpy as np
-
-from rlfast.envs import Env, EnvStep
-from rlfast.spaces import FloatBox, IntBox
+from tests.integration._failing_envs import _CountEnv
 
 # The process that imported this module first: the test (master) process. Forked workers
 # inherit the value, so an env can tell whether it runs in a worker.
@@ -18,34 +15,18 @@ MASTER_PID = os.getpid()
 FOREVER_S = 1e6
 
 
-class TickEnv(Env):
-    """Counts its steps; ``delay`` seconds of sleep per step (0: none)."""
+class TickEnv(_CountEnv):
+    """The counting env of the worker-failure tests; ``delay`` seconds of sleep per step
+    (0: none)."""
 
     def __init__(self, delay: float = 0.0, episode_len: int = 1000):
-        self._observation_space = FloatBox(-1e6, 1e6, shape=(2,))
-        self._action_space = IntBox(0, 2, dtype="int64")
+        super().__init__(episode_len)
         self.delay = float(delay)
-        self.episode_len = int(episode_len)
-        self.t = 0
-        self.total_steps = 0
-        self.tag = -1.0
-
-    def seed(self, seed):
-        self.tag = float(seed)
-
-    def _obs(self):
-        return np.array([self.t, self.tag], dtype=np.float32)
-
-    def reset(self):
-        self.t = 0
-        return self._obs()
 
     def step(self, action):
         if self.delay:
             time.sleep(self.delay)
-        self.t += 1
-        self.total_steps += 1
-        return EnvStep(self._obs(), 1.0, self.t >= self.episode_len, None)
+        return super().step(action)
 
 
 class HangingStepEnv(TickEnv):
