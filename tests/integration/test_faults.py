@@ -144,6 +144,15 @@ def test_fault_matrix(sampler, fault, tmp_path):
     if fault in ("sigint", "sigterm"):
         assert "Training complete." not in output
     _assert_clean(before, sid)
+    _report(sampler, fault, status, elapsed)
+
+
+def _report(sampler: str, fault: str, status: int, elapsed: float) -> None:
+    """With ``RLFAST_FAULT_REPORT=<file>``, append this case's outcome (for the README)."""
+    path = os.environ.get("RLFAST_FAULT_REPORT")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{sampler} {fault} {status} {elapsed:.2f}\n")
 
 
 def _assert_clean(before: set, sid: int) -> None:
@@ -166,3 +175,4 @@ def test_sigterm_to_whole_group_exits_cleanly(tmp_path):
     assert "interrupted" in output and "Training complete." not in output
     assert "Traceback" not in output, output[-3000:]  # workers leave quietly
     _assert_clean(before, sid)
+    _report("cpu", "sigterm-group", status, elapsed)
