@@ -21,6 +21,16 @@ __all__ = ["Categorical", "DistInfo", "EPS"]
 EPS = 1e-8
 
 
+def checked_prob(dist_info: Any, dim: int, owner: str, dim_text: str) -> torch.Tensor:
+    """``dist_info.prob``, refused (``ValueError`` naming ``owner``) unless its trailing dim
+    is ``dim`` (described as ``dim_text`` in the message)."""
+    prob = dist_info.prob
+    if prob.shape[-1] != dim:
+        raise ValueError(f"{owner} got prob of shape {tuple(prob.shape)}; "
+                         f"its trailing dim must be {dim_text}.")
+    return prob
+
+
 def probs_kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """sum over the last dim of p (log p - log q): the KL of categoricals given by their
     probabilities (of several independent ones when their vectors are concatenated)."""
@@ -46,13 +56,8 @@ class Categorical(DiscreteMixin, Distribution):
         super().__init__(dim=dim, dtype=dtype, onehot_dtype=onehot_dtype)
 
     def _prob(self, dist_info: Any) -> torch.Tensor:
-        prob = dist_info.prob
-        if prob.shape[-1] != self._dim:
-            raise ValueError(
-                f"Categorical(dim={self._dim}) got prob of shape {tuple(prob.shape)}; "
-                f"its trailing dim must be {self._dim}."
-            )
-        return prob
+        return checked_prob(dist_info, self._dim, f"Categorical(dim={self._dim})",
+                            str(self._dim))
 
     def sample(self, dist_info: Any) -> torch.Tensor:
         """Draw one index per leading position with ``torch.multinomial``."""

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rlfast.distributions.base import Distribution
-from rlfast.distributions.categorical import EPS, probs_entropy, probs_kl
+from rlfast.distributions.categorical import EPS, checked_prob, probs_entropy, probs_kl
 
 __all__ = ["MultiCategorical"]
 
@@ -102,13 +102,8 @@ class MultiCategorical(Distribution):
         return self._on_device[device]
 
     def _prob(self, dist_info: Any) -> torch.Tensor:
-        prob = dist_info.prob
-        if prob.shape[-1] != self._dim:
-            raise ValueError(
-                f"MultiCategorical(nvec={list(self._nvec)}) got prob of shape {tuple(prob.shape)}; "
-                f"its trailing dim must be sum(nvec) = {self._dim}."
-            )
-        return prob
+        return checked_prob(dist_info, self._dim, f"MultiCategorical(nvec={list(self._nvec)})",
+                            f"sum(nvec) = {self._dim}")
 
     def _padded(self, prob: torch.Tensor) -> torch.Tensor:
         """``[..., sum(nvec)]`` -> ``[..., D, max_n]``, zero beyond each dimension's values."""
