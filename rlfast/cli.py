@@ -11,9 +11,10 @@ import sys
 import tempfile
 
 from rlfast.experiments.config import ConfigError, apply_overrides
-from rlfast.experiments.presets import (ATARI_PREFIX, PRESETS, SAMPLERS, build_experiment,
-                                       default_sampler, get_preset)
-from rlfast.runners import MinibatchRlEval, TrainingInterrupted
+from rlfast.experiments.presets import (ATARI_PREFIX, PRESETS, RUNNERS, SAMPLERS,
+                                       build_experiment, check_runner, default_sampler,
+                                       get_preset)
+from rlfast.runners import MinibatchRlBase, TrainingInterrupted
 from rlfast.runners.interrupts import signal_name
 from rlfast.utils.logging.context import ExistingRunError, experiment_dir, find_run_files
 
@@ -35,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
                             "the agent (default otherwise); "
                             "gpu / alternating: workers step envs, the master batches the agent "
                             "(on GPU 0 when CUDA is available)")
+    train.add_argument("--runner", choices=RUNNERS, default="sync",
+                       help="sync: sampling and training take turns (default); async: the "
+                            "sampler runs in its own process at full speed while the optimizer "
+                            "trains from the shared replay buffer (replay-based algorithms)")
     train.add_argument("--log-dir", default=None,
                        help="write progress.csv, debug.log, params.json here "
                             "(default: data/local/<date>/<time>/<algo>_<env>/run_0); "
@@ -60,7 +65,7 @@ class TrainRun:
 
     args: argparse.Namespace
     config: dict
-    runner: MinibatchRlEval
+    runner: MinibatchRlBase
     log_params: dict
     exp_dir: str
 
@@ -76,11 +81,12 @@ def resolve_config(args: argparse.Namespace) -> dict:
     return apply_overrides(config, args.overrides)
 
 
-def affinity_for_run(code: str | None) -> dict | None:
-    """The affinity dict of one single-process run from an affinity code, or None.
+def affinity_for_run(code: str | None, runner: str = "sync") -> dict | None:
+    """The affinity dict of one run from an affinity code, or None.
 
-    A code without a run-slot token means slot 0. Codes that describe several processes
-    (multi-GPU or asynchronous runs) are refused: ``rlfast train`` runs one.
+    A code without a run-slot token means slot 0. A synchronous run takes a one-process
+    code; multi-GPU codes are refused (``rlfast train`` runs one process) and so are async
+    (``ass``) codes, which ``--runner async`` needs instead.
     """
     if code is None:
         return None
@@ -88,10 +94,20 @@ def affinity_for_run(code: str | None) -> dict | None:
     if "slt" not in code:
         code = prepend_run_slot(0, code)
     affinity = affinity_from_code(code)
-    if isinstance(affinity, list) or "optimizer" in affinity:
+    is_async = not isinstance(affinity, list) and "optimizer" in affinity
+    if runner == "async":
+        if not is_async:
+            raise ValueError(f"--affinity {code}: --runner async needs an async code (with "
+                             f"the 1ass token, e.g. 0slt_2cpu_0gpu_2cpr_1res_1ass)")
+        from rlfast.runners.async_rl import async_affinity
+        checked = async_affinity(affinity)  # one optimizer rank
+        for part in list(checked.optimizer) + [checked.sampler]:
+            validate_affinity(part)
+        return dict(affinity)
+    if isinstance(affinity, list) or is_async:
         raise ValueError(f"--affinity {code}: multi-GPU and asynchronous codes describe "
-                         f"several processes; rlfast train runs one (use a code without "
-                         f"gpr > 1 or ass)")
+                         f"several processes; a synchronous rlfast train runs one (use a code "
+                         f"without gpr > 1 or ass, or --runner async for an ass code)")
     validate_affinity(affinity)  # before any directory or process: cores and GPUs exist
     return dict(affinity)
 
@@ -203,15 +219,17 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
         args.sampler = default_sampler(args.algo)
     if args.algo in PRESETS:  # an unknown algorithm is reported by get_preset
         check_env_id(args.env)
-    config = resolve_config(args)
-    affinity = affinity_for_run(args.affinity)
+    runner_kind = getattr(args, "runner", "sync")
+    config = resolve_config(args)  # an unknown algorithm is reported first, here
+    check_runner(args.algo, runner_kind)
+    affinity = affinity_for_run(args.affinity, runner_kind)
     exp_dir = log_dir_for_run(args)
     check_log_dir(exp_dir, _log_dir_option(args), overwrite=getattr(args, "overwrite", False))
     runner = build_experiment(args.algo, args.env, config, sampler=args.sampler, seed=args.seed,
-                              affinity=affinity)
+                              affinity=affinity, runner=runner_kind)
     runner.progress_bar = not args.no_progress
     log_params = dict(algo=args.algo, env=args.env, sampler=args.sampler, seed=args.seed,
-                      affinity=args.affinity, config=config)
+                      affinity=args.affinity, runner=runner_kind, config=config)
     return TrainRun(args=args, config=config, runner=runner, log_params=log_params,
                     exp_dir=exp_dir)
 

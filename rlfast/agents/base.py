@@ -13,6 +13,7 @@ import torch
 
 from rlfast.agents.recurrent import (AlternatingRecurrentAgentMixin, RecurrentAgentMixin, RnnStateStore,
                                      rnn_state_for_storage, stored_rnn_state)
+from rlfast.agents.shared_params import SharedParams
 from rlfast.models.utils import strip_ddp_state_dict
 from rlfast.utils.buffer import buffer_to
 from rlfast.utils.collections import namedarraytuple
@@ -111,15 +112,42 @@ class BaseAgent(ABC):
                 self.model, device_ids=[self.device.index], output_device=self.device.index)
         return self.device
 
+    def async_share(self, ctx=None) -> None:
+        """Asynchronous runners, in the master before the sampler process forks: make the
+        shared-memory board the optimizer publishes its parameters to (see
+        :class:`~rlfast.agents.shared_params.SharedParams`)."""
+        self.shared_params = SharedParams(self.model, ctx)
+        self._sampler_updates = 0
+
     def async_cpu(self, share_memory: bool = True) -> None:
-        """Give the sampler its own CPU model, separate from the optimizer's shared one."""
-        if self.device.type != "cpu":
-            return
-        self.shared_model = self.model
-        self.model = self.ModelCls(**self.env_model_kwargs, **self.model_kwargs)
-        self.model.load_state_dict(self.shared_model.state_dict())
+        """In the async sampler process: the sampler's own CPU model (the forked copy of the
+        master's), in shared memory when ``share_memory`` so that the sampler's worker
+        processes act with the parameters it pulls."""
         if share_memory:
             self.model.share_memory()
+            self.shared_model = self.model
+        self.share_memory = share_memory
+
+    def send_shared_memory(self, updates: int = 0) -> None:
+        """Optimizer side: publish the trained parameters (copied to shared CPU memory under
+        the write lock; the version moves). ``updates``: the update count they follow."""
+        self.shared_params.publish(self.model, updates)
+
+    def recv_shared_memory(self) -> bool:
+        """Sampler side: copy the published parameters into this process's model (under the
+        read lock) if a new version appeared since the last copy; returns whether it did.
+        ``sampler_param_updates`` then says which optimizer update they follow."""
+        updates = self.shared_params.pull(self.model)
+        if updates is None:
+            return False
+        self._sampler_updates = updates
+        return True
+
+    @property
+    def sampler_param_updates(self) -> int:
+        """The optimizer update count of the parameters this sampler last pulled (0 before
+        any: the initial parameters)."""
+        return getattr(self, "_sampler_updates", 0)
 
     # ---- parameters -----------------------------------------------------------------------
     def parameters(self):

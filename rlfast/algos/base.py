@@ -20,6 +20,8 @@ class RLAlgorithm(abc.ABC):
     opt_info_fields: tuple = ()
     bootstrap_value = False
     update_counter = 0
+    updates_per_sync = 1  # asynchronous runners: updates between parameter publications
+    on_update: Any = None  # asynchronous runners: called with update_counter after each update
 
     @abc.abstractmethod
     def initialize(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
@@ -32,9 +34,14 @@ class RLAlgorithm(abc.ABC):
         """
 
     def async_initialize(self, agent: Any, sampler_n_itr: int, batch_spec: Any,
-                         mid_batch_reset: bool, examples: Any, world_size: int = 1) -> None:
-        """Set up for an asynchronous runner; algorithms that support one override this."""
-        raise TypeError(f"{type(self).__name__} does not support asynchronous runners")
+                         mid_batch_reset: bool, examples: Any, world_size: int = 1) -> Any:
+        """Set up for an asynchronous runner and return the shared-memory replay buffer the
+        sampler's batches are copied into. Only replay-based algorithms (the DQN family,
+        DDPG, TD3, SAC) have one; on-policy ones cannot learn from an asynchronous sampler
+        and raise ``TypeError``."""
+        raise TypeError(f"{type(self).__name__} does not support asynchronous runners: it "
+                        f"learns on-policy from each batch once, so it has no replay buffer "
+                        f"for an asynchronous sampler to fill; use a synchronous runner")
 
     def optim_initialize(self, rank: int = 0) -> None:
         """Build the optimizer once the agent is on its device (a no-op unless overridden)."""

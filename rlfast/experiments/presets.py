@@ -29,8 +29,9 @@ from rlfast.algos.qpg import DDPG, SAC, TD3
 from rlfast.envs import make as make_gym_env
 from rlfast.envs.gym import gym_spaces as make_gym_spaces
 from rlfast.experiments.qpg_presets import ENV_TUNED, QPG_ALGOS, QPG_PRESETS
-from rlfast.runners import MinibatchRlEval
-from rlfast.samplers import (AlternatingSampler, CpuEvalCollector, CpuResetCollector, CpuSampler,
+from rlfast.runners import AsyncRlEval, MinibatchRlEval
+from rlfast.samplers import (AlternatingSampler, AsyncAlternatingSampler, AsyncCpuSampler,
+                             AsyncGpuSampler, AsyncSerialSampler, CpuEvalCollector, CpuResetCollector, CpuSampler,
                              CpuWaitResetCollector, GpuEvalCollector, GpuResetCollector,
                              GpuSampler, GpuWaitResetCollector, SerialEvalCollector,
                              SerialSampler, TrajInfo)
@@ -195,6 +196,8 @@ ALGOS = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "cat_dqn": CategoricalDQN, "rainbow
          "r2d1": R2D1, "ddpg": DDPG, "td3": TD3, "sac": SAC}
 VALUE_BASED = ("dqn", "cat_dqn", "rainbow", "r2d1")
 SAMPLERS = ("serial", "cpu", "gpu", "alternating")
+RUNNERS = ("sync", "async")
+REPLAY_ALGOS = VALUE_BASED + tuple(QPG_ALGOS)  # the algorithms an async runner can train
 ATARI_PREFIX = "atari:"
 # Sampler safety settings every preset exposes (``--set sampler.check_finite=False``).
 SAMPLER_SAFETY = dict(check_finite=True, worker_timeout="auto")
@@ -325,6 +328,29 @@ def default_affinity(n_envs: int, sampler: str, master_threads: int | None = Non
                 worker_torch_threads=1, cuda_idx=cuda_idx)
 
 
+def default_async_affinity(sampler: str) -> dict:
+    """The async affinity of a single-machine run: the optimizer on GPU 0 when CUDA is
+    available (else the CPU), the sampler process and its workers on every core (one worker
+    per core, two at least for the alternating sampler)."""
+    cpus = available_cpus()
+    cuda = torch.cuda.is_available()
+    n_workers = max(2 if sampler == "alternating" else 1, len(cpus))
+    sampler_affinity = dict(master_cpus=cpus, master_torch_threads=1,
+                            workers_cpus=[[cpus[i % len(cpus)]] for i in range(n_workers)],
+                            worker_torch_threads=1, cuda_idx=None, set_affinity=True)
+    return dict(optimizer=[dict(cuda_idx=0 if cuda else None, master_cpus=cpus,
+                                master_torch_threads=1)], sampler=sampler_affinity)
+
+
+def check_runner(algo_name: str, runner: str) -> None:
+    """Refuse an asynchronous run of an algorithm without replay, saying why."""
+    check_choice(runner, "runner", RUNNERS)
+    if runner == "async" and algo_name not in REPLAY_ALGOS:
+        raise ValueError(f"--runner async needs a replay-based algorithm ({', '.join(REPLAY_ALGOS)}); "
+                         f"{algo_name!r} learns on-policy from each batch once, so there is no "
+                         f"replay buffer for an asynchronous sampler to fill")
+
+
 def _env_factory(env_id: str, env_cfg: dict) -> tuple[type | Callable, dict, type]:
     """(EnvCls, env_kwargs, TrajInfoCls) for the samplers. An unknown Atari game is a
     ``ValueError`` here, while the run is still being configured, not in a worker later."""
@@ -388,7 +414,8 @@ def _algo(algo_name: str, algo_cfg: dict) -> RLAlgorithm:
 
 
 def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "cpu",
-                     seed: int | None = None, affinity: dict | None = None) -> MinibatchRlEval:
+                     seed: int | None = None, affinity: dict | None = None,
+                     runner: str = "sync") -> MinibatchRlEval | AsyncRlEval:
     """Assemble sampler, agent, algorithm and runner from a (possibly overridden) preset.
 
     Everything is constructed but nothing is started: no process, environment step or
@@ -426,9 +453,17 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
         "serial": (SerialSampler, SerialEvalCollector), "cpu": (CpuSampler, CpuEvalCollector),
         "gpu": (GpuSampler, GpuEvalCollector), "alternating": (AlternatingSampler, GpuEvalCollector),
     }[sampler]
+    if runner == "async":
+        SamplerCls = dict(serial=AsyncSerialSampler, cpu=AsyncCpuSampler, gpu=AsyncGpuSampler,
+                          alternating=AsyncAlternatingSampler)[sampler]
     sampler_obj = SamplerCls(EnvCls=EnvCls, env_kwargs=env_kwargs, CollectorCls=collector,
                              eval_CollectorCls=EvalCollectorCls, TrajInfoCls=TrajInfoCls,
                              **sampler_cfg)
+    if runner == "async":
+        return AsyncRlEval(algo=_algo(algo_name, config["algo"]), agent=agent,
+                           sampler=sampler_obj, seed=seed,
+                           affinity=affinity or default_async_affinity(sampler),
+                           **config["runner"])
     if affinity is None:
         # A preset's "affinity" section may set the master's torch threads (0: every core).
         threads = config.get("affinity", {}).get("master_torch_threads")

@@ -1,4 +1,6 @@
 """Samplers and collectors: where environments are stepped and batches are written."""
+from rlfast.samplers.async_ import (AsyncAlternatingSampler, AsyncCpuSampler, AsyncGpuSampler,
+                                   AsyncSerialSampler)
 from rlfast.samplers.collections import BatchSpec, Samples, TrajInfo
 from rlfast.samplers.collectors import (ActionSource, AgentActions, BaseCollector,
                                         BaseEvalCollector, DecorrelatingStartCollector,
@@ -20,5 +22,6 @@ __all__ = [
     "ParallelSamplerBase", "SamplerWorkerError", "CpuSampler", "CpuResetCollector",
     "CpuWaitResetCollector", "CpuEvalCollector", "SerialEvalCollector", "SerialSampler",
     "GpuSampler", "AlternatingSampler", "NoOverlapAlternatingSampler", "GpuResetCollector",
-    "GpuWaitResetCollector", "GpuEvalCollector",
+    "GpuWaitResetCollector", "GpuEvalCollector", "AsyncSerialSampler", "AsyncCpuSampler",
+    "AsyncGpuSampler", "AsyncAlternatingSampler",
 ]

@@ -72,6 +72,7 @@ class BaseSampler(abc.ABC):
     """
 
     mid_batch_reset = True
+    is_async = False  # the Async* samplers, which AsyncRl runs in a process of their own
     DefaultCollectorCls: type | None = None  # used when no CollectorCls is given
     DefaultEvalCollectorCls: type | None = None
 
@@ -102,6 +103,64 @@ class BaseSampler(abc.ABC):
         self.eval_max_trajectories = None if eval_max_trajectories is None else int(eval_max_trajectories)
         self.check_finite = bool(check_finite)
         self.worker_timeout = parse_worker_timeout(worker_timeout)
+        self.double_buffer_np: list | None = None  # async samplers: the two batch slots
+        self.double_buffer_pyt: list | None = None
+
+    # ---- asynchronous mode (the Async* samplers) ---------------------------------------------
+    def async_initialize(self, agent: BaseAgent, bootstrap_value: bool = False,
+                         traj_info_kwargs: dict | None = None,
+                         seed: int | None = None) -> AttrDict:
+        """In the master, before the sampler process is forked: build the agent's CPU model
+        from an example environment (seeded ``seed + EXAMPLE_ENV_SEED_OFFSET``) and allocate
+        the double buffer, two ``[T, B]`` batch slots in shared memory, that the sampler
+        process fills in turn while the other slot is copied into replay. Returns the example
+        outputs that size the replay buffer. ``initialize`` then runs in the sampler process.
+        """
+        if not self.is_async:
+            raise TypeError(f"{type(self).__name__} is synchronous; asynchronous runners need "
+                            f"AsyncSerialSampler, AsyncCpuSampler, AsyncGpuSampler or "
+                            f"AsyncAlternatingSampler")
+        B = self.batch_spec.B
+        example_env = self.EnvCls(**self.env_kwargs)
+        if seed is not None and hasattr(example_env, "seed"):
+            example_env.seed(int(seed) + EXAMPLE_ENV_SEED_OFFSET)
+        try:
+            self.env_spaces = example_env.spaces
+            agent.initialize(example_env.spaces, share_memory=False, global_B=B,
+                             env_ranks=list(range(B)))
+            samples_pyt, samples_np, examples = build_samples_buffer(
+                agent, example_env, self.batch_spec, bootstrap_value, agent_shared=True,
+                env_shared=True, n_slots=2)
+        finally:
+            example_env.close()
+        self.double_buffer_np = [samples_np[k] for k in range(2)]
+        self.double_buffer_pyt = [samples_pyt[k] for k in range(2)]
+        self.async_examples = examples
+        self.apply_traj_info_kwargs(traj_info_kwargs)
+        return examples
+
+    def initialize_agent(self, agent: BaseAgent, env_spaces, share_memory: bool, global_B: int,
+                         env_ranks: list) -> None:
+        """Build the agent's model for sampling. Synchronous samplers build it here; in an
+        async sampler process the model was built in the master before the fork, and
+        ``agent.async_cpu`` gives the sampler its own copy (in shared memory when the
+        workers run it)."""
+        if self.double_buffer_np is not None:
+            agent.async_cpu(share_memory=share_memory)
+        else:
+            agent.initialize(env_spaces, share_memory=share_memory, global_B=global_B,
+                             env_ranks=env_ranks)
+
+    def use_slot(self, db_idx: int | None) -> None:
+        """Async samplers: write the next batch into slot ``db_idx`` of the double buffer
+        (None: keep the current one). Subclasses point their collectors at it too."""
+        if db_idx is None:
+            return
+        if self.double_buffer_np is None:
+            raise ValueError(f"db_idx={db_idx} given to {type(self).__name__}, which has no "
+                             f"double buffer (call async_initialize first)")
+        self.samples_np = self.double_buffer_np[db_idx]
+        self.samples_pyt = self.double_buffer_pyt[db_idx]
 
     def check_batch(self, samples_np: Samples, itr: int, env_offset: int = 0) -> None:
         """With ``check_finite``: raise ``NonFiniteError`` if this batch's observations,
@@ -135,7 +194,12 @@ class BaseSampler(abc.ABC):
         """Allocate the samples buffer from one example step of a fresh environment (seeded
         ``seed + EXAMPLE_ENV_SEED_OFFSET``); ``init_agent(spaces)``, when given, first builds
         the agent from that environment's spaces. Returns (samples_pyt, samples_np, examples).
+        An async sampler (after ``async_initialize``) returns slot 0 of its double buffer.
         """
+        if self.double_buffer_np is not None:
+            if init_agent is not None:
+                init_agent(self.env_spaces)
+            return self.double_buffer_pyt[0], self.double_buffer_np[0], self.async_examples
         example_env = self.EnvCls(**self.env_kwargs)
         if seed is not None and hasattr(example_env, "seed"):
             example_env.seed(int(seed) + EXAMPLE_ENV_SEED_OFFSET)
@@ -156,8 +220,9 @@ class BaseSampler(abc.ABC):
         worker processes); return the example outputs that size replay buffers."""
 
     @abc.abstractmethod
-    def obtain_samples(self, itr: int) -> tuple[Samples, list]:
-        """Collect one ``[T, B]`` batch; return (samples, completed trajectory infos)."""
+    def obtain_samples(self, itr: int, db_idx: int | None = None) -> tuple[Samples, list]:
+        """Collect one ``[T, B]`` batch (async samplers: into double-buffer slot ``db_idx``);
+        return (samples, completed trajectory infos)."""
 
     @abc.abstractmethod
     def evaluate_agent(self, itr: int) -> list:

@@ -208,36 +208,41 @@ class EnvInfoBuffer(NamedArrayTuple):
 
 
 def build_samples_buffer(agent, env, batch_spec: BatchSpec, bootstrap_value: bool = False,
-                         agent_shared: bool = True, env_shared: bool = True):
+                         agent_shared: bool = True, env_shared: bool = True,
+                         n_slots: int | None = None):
     """Allocate the ``[T, B]`` samples buffer; returns (samples_pyt, samples_np, examples).
 
     ``samples_pyt`` and ``samples_np`` are torch and numpy views of the same memory, which lives
     in OS shared memory when ``*_shared`` so that worker processes write into it directly.
     The agent's example action is checked against the action space first
     (``check_example_action``), so an agent that does not fit the environment fails here, at
-    startup, with a message that names both.
+    startup, with a message that names both. With ``n_slots`` (the asynchronous samplers'
+    double buffer) every array gets a leading ``[n_slots]`` dimension: slot ``k`` is
+    ``samples_np[k]``, an ordinary ``[T, B]`` buffer.
     """
     examples = get_example_outputs(agent, env)
     check_example_action(agent, env, examples.action)
     T, B = batch_spec
-    action = buffer_from_example(examples.action, (T, B), agent_shared)
-    prev_action = buffer_from_example(examples.action, (T, B), agent_shared)
-    agent_info = buffer_from_example(examples.agent_info, (T, B), agent_shared)
+    dims = (T, B) if n_slots is None else (int(n_slots), T, B)
+    action = buffer_from_example(examples.action, dims, agent_shared)
+    prev_action = buffer_from_example(examples.action, dims, agent_shared)
+    agent_info = buffer_from_example(examples.agent_info, dims, agent_shared)
     if bootstrap_value:
         value_example = np.zeros((), dtype=np.float32)
-        bootstrap = buffer_from_example(value_example, (1, B), agent_shared)
+        lead = (1, B) if n_slots is None else (int(n_slots), 1, B)
+        bootstrap = buffer_from_example(value_example, lead, agent_shared)
         agent_buffer = AgentSamplesBsv(action=action, prev_action=prev_action,
                                        agent_info=agent_info, bootstrap_value=bootstrap)
     else:
         agent_buffer = AgentSamples(action=action, prev_action=prev_action, agent_info=agent_info)
-    env_info = buffer_from_example(examples.env_info, (T, B), env_shared)
+    env_info = buffer_from_example(examples.env_info, dims, env_shared)
     if isinstance(env_info, NamedArrayTuple):
         env_info = EnvInfoBuffer.wrap(env_info, _env_name(env))
     env_buffer = EnvSamples(
-        observation=buffer_from_example(examples.observation, (T, B), env_shared),
-        reward=buffer_from_example(examples.reward, (T, B), env_shared),
-        prev_reward=buffer_from_example(examples.reward, (T, B), env_shared),
-        done=buffer_from_example(examples.done, (T, B), env_shared),
+        observation=buffer_from_example(examples.observation, dims, env_shared),
+        reward=buffer_from_example(examples.reward, dims, env_shared),
+        prev_reward=buffer_from_example(examples.reward, dims, env_shared),
+        done=buffer_from_example(examples.done, dims, env_shared),
         env_info=env_info,
     )
     samples_np = Samples(agent=agent_buffer, env=env_buffer)

@@ -218,8 +218,9 @@ class ProcessSupervisor:
 
     def __init__(self, label: str = "Child", error_cls: type = ChildFailedError,
                  start_method: str | None = None, stop_flags: Sequence = (),
-                 join_s: float = 5.0):
+                 join_s: float = 5.0, names: Sequence[str] | None = None):
         self.label = label
+        self.names = None if names is None else list(names)  # per child, instead of "label i"
         self.error_cls = error_cls
         self.ctx = mp_context(start_method)
         self.processes: list = []
@@ -308,7 +309,7 @@ class ProcessSupervisor:
                     if kind == "error":
                         self.fail(self._raised(i, payload))
                     if kind != expected:
-                        self.fail(f"{self.label} {i} replied {kind!r}, expected {expected!r}")
+                        self.fail(f"{self._name(i)} replied {kind!r}, expected {expected!r}")
                     replies[i] = payload
             for obj in ready:
                 i = sentinels.get(obj)
@@ -331,7 +332,7 @@ class ProcessSupervisor:
                     doing = f"; it was {describe(i)}"
                 except Exception as exc:  # noqa: BLE001 - the report must not mask the timeout
                     doing = f"; its status could not be read ({exc!r})"
-            lines.append(f"{self.label} {i} (pid {pid}) timed out: it is alive (process "
+            lines.append(f"{self._name(i)} (pid {pid}) timed out: it is alive (process "
                          f"status: {_process_status(pid)}) but {silence} within "
                          f"{deadline.seconds:g} s{doing}.")
         if deadline.reason:
@@ -360,7 +361,37 @@ class ProcessSupervisor:
         self.stop()
         raise self.error_cls(message)
 
+    def receive(self, timeout: float | None = None) -> list[tuple[int, str, Any]]:
+        """Wait up to ``timeout`` seconds (None: forever) for messages from any child; return
+        ``[(child index, kind, payload), ...]``, one per child that sent one (empty on
+        timeout). For children that stream messages rather than answer requests. A child
+        that raised or died makes this stop every child and raise, as :meth:`gather` does."""
+        conns = {conn: i for i, conn in enumerate(self.conns)}
+        sentinels = {p.sentinel: i for i, p in enumerate(self.processes)}
+        ready = wait_connections(list(conns) + list(sentinels), timeout=timeout)
+        messages = []
+        for obj in ready:
+            i = conns.get(obj)
+            if i is None:
+                continue
+            try:
+                kind, payload = obj.recv()
+            except (EOFError, OSError):
+                self.fail(self._died(i))
+            if kind == "error":
+                self.fail(self._raised(i, payload))
+            messages.append((i, kind, payload))
+        for obj in ready:
+            i = sentinels.get(obj)
+            if i is not None and not self._has_data(i) and \
+                    all(m[0] != i for m in messages):
+                self.fail(self._died(i))
+        return messages
+
     # ---- helpers ------------------------------------------------------------------------
+    def _name(self, i: int) -> str:
+        return self.names[i] if self.names is not None else f"{self.label} {i}"
+
     def _has_data(self, i: int) -> bool:
         try:
             return self.conns[i].poll(0)
@@ -370,7 +401,7 @@ class ProcessSupervisor:
     def _died(self, i: int) -> str:
         p = self.processes[i]
         p.join(timeout=1)
-        return f"{self.label} {i} died (exit code {p.exitcode}) without a Python traceback"
+        return f"{self._name(i)} died (exit code {p.exitcode}) without a Python traceback"
 
     def _raised(self, i: int, payload: str) -> str:
-        return f"{self.label} {i} (pid {self.processes[i].pid}) raised:\n{payload}"
+        return f"{self._name(i)} (pid {self.processes[i].pid}) raised:\n{payload}"

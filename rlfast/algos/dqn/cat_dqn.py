@@ -53,10 +53,11 @@ class CategoricalDQN(DQN):
         if "eps" not in self.optim_kwargs and self.OptimCls is torch.optim.Adam:
             self.optim_kwargs["eps"] = 0.01 / self.batch_size  # the usual C51 / Rainbow setting
 
-    def initialize(self, agent: Any, *args: Any, **kwargs: Any) -> None:
-        """Tell the agent the support ``[V_min, V_max]``, then set up as :meth:`DQN.initialize`."""
+    def _setup(self, agent: Any, *args: Any, **kwargs: Any) -> None:
+        """Tell the agent the support ``[V_min, V_max]``, then set up as DQN does (for
+        :meth:`initialize` and :meth:`async_initialize` alike)."""
         agent.give_V_min_max(self.V_min, self.V_max)
-        super().initialize(agent, *args, **kwargs)
+        super()._setup(agent, *args, **kwargs)
 
     def loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss, priorities)``: the cross-entropy of the online distribution of the taken

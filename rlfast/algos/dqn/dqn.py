@@ -38,7 +38,8 @@ class DQN(RLAlgorithm):
     updates, hard (``target_update_tau=1``) or soft (Polyak with ``tau``). The replay buffer
     is prioritized with ``prioritized_replay`` (its ``beta`` annealed from ``pri_beta_init``
     to ``pri_beta_final`` over ``pri_beta_steps`` once learning starts) and stores stacked
-    frames once with ``frame_buffer``; ``ReplayBufferCls`` overrides the choice.
+    frames once with ``frame_buffer``; ``ReplayBufferCls`` overrides the choice. Under an
+    asynchronous runner the sampler gets new parameters every ``updates_per_sync`` updates.
     """
 
     opt_info_fields = tuple(OptInfo._fields)
@@ -54,7 +55,8 @@ class DQN(RLAlgorithm):
                  double_dqn: bool = False, prioritized_replay: bool = False,
                  pri_alpha: float = 0.6, pri_beta_init: float = 0.4, pri_beta_final: float = 1.0,
                  pri_beta_steps: int = 50_000_000, default_priority: float | None = None,
-                 ReplayBufferCls: type | None = None, frame_buffer: bool = False):
+                 ReplayBufferCls: type | None = None, frame_buffer: bool = False,
+                 updates_per_sync: int = 1):
         owner = type(self).__name__
         target_update_tau = check_fraction(target_update_tau, "target_update_tau",
                                            allow_zero=False, owner=owner)
@@ -80,6 +82,8 @@ class DQN(RLAlgorithm):
         self.default_priority = default_priority
         self.ReplayBufferCls = ReplayBufferCls
         self.frame_buffer = frame_buffer
+        self.updates_per_sync = check_int(updates_per_sync, "updates_per_sync", minimum=1,
+                                          owner=owner)
         self.update_counter = 0
 
     # ---- setup ---------------------------------------------------------------------------
@@ -88,6 +92,20 @@ class DQN(RLAlgorithm):
         """Bind the agent, derive the update schedule from the sampler's batch size (updates
         per iteration, first learning iteration, epsilon and beta annealing), build the
         replay buffer from ``examples`` and the optimizer."""
+        self._setup(agent, n_itr, batch_spec, mid_batch_reset, examples, async_=False)
+        self.optim_initialize(rank)
+
+    def async_initialize(self, agent: Any, sampler_n_itr: int, batch_spec: Any,
+                         mid_batch_reset: bool, examples: Any, world_size: int = 1) -> Any:
+        """Asynchronous runners, in the master before the sampler process forks: the same
+        schedule as :meth:`initialize` (in sampler iterations) and a replay buffer in shared
+        memory (an ``Async*`` buffer), which is returned; the optimizer is built later by
+        :meth:`optim_initialize`, once the agent is on its device."""
+        self._setup(agent, sampler_n_itr, batch_spec, mid_batch_reset, examples, async_=True)
+        return self.replay_buffer
+
+    def _setup(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
+               examples: Any, async_: bool) -> None:
         self.check_collector(mid_batch_reset)
         self.agent = agent
         self.n_itr = n_itr
@@ -99,8 +117,7 @@ class DQN(RLAlgorithm):
         if hasattr(agent, "set_epsilon_itr_min_max"):
             agent.set_epsilon_itr_min_max(self.min_itr_learn, self.min_itr_learn + eps_itr_max)
         self.pri_beta_itr = max(1, self.pri_beta_steps // self.sampler_bs)
-        self.initialize_replay_buffer(examples, batch_spec)
-        self.optim_initialize(rank)
+        self.initialize_replay_buffer(examples, batch_spec, async_=async_)
 
     def check_collector(self, mid_batch_reset: bool) -> None:
         """Refuse a collector that cannot feed this algorithm (here: one without resets in the
@@ -136,9 +153,11 @@ class DQN(RLAlgorithm):
                 kwargs["default_priority"] = self.default_priority
         return kwargs
 
-    def initialize_replay_buffer(self, examples: dict, batch_spec: Any) -> None:
+    def initialize_replay_buffer(self, examples: dict, batch_spec: Any,
+                                 async_: bool = False) -> None:
         """Build the replay buffer: ``ReplayBufferCls`` if given, else the one
-        :func:`~rlfast.replays.make_replay_buffer` picks for these options."""
+        :func:`~rlfast.replays.make_replay_buffer` picks for these options (its ``Async*``
+        shared-memory variant with ``async_``)."""
         kwargs = dict(example=self.replay_example(examples), size=self.replay_size,
                       B=batch_spec.B, **self.replay_kwargs())
         if self.ReplayBufferCls is not None:
@@ -146,7 +165,7 @@ class DQN(RLAlgorithm):
         else:
             self.replay_buffer = make_replay_buffer(
                 prioritized=self.prioritized_replay, frames=self.frame_buffer,
-                sequence=self.replay_sequences, **kwargs)
+                sequence=self.replay_sequences, async_=async_, **kwargs)
 
     def samples_to_buffer(self, samples: Any) -> Any:
         """The fields of a sampler batch that go into the replay buffer."""
@@ -176,6 +195,8 @@ class DQN(RLAlgorithm):
             opt_info.gradNorm.append(grad_norm)
             opt_info.tdAbsErr.extend(td_abs_errors.flatten()[::8].cpu().numpy().tolist())
             self.update_counter += 1
+            if self.on_update is not None:
+                self.on_update(self.update_counter)
             if self.update_counter % self.target_update_interval == 0:
                 self.agent.update_target(tau=self.target_update_tau)
         self.update_itr_hyperparams(itr)

@@ -80,12 +80,11 @@ class R2D1(DQN):
                                        // self.store_rnn_state_interval - 1)
         self.input_priority_shift = int(input_priority_shift or 0)
 
-    def initialize(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
-                   examples: Any, world_size: int = 1, rank: int = 0) -> None:
-        """As :meth:`DQN.initialize`; learning starts no earlier than the first complete
-        sequence (burn-in, training steps and n-step targets, from a stored state)."""
-        super().initialize(agent, n_itr, batch_spec, mid_batch_reset, examples, world_size, rank)
-        # Learning starts no earlier than one complete sequence (aligned to a stored state).
+    def _setup(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
+               examples: Any, async_: bool) -> None:
+        """As DQN's; learning starts no earlier than the first complete sequence (burn-in,
+        training steps and n-step targets, from a stored state)."""
+        super()._setup(agent, n_itr, batch_spec, mid_batch_reset, examples, async_)
         needed_T = self.warmup_T + self.batch_T + self.n_step_return + self.store_rnn_state_interval
         self.min_itr_learn = max(self.min_itr_learn, -(-needed_T // batch_spec.T))
 

@@ -81,6 +81,19 @@ class QpgAlgoBase(RLAlgorithm):
         """Bind the agent, derive the update schedule from the sampler's batch size, build
         the replay buffer from ``examples`` and the one optimizer. Needs a collector that
         resets mid-batch (idle steps would otherwise be replayed as transitions)."""
+        self._setup(agent, n_itr, batch_spec, mid_batch_reset, examples, async_=False)
+        self.optim_initialize(rank)
+
+    def async_initialize(self, agent: Any, sampler_n_itr: int, batch_spec: Any,
+                         mid_batch_reset: bool, examples: Any, world_size: int = 1) -> Any:
+        """Asynchronous runners, in the master before the sampler process forks: the
+        schedule of :meth:`initialize` and a shared-memory (``Async*``) replay buffer, which
+        is returned; :meth:`optim_initialize` builds the optimizer later, on the device."""
+        self._setup(agent, sampler_n_itr, batch_spec, mid_batch_reset, examples, async_=True)
+        return self.replay_buffer
+
+    def _setup(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
+               examples: Any, async_: bool) -> None:
         if not mid_batch_reset:
             raise ValueError(f"{type(self).__name__} replays single transitions: use a "
                              f"collector that resets mid-batch (CpuResetCollector / "
@@ -92,12 +105,13 @@ class QpgAlgoBase(RLAlgorithm):
                                                  self.batch_size))
         self.min_itr_learn = int(self.min_steps_learn // self.sampler_bs)
         agent.give_min_itr_learn(self.min_itr_learn)
-        self.initialize_replay_buffer(examples, batch_spec)
-        self.optim_initialize(rank)
+        self.initialize_replay_buffer(examples, batch_spec, async_=async_)
 
-    def initialize_replay_buffer(self, examples: dict, batch_spec: Any) -> None:
+    def initialize_replay_buffer(self, examples: dict, batch_spec: Any,
+                                 async_: bool = False) -> None:
         """Build the time-limit replay buffer (storing final observations when the env
-        reports them), or ``ReplayBufferCls`` if given."""
+        reports them; its shared-memory ``Async*`` variant with ``async_``), or
+        ``ReplayBufferCls`` if given."""
         env_info = examples["env_info"]
         fields = getattr(env_info, "_fields", ())
         if "timeout" not in fields:
@@ -115,7 +129,7 @@ class QpgAlgoBase(RLAlgorithm):
             self.replay_buffer = self.ReplayBufferCls(**kwargs)
         else:
             self.replay_buffer = make_replay_buffer(prioritized=self.prioritized_replay,
-                                                    time_limit=True, **kwargs)
+                                                    time_limit=True, async_=async_, **kwargs)
         self._mask_timeouts = self.bootstrap_timelimit and not getattr(
             self.replay_buffer, "has_final_observation", False)
 
@@ -187,6 +201,8 @@ class QpgAlgoBase(RLAlgorithm):
             if self.prioritized_replay:
                 self.replay_buffer.update_batch_priorities(td_abs)
             self.update_counter += 1
+            if self.on_update is not None:
+                self.on_update(self.update_counter)
             if self.update_counter % self.target_update_interval == 0:
                 self.agent.update_target(self.target_update_tau)
             diagnostics.append(self.diagnostics(info, norms, update_policy))

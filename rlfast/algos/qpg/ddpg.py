@@ -128,12 +128,13 @@ class TD3(QpgAlgoBase):
         _set_rates(self, mu_learning_rate, q_learning_rate, q_target_clip, updates_per_sync)
         self.mu_learning_rate = self.learning_rate
 
-    def initialize(self, agent: Any, *args: Any, **kwargs: Any) -> None:
-        """As :meth:`QpgAlgoBase.initialize`, after checking the agent has twin critics."""
+    def _setup(self, agent: Any, *args: Any, **kwargs: Any) -> None:
+        """As QpgAlgoBase's setup (for :meth:`initialize` and :meth:`async_initialize`),
+        after checking the agent has twin critics."""
         if getattr(agent.q_model, "ensemble_size", None) != 2:
             raise ValueError(f"TD3 needs twin critics (Td3Agent); {type(agent).__name__} has "
                              f"{getattr(agent.q_model, 'ensemble_size', None)} critic(s)")
-        super().initialize(agent, *args, **kwargs)
+        super()._setup(agent, *args, **kwargs)
 
     # The update itself is DDPG's (its target already takes the minimum of twin critics).
     # These methods never call super(), so they work unchanged on a TD3.

@@ -70,10 +70,11 @@ class SAC(QpgAlgoBase):
         self.updates_per_sync = check_int(updates_per_sync, "updates_per_sync", minimum=1,
                                           owner="SAC")
 
-    def initialize(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
-                   examples: Any, world_size: int = 1, rank: int = 0) -> None:
+    def _setup(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
+               examples: Any, async_: bool) -> None:
         """Check for twin critics, create ``log_alpha`` (learned or fixed) and resolve the
-        target entropy, then set up as :meth:`QpgAlgoBase.initialize`."""
+        target entropy, then set up as QpgAlgoBase does (for :meth:`initialize` and
+        :meth:`async_initialize`)."""
         if getattr(agent.q_model, "ensemble_size", None) != 2:
             raise ValueError(f"SAC needs twin critics (SacAgent); {type(agent).__name__} has "
                              f"{getattr(agent.q_model, 'ensemble_size', None)} critic(s)")
@@ -84,7 +85,15 @@ class SAC(QpgAlgoBase):
                                       requires_grad=self.fixed_alpha is None)
         if self.fixed_alpha is not None:
             self.log_alpha.data.fill_(math.log(max(self.fixed_alpha, 1e-30)))
-        super().initialize(agent, n_itr, batch_spec, mid_batch_reset, examples, world_size, rank)
+        super()._setup(agent, n_itr, batch_spec, mid_batch_reset, examples, async_)
+
+    def optim_initialize(self, rank: int = 0) -> None:
+        """Put ``log_alpha`` on the agent's device (an async optimizer moves the agent after
+        setup), then build the optimizer as QpgAlgoBase does."""
+        if self.log_alpha.device != self.agent.device:
+            self.log_alpha = self.log_alpha.detach().to(self.agent.device).requires_grad_(
+                self.fixed_alpha is None)
+        super().optim_initialize(rank)
 
     def param_groups(self) -> list[dict]:
         """Actor, critics and (when learned) ``log_alpha``, all at ``learning_rate``; the

@@ -83,8 +83,8 @@ class ParallelSamplerBase(BaseSampler):
         agent_in_workers = self.ActionServerCls is None
 
         def init_agent(spaces):
-            agent.initialize(spaces, share_memory=agent_in_workers, global_B=global_B,
-                             env_ranks=env_ranks)
+            self.initialize_agent(agent, spaces, share_memory=agent_in_workers,
+                                  global_B=global_B, env_ranks=env_ranks)
 
         self.samples_pyt, self.samples_np, examples = self.build_buffers(
             agent, seed, bootstrap_value, shared=True, init_agent=init_agent)
@@ -138,7 +138,9 @@ class ParallelSamplerBase(BaseSampler):
                 eval_n_envs=eval_split[i],
                 eval_max_trajectories=(None if eval_traj_split[i] is None
                                        else max(1, eval_traj_split[i])),
-                samples_np=self.samples_np[:, start:start + n])
+                samples_np=self.samples_np[:, start:start + n],
+                slots_np=(None if self.double_buffer_np is None else
+                          [slot[:, start:start + n] for slot in self.double_buffer_np]))
             if self.action_server is not None:
                 w.update(self.action_server.worker_kwargs(i))
             workers_kwargs.append(dict(common_kwargs=common, worker_kwargs=w))
@@ -164,10 +166,10 @@ class ParallelSamplerBase(BaseSampler):
         7"; the same text a timeout error gives."""
         return self._status.describe(i)
 
-    def _send(self, command: str, itr: int) -> None:
+    def _send(self, command: str, itr: int, db_idx: int | None = None) -> None:
         # The agent's algorithm-given sampling settings travel with each command (see
         # BaseAgent.sampling_state): the workers' agent copies were forked before they were set.
-        self._supervisor.send_all((command, itr, self.agent.sampling_state()))
+        self._supervisor.send_all((command, itr, self.agent.sampling_state(), db_idx))
 
     def _gather_traj_infos(self, deadline) -> list:
         replies = self._supervisor.gather("done", deadline, self._status.describe)
@@ -176,15 +178,24 @@ class ParallelSamplerBase(BaseSampler):
     def _before_batch(self) -> None:
         """Hook: make the latest parameters visible to the workers (CPU sampler)."""
 
-    def obtain_samples(self, itr: int) -> tuple[Samples, list]:
+    def use_slot(self, db_idx: int | None) -> None:
+        """Async: the next batch goes to slot ``db_idx`` (the workers are told with the
+        command; the action server writes its bootstrap values there)."""
+        super().use_slot(db_idx)
+        if db_idx is not None and self.action_server is not None:
+            self.action_server.samples_np = self.samples_np
+
+    def obtain_samples(self, itr: int, db_idx: int | None = None) -> tuple[Samples, list]:
         """Have every worker collect its share of the batch (the action server serving their
-        actions meanwhile, for the GPU samplers); returns (samples, completed trajectory
-        infos). A failed worker raises :class:`SamplerWorkerError` with its traceback, a
-        silent one (past ``worker_timeout``) with what it was doing."""
+        actions meanwhile, for the GPU samplers), into double-buffer slot ``db_idx`` for the
+        async samplers; returns (samples, completed trajectory infos). A failed worker raises
+        :class:`SamplerWorkerError` with its traceback, a silent one (past
+        ``worker_timeout``) with what it was doing."""
+        self.use_slot(db_idx)
         self._before_batch()
         deadline = self._timeouts.batch(self.worker_timeout)  # shared by this batch's waits
         start = time.monotonic()
-        self._send("sample", itr)
+        self._send("sample", itr, db_idx)
         if self.action_server is not None:
             self.action_server.serve_actions(itr, deadline)
         traj_infos = self._gather_traj_infos(deadline)

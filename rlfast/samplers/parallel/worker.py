@@ -1,12 +1,13 @@
 """The one entry point of every parallel sampler worker process.
 
 A worker builds its environments and collectors, reports ready, then serves commands from
-the master over its own pipe: ``("sample", itr, state)`` collects a batch into the shared
-buffer, ``("eval", itr, state)`` runs evaluation, ``("quit",)`` exits; ``state`` is the
-agent's algorithm-given sampling settings. Each reply carries the trajectory infos completed
-meanwhile. The process supervisor (``rlfast.utils.processes.child_main``) wraps this function:
-any exception reaches the master with its traceback, and a worker whose master has died sees
-end-of-file on the pipe and exits.
+the master over its own pipe: ``("sample", itr, state, db_idx)`` collects a batch into the
+shared buffer, ``("eval", itr, state, db_idx)`` runs evaluation, ``("quit",)`` exits;
+``state`` is the agent's algorithm-given sampling settings and ``db_idx`` the async samplers'
+double-buffer slot to write (None for the synchronous samplers). Each reply carries the
+trajectory infos completed meanwhile. The process supervisor
+(``rlfast.utils.processes.child_main``) wraps this function: any exception reaches the master
+with its traceback, and a worker whose master has died sees end-of-file on the pipe and exits.
 """
 from __future__ import annotations
 
@@ -82,9 +83,11 @@ def sampling_process(conn, common_kwargs: dict, worker_kwargs: dict) -> None:
                 break  # the master is gone
             if command == "quit":
                 break
-            itr, state = args
+            itr, state, db_idx = args
             if state and agent is not None:
                 agent.load_sampling_state(state)
+            if db_idx is not None:  # async samplers: this batch's slot of the double buffer
+                collector.samples_np = w["slots_np"][db_idx]
             if command == "eval":
                 completed = [] if eval_collector is None else eval_collector.collect_evaluation(itr)
             else:

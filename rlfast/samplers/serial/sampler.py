@@ -33,8 +33,8 @@ class SerialSampler(BaseSampler):
         env_ranks = list(range(rank * B, (rank + 1) * B))
         self.env_offset = rank * B
         self.envs = make_envs(self.EnvCls, B, self.env_kwargs, seed, rank * B)
-        agent.initialize(self.envs[0].spaces, share_memory=False, global_B=global_B,
-                         env_ranks=env_ranks)
+        self.initialize_agent(agent, self.envs[0].spaces, share_memory=False,
+                              global_B=global_B, env_ranks=env_ranks)
         self.samples_pyt, self.samples_np, examples = self.build_buffers(
             agent, seed, bootstrap_value, shared=False)
         self.apply_traj_info_kwargs(traj_info_kwargs)
@@ -53,9 +53,17 @@ class SerialSampler(BaseSampler):
         self.collector.start_agent()
         return examples
 
-    def obtain_samples(self, itr: int) -> tuple[Samples, list]:
+    def use_slot(self, db_idx: int | None) -> None:
+        """Async: point the collector at slot ``db_idx`` of the double buffer."""
+        super().use_slot(db_idx)
+        if db_idx is not None:
+            self.collector.samples_np = self.samples_np
+
+    def obtain_samples(self, itr: int, db_idx: int | None = None) -> tuple[Samples, list]:
         """Reset idle environments (wait-reset collectors), then collect one batch in this
-        process; returns (samples, completed trajectory infos)."""
+        process (async: into double-buffer slot ``db_idx``); returns (samples, completed
+        trajectory infos)."""
+        self.use_slot(db_idx)
         self.collector.reset_if_needed(self.agent_inputs)
         self.agent_inputs, self.traj_infos, completed = self.collector.collect_batch(
             self.agent_inputs, self.traj_infos, itr)

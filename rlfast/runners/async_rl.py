@@ -1,0 +1,351 @@
+"""Asynchronous runners: sampling and optimization in separate processes.
+
+The master process runs the optimizer and does all logging. It forks one sampler process
+(an ``Async*`` sampler, which may fork its own workers) that collects batches at full speed
+into a shared-memory double buffer; each finished batch is appended to the algorithm's
+shared-memory replay buffer, by the master between its updates (``copier="optimizer"``, the
+default) or by a copier process (``copier="process"``, as rlpyt does). The optimizer is
+throttled so that the replay ratio (training samples used / environment samples in replay,
+counted from the first learning step) never exceeds the algorithm's ``replay_ratio``: it
+waits for new batches when it is ahead, and never makes the sampler wait. Every
+``updates_per_sync`` updates it publishes its parameters to shared CPU memory, and the sampler
+copies them before its next batch when they changed (see ``rlfast.agents.shared_params``).
+
+Each log row adds ``Diagnostics/ReplayRatio`` (achieved since the last row),
+``Diagnostics/SamplerItrPerSecond``, ``Diagnostics/UpdatesPerSecond`` and
+``Diagnostics/PolicyLag`` (updates made between the parameters a batch was sampled with and
+its arrival, averaged over the row's batches).
+
+Faults: a sampler, worker or copier that raises or dies ends the run at once with its
+traceback (the children are watched on every wait); Ctrl-C stops every process; shutdown
+terminates any sampler worker left behind, so no process or shared memory outlives the run.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import psutil
+
+from rlfast.runners.async_processes import AsyncCtrl, async_child
+from rlfast.runners.minibatch_rl import MinibatchRlBase, MinibatchRl, MinibatchRlEval
+from rlfast.utils.checks import check_int
+from rlfast.utils.collections import AttrDict
+from rlfast.utils.logging import logger
+from rlfast.utils.processes import ChildFailedError, Deadline, ProcessSupervisor, mp_context
+from rlfast.utils.seed import make_seed, set_seed
+
+__all__ = ["AsyncRlBase", "AsyncRl", "AsyncRlEval", "AsyncRunError", "async_affinity"]
+
+COPIERS = ("optimizer", "process")
+_STARTUP_S = 300.0
+
+
+class AsyncRunError(ChildFailedError):
+    """The sampler process (or one of its workers) or the replay copier failed; the message
+    carries the failing process's traceback."""
+
+
+def async_affinity(affinity: dict | None) -> AttrDict:
+    """The ``optimizer`` / ``sampler`` affinity of an async run: a decoded ``ass`` code as
+    is, None for defaults (optimizer on the CPU, sampler workers on every core). More than one
+    optimizer rank is refused: multi-GPU async optimization needs the DDP runner."""
+    if affinity is None:
+        return AttrDict(optimizer=[AttrDict(cuda_idx=None)], sampler=AttrDict())
+    if "optimizer" not in affinity or "sampler" not in affinity:
+        raise ValueError(f"an async runner needs an affinity with 'optimizer' and 'sampler' "
+                         f"entries (an 'ass' affinity code); got keys {sorted(affinity)}")
+    optimizer = affinity["optimizer"]
+    optimizer = list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
+    if len(optimizer) != 1:
+        raise ValueError(f"the affinity asks for {len(optimizer)} optimizer ranks; "
+                         f"asynchronous runs support one optimizer process (one GPU, gpr=1) "
+                         f"until multi-GPU async optimization joins the DDP runner")
+    return AttrDict(affinity, optimizer=optimizer, sampler=AttrDict(affinity["sampler"]))
+
+
+class AsyncRlBase(MinibatchRlBase):
+    """Startup, the throttled optimizer loop and shutdown shared by the async runners.
+
+    ``affinity``: a decoded ``ass`` affinity (``optimizer`` list of one entry, ``sampler``
+    dict) or None. ``copier``: ``"optimizer"`` (the master appends each batch between
+    updates) or ``"process"`` (a copier process does). ``n_steps`` counts environment steps.
+    """
+
+    def __init__(self, algo: Any, agent: Any, sampler: Any, n_steps: int,
+                 seed: int | None = None, affinity: dict | None = None,
+                 log_interval_steps: int = 100_000, copier: str = "optimizer",
+                 progress_bar: bool = True):
+        if copier not in COPIERS:
+            raise ValueError(f"copier must be one of {COPIERS}; got {copier!r}")
+        if not getattr(sampler, "is_async", False):
+            raise TypeError(f"{type(self).__name__} needs an asynchronous sampler "
+                            f"(AsyncSerialSampler, AsyncCpuSampler, AsyncGpuSampler or "
+                            f"AsyncAlternatingSampler); got {type(sampler).__name__}")
+        self.async_affinity = async_affinity(affinity)
+        super().__init__(algo=algo, agent=agent, sampler=sampler, n_steps=n_steps, seed=seed,
+                         affinity=dict(self.async_affinity.optimizer[0]),
+                         log_interval_steps=log_interval_steps, progress_bar=progress_bar)
+        self.copier = copier
+        self._supervisor: ProcessSupervisor | None = None
+        self._grandchildren: list = []
+
+    # ---- startup / shutdown ------------------------------------------------------------------
+    def startup(self) -> int:
+        """Seed, build the agent and double buffer (``sampler.async_initialize``) and the
+        shared replay buffer (``algo.async_initialize``), fork the sampler process (and the
+        copier), wait until the sampler is built, then move the agent to the optimizer's
+        device and build the optimizer. Returns the sampler's number of iterations."""
+        self._set_master_affinity()
+        if self.seed is None:
+            self.seed = make_seed()
+        set_seed(self.seed)
+        sampler, algo, agent = self.sampler, self.algo, self.agent
+        examples = sampler.async_initialize(agent, bootstrap_value=False,
+                                            traj_info_kwargs=self.get_traj_info_kwargs(),
+                                            seed=self.seed + 1)
+        self.itr_batch_size = sampler.batch_spec.size
+        n_itr = self.get_n_itr()
+        self.replay_buffer = algo.async_initialize(
+            agent, n_itr, sampler.batch_spec, sampler.mid_batch_reset, examples)
+        ctx = mp_context()
+        agent.async_share(ctx)
+        self.ctrl = AsyncCtrl(ctx, copier_process=self.copier == "process")
+        self._launch(n_itr)
+        agent.to_device(self.affinity.get("cuda_idx"))
+        algo.optim_initialize(rank=0)
+        algo.on_update = self._after_update
+        self._published = 0
+        self.initialize_logging()
+        return n_itr
+
+    def eval_itrs(self) -> int:
+        """Sampler iterations between evaluations in the sampler process (0: none)."""
+        return 0
+
+    def _launch(self, n_itr: int) -> None:
+        children = [dict(role="sampler", sampler=self.sampler, agent=self.agent,
+                         affinity=dict(self.async_affinity.sampler), seed=self.seed + 1,
+                         n_itr=n_itr, eval_itrs=self.eval_itrs(), ctrl=self.ctrl)]
+        names = ["Async sampler process"]
+        if self.copier == "process":
+            children.append(dict(role="copier", slots=self.sampler.double_buffer_pyt,
+                                 samples_to_buffer=self.algo.samples_to_buffer,
+                                 replay_buffer=self.replay_buffer, ctrl=self.ctrl))
+            names.append("Replay copier process")
+        self._supervisor = ProcessSupervisor(label="Async child", error_cls=AsyncRunError,
+                                             stop_flags=[self.ctrl.stop], names=names)
+        self._supervisor.start(async_child, children, name="rlfast-async", owner=self,
+                               daemon=False)
+        timeout = self.sampler.worker_timeout
+        deadline = Deadline(None if timeout is None else max(_STARTUP_S, float(
+            timeout if isinstance(timeout, (int, float)) else 0)),
+            "the sampler process's startup timeout (sampler.worker_timeout='off' waits forever)")
+        self._early: list = []
+        while True:
+            messages = self._supervisor.receive(deadline.wait_s(1.0))
+            ready = [m for m in messages if m[1] == "ready"]
+            self._early.extend(m for m in messages if m[1] != "ready")
+            if ready:
+                pids = ready[0][2]
+                self._grandchildren = [_process(pid) for pid in pids]
+                return
+            if deadline.expired():
+                self._supervisor.fail_silent([0], "sent no 'ready'", deadline)
+
+    def shutdown(self) -> None:
+        """Stop the children (the copier and the sampler process, which stops its workers),
+        terminate any sampler worker left behind (its parent was killed), restore the
+        master's affinity. Runs on every exit path."""
+        if self._pbar is not None:
+            self._pbar.stop()
+        if self._supervisor is not None:
+            self._supervisor.stop()
+        for process in self._grandchildren:
+            _end(process)
+        self._grandchildren = []
+        self.algo.on_update = None
+        self._restore_master_affinity()
+
+    # ---- the optimizer loop ------------------------------------------------------------------
+    def initialize_logging(self) -> None:
+        """Reset the shared diagnostics and the async counters (batches received and in
+        replay, updates and time at the last row, policy lags)."""
+        super().initialize_logging()
+        self._received = self._copied = 0
+        self._finished = False
+        self._lags: list[int] = []
+        self._row = dict(time=time.time(), copied=0, updates=0, received=0)
+
+    def _after_update(self, update_counter: int) -> None:
+        if update_counter - self._published >= self.algo.updates_per_sync:
+            self.agent.send_shared_memory(update_counter)
+            self._published = update_counter
+
+    def updates_allowed(self) -> int:
+        """Updates the replay ratio allows so far: ``replay_ratio`` times the steps in replay
+        since learning began, over the training batch size."""
+        algo = self.algo
+        learning = self._copied - algo.min_itr_learn
+        if learning <= 0:
+            return 0
+        return math.floor(algo.replay_ratio * learning * self.itr_batch_size / algo.batch_size
+                          + 1e-9)
+
+    def _run_loop(self, n_itr: int) -> None:
+        messages, self._early = self._early, []
+        self._handle(messages)
+        algo = self.algo
+        while not self.stop_requested:
+            allowed = self.updates_allowed()
+            can_update = algo.update_counter + algo.updates_per_optimize <= allowed
+            if self._finished and self._copied == self._received and not can_update:
+                break
+            self._handle(self._supervisor.receive(0 if can_update else 1.0))
+            if can_update:
+                self.agent.train_mode(self._copied - 1)
+                opt_info = algo.optimize_agent(self._copied - 1, samples=None)
+                for k, v in self._opt_infos.items():
+                    new = getattr(opt_info, k, [])
+                    v.extend(new if isinstance(new, list) else [new])
+
+    def _handle(self, messages: list) -> None:
+        for _, kind, payload in messages:
+            if kind == "batch":
+                itr, traj_infos, param_updates = payload
+                self._received = itr + 1
+                self._lags.append(self.algo.update_counter - param_updates)
+                if self.copier == "optimizer":
+                    slot = itr % 2
+                    self.replay_buffer.append_samples(
+                        self.algo.samples_to_buffer(self.sampler.double_buffer_pyt[slot]))
+                    self.ctrl.free[slot].release()
+                    self._copied += 1
+                self.on_batch(itr, traj_infos)
+            elif kind == "copied":
+                self._copied += 1
+            elif kind == "eval":
+                self.on_eval(*payload)
+            elif kind == "finished":
+                self._finished = True
+            self.itrs_done = self._copied
+
+    def on_batch(self, itr: int, traj_infos: list) -> None:
+        """A batch arrived: keep its trajectories (and, in subclasses, log on interval)."""
+        self.store_diagnostics(itr, traj_infos, None)
+
+    def on_eval(self, itr: int, traj_infos: list, eval_time: float) -> None:
+        """An evaluation arrived from the sampler process (AsyncRlEval only)."""
+
+    def record_async_diagnostics(self) -> None:
+        """The async columns of the next log row (see the module docstring)."""
+        now = time.time()
+        elapsed = max(now - self._row["time"], 1e-9)
+        steps = (self._copied - self._row["copied"]) * self.itr_batch_size
+        updates = self.algo.update_counter - self._row["updates"]
+        with logger.tabular_prefix("Diagnostics/"):
+            logger.record_tabular("ReplayRatio", updates * self.algo.batch_size / steps
+                                  if steps else float("nan"))
+            logger.record_tabular("SamplerItrPerSecond",
+                                  (self._received - self._row["received"]) / elapsed)
+            logger.record_tabular("UpdatesPerSecond", updates / elapsed)
+            logger.record_tabular("PolicyLag", float(np.mean(self._lags)) if self._lags
+                                  else float("nan"))
+        self._lags = []
+        self._row = dict(time=now, copied=self._copied, updates=self.algo.update_counter,
+                         received=self._received)
+
+
+class AsyncRl(AsyncRlBase, MinibatchRl):
+    """Asynchronous RL with online performance tracking: every ``log_interval_steps``
+    sampler steps, the window of recent training trajectories is logged."""
+
+    def __init__(self, *args: Any, log_traj_window: int = 100, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.log_traj_window = check_int(log_traj_window, "log_traj_window", minimum=1,
+                                         owner=type(self).__name__)
+
+    def on_batch(self, itr: int, traj_infos: list) -> None:
+        """Add the batch's trajectories to the window; log at each interval."""
+        self.store_diagnostics(itr, traj_infos, None)
+        if (itr + 1) % self.log_interval_itrs == 0 or itr == self.n_itr - 1:
+            self.record_async_diagnostics()
+            self.log_and_snapshot(itr)
+
+
+class AsyncRlEval(AsyncRlBase, MinibatchRlEval):
+    """Asynchronous RL with offline evaluation: the sampler process evaluates the agent
+    (with the newest parameters) before training, every ``log_interval_steps`` and at the
+    end; each evaluation makes one log row. ``stop_return`` ends training early as in
+    ``MinibatchRlEval``."""
+
+    def __init__(self, *args: Any, stop_return: float | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.stop_return = None if stop_return is None else float(stop_return)
+
+    def eval_itrs(self) -> int:
+        """Evaluate every log interval (in sampler iterations)."""
+        return self.log_interval_itrs
+
+    def before_loop(self) -> None:
+        """Nothing: the sampler process evaluates the untrained agent itself."""
+
+    def on_eval(self, itr: int, traj_infos: list, eval_time: float) -> None:
+        """Log the evaluation row (the first one, before training, with no steps) and
+        request a stop once ``stop_return`` is reached."""
+        returns = [t["Return"] for t in traj_infos]
+        self.last_eval_return = float(np.mean(returns)) if returns else float("nan")
+        first = not self.eval_returns
+        steps = 0 if first else (itr + 1) * self.itr_batch_size
+        self.eval_returns.append((steps, self.last_eval_return))
+        logger.log(f"Evaluation: {len(traj_infos)} trajectories in {eval_time:.2f} s")
+        if first:
+            if self._pbar is not None:
+                self._pbar.stop()
+            self._log_eval_row(0, traj_infos, eval_time, steps_override=0)
+            self._row["time"] = time.time()
+            self._start_progress()
+            return
+        self.record_async_diagnostics()
+        self.save_itr_snapshot(itr)
+        self._log_eval_row(itr, traj_infos, eval_time)
+        if self.stop_return is not None and self.last_eval_return >= self.stop_return:
+            logger.log(f"Evaluation return {self.last_eval_return:.2f} reached stop_return "
+                       f"{self.stop_return}: stopping after {steps} steps")
+            self.stop_requested = True
+
+    def log_and_snapshot(self, itr: int) -> None:
+        """Rows come from the sampler's evaluations (see :meth:`on_eval`)."""
+
+    def final_result(self) -> dict:
+        """As ``MinibatchRlEval``: the last evaluation return, every (steps, return), the
+        iterations and the environment steps trained."""
+        return dict(final_return=self.last_eval_return, eval_returns=list(self.eval_returns),
+                    n_itr=self.n_itr, cum_steps=self.itrs_done * self.itr_batch_size)
+
+
+def _process(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
+def _end(process: psutil.Process | None) -> None:
+    """Terminate a sampler worker left behind (same pid and start time: never another
+    process that reused the pid), then kill it if it does not exit."""
+    if process is None:
+        return
+    try:
+        if process.is_running():
+            process.terminate()
+            process.wait(2)
+    except psutil.TimeoutExpired:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    except psutil.Error:
+        pass
