@@ -4,7 +4,7 @@ from __future__ import annotations
 import abc
 import functools
 import math
-from typing import Callable
+from typing import Any, Callable
 
 from rlfast.agents.base import BaseAgent
 
@@ -139,7 +139,7 @@ class BaseSampler(abc.ABC):
         self.apply_traj_info_kwargs(traj_info_kwargs)
         return examples
 
-    def initialize_agent(self, agent: BaseAgent, env_spaces, share_memory: bool, global_B: int,
+    def initialize_agent(self, agent: BaseAgent, env_spaces: Any, share_memory: bool, global_B: int,
                          env_ranks: list) -> None:
         """Build the agent's model for sampling. Synchronous samplers build it here; in an
         async sampler process the model was built in the master before the fork, and

@@ -182,14 +182,20 @@ def test_alternating_agent_keeps_one_state_per_group():
 
 
 @pytest.mark.parametrize("name", ["ff", "lstm"])
-def test_shared_memory_and_async_cpu_rebuild_the_model(name):
-    agent = build(name, share_memory=True)
-    assert all(p.is_shared() for p in agent.parameters())
-    agent.async_cpu(share_memory=True)  # rebuilds the model from env_model_kwargs
-    assert agent.model is not agent.shared_model
-    assert type(agent.model) is type(agent.shared_model)
-    for mine, shared in zip(agent.model.parameters(), agent.shared_model.parameters()):
-        assert torch.equal(mine, shared)
+def test_published_parameters_reach_a_sampler_copy(name):
+    agent = build(name)
+    agent.async_share()
+    sampler = build(name)  # a sampler process's agent (other initial weights)
+    sampler.shared_params = agent.shared_params
+    sampler.async_cpu(share_memory=True)
+    assert all(p.is_shared() for p in sampler.model.parameters())
+    with torch.no_grad():
+        for p in agent.model.parameters():
+            p.add_(0.5)
+    agent.send_shared_memory(updates=3)
+    assert sampler.recv_shared_memory() and sampler.sampler_param_updates == 3
+    for mine, trained in zip(sampler.model.parameters(), agent.model.parameters()):
+        assert torch.equal(mine, trained)
 
 
 def test_model_kwargs_survive_pickling():

@@ -110,17 +110,24 @@ def test_share_memory_puts_parameters_in_shared_memory(cartpole_spaces):
     assert torch.equal(agent.model.linear.weight, before)
 
 
-def test_async_cpu_separates_sampler_model_and_sync(cartpole_spaces):
+def test_async_cpu_shares_the_sampler_model_and_pulls_published_parameters(cartpole_spaces):
     agent = TinyAgent(ModelCls=TinyModel)
     agent.initialize(cartpole_spaces)
-    agent.async_cpu(share_memory=True)
-    assert agent.model is not agent.shared_model
+    agent.async_share()
+    agent.async_cpu(share_memory=True)  # the sampler side: its model goes to shared memory
     assert all(p.is_shared() for p in agent.model.parameters())
-    assert torch.equal(agent.model.linear.weight, agent.shared_model.linear.weight)
-    with torch.no_grad():
-        agent.model.linear.weight.add_(1.0)
-    agent.sync_shared_memory()
-    assert torch.equal(agent.model.linear.weight, agent.shared_model.linear.weight)
+    assert agent.shared_model is agent.model
+    assert not agent.recv_shared_memory()  # nothing published yet
+    publisher = TinyAgent(ModelCls=TinyModel)  # the optimizer's agent: other weights
+    publisher.initialize(cartpole_spaces)
+    publisher.shared_params = agent.shared_params
+    before = agent.model.linear.weight.clone()
+    publisher.send_shared_memory(updates=7)
+    assert agent.recv_shared_memory()
+    assert agent.sampler_param_updates == 7
+    assert torch.equal(agent.model.linear.weight, publisher.model.linear.weight)
+    assert not torch.equal(agent.model.linear.weight, before)
+    assert not agent.recv_shared_memory()  # same version: no copy
 
 
 def test_mode_switches_set_module_training_flag(cartpole_spaces):
