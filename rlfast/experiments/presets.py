@@ -198,6 +198,8 @@ VALUE_BASED = ("dqn", "cat_dqn", "rainbow", "r2d1")
 SAMPLERS = ("serial", "cpu", "gpu", "alternating")
 RUNNERS = ("sync", "async")
 REPLAY_ALGOS = VALUE_BASED + tuple(QPG_ALGOS)  # the algorithms an async runner can train
+# The async runner's own settings (``--set async.sampler_throttle=True``), see AsyncRlBase.
+ASYNC_DEFAULTS = dict(copier="optimizer", sampler_throttle=False)
 ATARI_PREFIX = "atari:"
 # Sampler safety settings every preset exposes (``--set sampler.check_finite=False``).
 SAMPLER_SAFETY = dict(check_finite=True, worker_timeout="auto")
@@ -298,6 +300,8 @@ def get_preset(algo: str, env_id: str) -> dict:
         config["env"] = dict(config.get("env", {}), flatten_observation=True)
     for key, value in SAMPLER_SAFETY.items():  # every preset can set them with --set
         config["sampler"].setdefault(key, value)
+    if algo in REPLAY_ALGOS:  # read by --runner async only (see AsyncRlBase)
+        config.setdefault("async", dict(ASYNC_DEFAULTS))
     return config
 
 
@@ -463,7 +467,7 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
         return AsyncRlEval(algo=_algo(algo_name, config["algo"]), agent=agent,
                            sampler=sampler_obj, seed=seed,
                            affinity=affinity or default_async_affinity(sampler),
-                           **config["runner"])
+                           **config["runner"], **config.get("async", {}))
     if affinity is None:
         # A preset's "affinity" section may set the master's torch threads (0: every core).
         threads = config.get("affinity", {}).get("master_torch_threads")

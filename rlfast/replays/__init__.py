@@ -4,8 +4,17 @@ transitions or sequences, with plain or frame-wise observation storage.
 Every buffer pre-allocates ``[T, B]`` arrays (``T = ceil(size / B)``), appends ``[T_in, B]``
 samples at a wrapping cursor, computes n-step returns as data arrives, and never replays a step
 whose inputs or targets are not (or no longer) in the buffer. :func:`make_replay_buffer` picks
-the class from what the algorithm needs. Layer: imports rlfast.utils only.
+the class from what the algorithm needs; the ``Async*`` variants (:mod:`rlfast.replays.async_`)
+share one buffer between processes on shared memory behind a reader-writer lock. Layer: imports
+rlfast.utils only.
 """
+from rlfast.replays.async_ import (AsyncPrioritizedReplayBuffer, AsyncPrioritizedReplayFrameBuffer,
+                                   AsyncPrioritizedSequenceReplayBuffer,
+                                   AsyncPrioritizedSequenceReplayFrameBuffer, AsyncReplayBuffer,
+                                   AsyncTlPrioritizedReplayBuffer, AsyncTlUniformReplayBuffer,
+                                   AsyncUniformReplayBuffer, AsyncUniformReplayFrameBuffer,
+                                   AsyncUniformSequenceReplayBuffer,
+                                   AsyncUniformSequenceReplayFrameBuffer)
 from rlfast.replays.collections import (AgentInputs, PrioritiesSamplesToBuffer,
                                         SamplesFromReplay, SamplesFromReplayPri,
                                         SamplesFromReplayTL, SamplesFromReplayTLPri,
@@ -17,7 +26,7 @@ from rlfast.replays.sequence import (PrioritizedSequenceReplayBuffer,
                                      PrioritizedSequenceReplayFrameBuffer,
                                      UniformSequenceReplayBuffer,
                                      UniformSequenceReplayFrameBuffer)
-from rlfast.replays.sum_tree import SumTree
+from rlfast.replays.sum_tree import AsyncSumTree, SumTree
 from rlfast.replays.time_limit import TlPrioritizedReplayBuffer, TlUniformReplayBuffer
 
 __all__ = [
@@ -28,4 +37,10 @@ __all__ = [
     "make_replay_buffer", "replay_buffer_class", "AgentInputs", "SamplesFromReplay",
     "SamplesFromReplayPri", "SequenceSamplesFromReplay", "SequenceSamplesFromReplayPri",
     "PrioritiesSamplesToBuffer", "SamplesFromReplayTL", "SamplesFromReplayTLPri",
+    "AsyncSumTree", "AsyncReplayBuffer", "AsyncUniformReplayBuffer",
+    "AsyncPrioritizedReplayBuffer", "AsyncUniformReplayFrameBuffer",
+    "AsyncPrioritizedReplayFrameBuffer", "AsyncUniformSequenceReplayBuffer",
+    "AsyncPrioritizedSequenceReplayBuffer", "AsyncUniformSequenceReplayFrameBuffer",
+    "AsyncPrioritizedSequenceReplayFrameBuffer", "AsyncTlUniformReplayBuffer",
+    "AsyncTlPrioritizedReplayBuffer",
 ]

@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from rlfast.replays.cells import cell_array, cell_property
 from rlfast.replays.ring import ring_slices
+from rlfast.utils.buffer import np_mp_array
 
 __all__ = ["FrameStore"]
 
@@ -30,9 +32,12 @@ __all__ = ["FrameStore"]
 class FrameStore:
     """Newest frame of every step of a ``[T, B]`` ring, plus the ``C - 1`` frames of history
     the oldest steps need, plus per-step bits of which history frames to replay (see the
-    module docstring)."""
+    module docstring). With ``share_memory`` the frames, the bits and the written flag live on
+    OS shared memory (seen and written by forked children)."""
 
-    def __init__(self, observation_example: Any, T: int, B: int):
+    _written = cell_property("_cells", 0, bool, "Whether any frame was written yet.")
+
+    def __init__(self, observation_example: Any, T: int, B: int, share_memory: bool = False):
         example = np.asarray(observation_example)
         if example.ndim < 1 or not 1 <= example.shape[0] <= 65:
             raise ValueError("a frame buffer needs stacked observations [C, ...] with 1 <= C "
@@ -41,14 +46,17 @@ class FrameStore:
         self.n_frames = int(example.shape[0])
         self.frame_shape = tuple(example.shape[1:])
         self.T, self.B = int(T), int(B)
-        self.frames = np.zeros((self.T + self.n_frames - 1, self.B) + self.frame_shape,
-                               dtype=example.dtype)
+        self.share_memory = bool(share_memory)
+        zeros = np_mp_array if self.share_memory else np.zeros
+        self.frames = zeros((self.T + self.n_frames - 1, self.B) + self.frame_shape,
+                            example.dtype)
         n_bits = self.n_frames - 1
         bits_dtype = next(d for d in (np.uint8, np.uint16, np.uint32, np.uint64)
                           if np.dtype(d).itemsize * 8 >= n_bits)
         self._bit_values = (1 << np.arange(n_bits, dtype=np.uint64)).astype(bits_dtype)
         # Bit k of history_ok[t, b]: history slot k of step t matched the stored frame.
-        self.history_ok = np.zeros((self.T, self.B), dtype=bits_dtype)
+        self.history_ok = zeros((self.T, self.B), bits_dtype)
+        self._cells = cell_array(1, np.int64, self.share_memory)
         self._written = False
 
     @property

@@ -52,13 +52,16 @@ class UniformReplayBuffer(ReplayBufferBase):
     The agent inputs' ``prev_action`` / ``prev_reward`` are the previous step's, zeroed after
     a ``done``, unless the example carries ``prev_action`` / ``prev_reward`` fields (then
     those are replayed as given, e.g. for collectors that reset without a ``done``).
+    With ``share_memory`` all its state lives on OS shared memory (see
+    :mod:`rlfast.replays.async_`).
     """
 
     def __init__(self, example: Any, size: int, B: int, discount: float = 1,
-                 n_step_return: int = 1):
+                 n_step_return: int = 1, share_memory: bool = False):
         storage = ReplayStorage(example, size, B, discount, n_step_return,
-                                frame_based=self.frame_based)
-        super().__init__(storage, UniformSampling(storage, off_backward=n_step_return))
+                                frame_based=self.frame_based, share_memory=share_memory)
+        super().__init__(storage, UniformSampling(storage, off_backward=n_step_return,
+                                                  share_memory=share_memory))
 
     def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SamplesFromReplay:
         """The numpy transitions at these steps (see :func:`extract_transitions`)."""
@@ -80,19 +83,22 @@ class PrioritizedReplayBuffer(ReplayBufferBase):
     appended with them (a ``priorities`` field, scalar / ``[B]`` / ``[T_in, B]``, assigned
     ``input_priority_shift`` steps back). After training on a batch, call
     ``update_batch_priorities`` with one new priority per sample. ``unique`` samples without
-    replacement within a batch.
+    replacement within a batch. With ``share_memory`` all its state, sum tree included, lives
+    on OS shared memory (see :mod:`rlfast.replays.async_`).
     """
 
     def __init__(self, example: Any, size: int, B: int, discount: float = 1,
                  n_step_return: int = 1, alpha: float = 0.6, beta: float = 0.4,
                  default_priority: float = 1, unique: bool = False,
-                 input_priorities: bool = False, input_priority_shift: int = 0):
+                 input_priorities: bool = False, input_priority_shift: int = 0,
+                 share_memory: bool = False):
         storage = ReplayStorage(example, size, B, discount, n_step_return,
-                                frame_based=self.frame_based)
+                                frame_based=self.frame_based, share_memory=share_memory)
         scheme = PrioritizedSampling(
             storage, off_backward=n_step_return, stride=1, alpha=alpha, beta=beta,
             default_priority=default_priority, unique=unique,
-            input_priorities=input_priorities, input_priority_shift=input_priority_shift)
+            input_priorities=input_priorities, input_priority_shift=input_priority_shift,
+            share_memory=share_memory)
         super().__init__(storage, scheme)
 
     def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SamplesFromReplay:

@@ -5,7 +5,9 @@ Starts are restricted to multiples of ``stride`` (1 for single transitions; the 
 interval for sequences, which may only start where a state was stored), and to steps whose
 ``off_backward`` following steps are written and whose ``off_forward`` preceding steps are
 not overwritten (see :mod:`rlfast.replays.ring`). :class:`PrioritizedSampling` keeps one
-sum-tree leaf per allowed start (``[T // stride, B]``).
+sum-tree leaf per allowed start (``[T // stride, B]``). With ``share_memory`` a scheme keeps its
+state (the tree, the count of started rows, ``beta``) on OS shared memory, for buffers shared
+with forked children.
 """
 from __future__ import annotations
 
@@ -14,19 +16,26 @@ from typing import Any
 
 import numpy as np
 
+from rlfast.replays.cells import cell_array, cell_property
 from rlfast.replays.ring import rows_from_ages, valid_age_range, valid_rows
 from rlfast.replays.storage import ReplayStorage
-from rlfast.replays.sum_tree import SumTree, check_priorities
+from rlfast.replays.sum_tree import AsyncSumTree, SumTree, check_priorities
 from rlfast.utils.checks import check_fraction, check_int
 
 __all__ = ["UniformSampling", "PrioritizedSampling"]
 
 
 class UniformSampling:
-    """Start steps drawn uniformly among the allowed ones, environment index uniform."""
+    """Start steps drawn uniformly among the allowed ones, environment index uniform.
 
-    def __init__(self, storage: ReplayStorage, off_backward: int, stride: int = 1):
+    It keeps no state of its own (it reads the storage's cursor), so ``share_memory`` only
+    records that the storage it samples is shared.
+    """
+
+    def __init__(self, storage: ReplayStorage, off_backward: int, stride: int = 1,
+                 share_memory: bool = False):
         self.storage = storage
+        self.share_memory = bool(share_memory)
         self.off_backward = check_int(off_backward, "off_backward", minimum=0)
         self.stride = check_int(stride, "stride", minimum=1)
         if storage.T % self.stride:
@@ -64,14 +73,23 @@ class PrioritizedSampling:
     Priorities given to the scheme (input priorities with new samples, or new priorities of
     the last batch) are raw values ``p``; the tree stores ``p ** alpha``. Importance weights
     are ``w = (N * P(i)) ** -beta`` with ``P(i)`` the sampling probability and ``N`` the
-    number of allowed starts, divided by the batch's largest weight.
+    number of allowed starts, divided by the batch's largest weight. With ``share_memory``
+    the tree is an :class:`~rlfast.replays.sum_tree.AsyncSumTree` and the started-row count
+    and ``beta`` are on shared memory too.
     """
+
+    _rows_started = cell_property("_counts", 0, int,
+                                  "Tree rows whose start step has been written (unwrapped).")
+    beta = cell_property("_beta_cell", 0, float, "The importance-sampling exponent.")
 
     def __init__(self, storage: ReplayStorage, off_backward: int, stride: int = 1,
                  alpha: float = 0.6, beta: float = 0.4, default_priority: float = 1,
                  unique: bool = False, input_priorities: bool = False,
-                 input_priority_shift: int = 0):
+                 input_priority_shift: int = 0, share_memory: bool = False):
         self.storage = storage
+        self.share_memory = bool(share_memory)
+        self._counts = cell_array(1, np.int64, self.share_memory)
+        self._beta_cell = cell_array(1, np.float64, self.share_memory)
         off_backward = check_int(off_backward, "off_backward", minimum=0)
         self.stride = check_int(stride, "stride", minimum=1)
         if storage.T % self.stride:
@@ -99,11 +117,12 @@ class PrioritizedSampling:
                 f"{storage.size}, B={storage.B}) give {tree_T} starts of stride {self.stride}, "
                 f"of which {tree_back} newest and {tree_forward} oldest are never valid; "
                 f"increase size")
-        self.tree = SumTree(
+        tree_cls = AsyncSumTree if self.share_memory else SumTree
+        self.tree = tree_cls(
             T=tree_T, B=storage.B, off_backward=tree_back, off_forward=tree_forward,
             default_value=default ** self.alpha,
             enable_input_priorities=self.input_priorities,
-            input_priority_shift=input_priority_shift)
+            input_priority_shift=input_priority_shift, share_memory=self.share_memory)
         self._rows_started = 0  # tree rows whose start step has been written (unwrapped)
 
     def set_beta(self, beta: float) -> None:

@@ -54,13 +54,13 @@ def extract_sequence_batch(storage: ReplayStorage, T_idxs: np.ndarray, B_idxs: n
 
 
 def _sequence_setup(cls_name: str, example: Any, size: int, B: int, rnn_state_interval: int,
-                    batch_T: int, discount: float, n_step_return: int,
-                    frame_based: bool) -> tuple[ReplayStorage, int, int]:
+                    batch_T: int, discount: float, n_step_return: int, frame_based: bool,
+                    share_memory: bool) -> tuple[ReplayStorage, int, int]:
     """Storage, plus the backward window (steps) and stride shared by both schemes."""
     batch_T = check_int(batch_T, "batch_T", minimum=1, owner=cls_name)
     n_step_return = check_int(n_step_return, "n_step_return", minimum=1, owner=cls_name)
     storage = ReplayStorage(example, size, B, discount, n_step_return, frame_based=frame_based,
-                            rnn_state_interval=rnn_state_interval)
+                            rnn_state_interval=rnn_state_interval, share_memory=share_memory)
     # The last of the batch_T + n rows must have its own n-step window written.
     off_backward = batch_T + 2 * n_step_return - 2
     return storage, off_backward, max(1, storage.rnn_state_interval)
@@ -69,16 +69,19 @@ def _sequence_setup(cls_name: str, example: Any, size: int, B: int, rnn_state_in
 class UniformSequenceReplayBuffer(ReplayBufferBase):
     """Sequences of ``batch_T + n_step_return`` steps, starts drawn uniformly among valid
     stored-state steps. ``example`` needs ``observation, action, reward, done`` and, when
-    ``rnn_state_interval > 0``, ``prev_rnn_state`` (the agent's state before that step)."""
+    ``rnn_state_interval > 0``, ``prev_rnn_state`` (the agent's state before that step).
+    With ``share_memory`` all its state lives on OS shared memory (see
+    :mod:`rlfast.replays.async_`)."""
 
     def __init__(self, example: Any, size: int, B: int, rnn_state_interval: int, batch_T: int,
-                 discount: float = 1, n_step_return: int = 1):
+                 discount: float = 1, n_step_return: int = 1, share_memory: bool = False):
         storage, off_backward, stride = _sequence_setup(
             type(self).__name__, example, size, B, rnn_state_interval, batch_T, discount,
-            n_step_return, self.frame_based)
+            n_step_return, self.frame_based, share_memory)
         self.batch_T = int(batch_T)
         self.rnn_state_interval = storage.rnn_state_interval
-        super().__init__(storage, UniformSampling(storage, off_backward, stride))
+        super().__init__(storage, UniformSampling(storage, off_backward, stride,
+                                                  share_memory=share_memory))
 
     def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SequenceSamplesFromReplay:
         """The numpy sequences of ``batch_T + n_step_return`` steps from these starts."""
@@ -100,21 +103,25 @@ class PrioritizedSequenceReplayBuffer(ReplayBufferBase):
     assigned ``input_priority_shift`` starts back, e.g. R2D1 with 40-step sampler batches,
     ``rnn_state_interval=40`` and 120-step sequences uses a shift of 2 so the priority
     computed from the newest batch lands on the sequence starting two batches earlier.
+    With ``share_memory`` all its state, sum tree included, lives on OS shared memory (see
+    :mod:`rlfast.replays.async_`).
     """
 
     def __init__(self, example: Any, size: int, B: int, rnn_state_interval: int, batch_T: int,
                  discount: float = 1, n_step_return: int = 1, alpha: float = 0.6,
                  beta: float = 0.4, default_priority: float = 1, unique: bool = False,
-                 input_priorities: bool = False, input_priority_shift: int = 0):
+                 input_priorities: bool = False, input_priority_shift: int = 0,
+                 share_memory: bool = False):
         storage, off_backward, stride = _sequence_setup(
             type(self).__name__, example, size, B, rnn_state_interval, batch_T, discount,
-            n_step_return, self.frame_based)
+            n_step_return, self.frame_based, share_memory)
         self.batch_T = int(batch_T)
         self.rnn_state_interval = storage.rnn_state_interval
         scheme = PrioritizedSampling(
             storage, off_backward=off_backward, stride=stride, alpha=alpha, beta=beta,
             default_priority=default_priority, unique=unique,
-            input_priorities=input_priorities, input_priority_shift=input_priority_shift)
+            input_priorities=input_priorities, input_priority_shift=input_priority_shift,
+            share_memory=share_memory)
         super().__init__(storage, scheme)
 
     def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SequenceSamplesFromReplay:

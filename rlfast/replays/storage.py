@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from rlfast.replays.cells import cell_array, cell_property
 from rlfast.replays.frames import FrameStore
 from rlfast.replays.ring import ring_rows, ring_slices
-from rlfast.utils.buffer import buffer_from_example, numpify_buffer
+from rlfast.utils.buffer import buffer_from_example, np_mp_array, numpify_buffer
 from rlfast.utils.checks import check_fraction, check_int
 
 __all__ = ["ReplayStorage", "REQUIRED_FIELDS"]
@@ -57,10 +58,19 @@ class ReplayStorage:
     and including the first done) and ``done_n[t]`` (a done within ``t .. t+n-1``) are
     written for the steps whose n-step window just completed. With ``n_step_return == 1``
     they alias reward / done.
+
+    With ``share_memory`` every array and the cursor, ``full`` and ``n_appended`` live on OS
+    shared memory, so a forked child appending here moves the data and cursor its parent
+    samples from (the caller serializes access, e.g. with a reader-writer lock).
     """
 
+    t = cell_property("_cells", 0, int, "Cursor: the next row to be written.")
+    full = cell_property("_cells", 1, bool, "Whether the cursor has wrapped at least once.")
+    n_appended = cell_property("_cells", 2, int, "Total time steps ever appended.")
+
     def __init__(self, example: Any, size: int, B: int, discount: float = 1.0,
-                 n_step_return: int = 1, frame_based: bool = False, rnn_state_interval: int = 0):
+                 n_step_return: int = 1, frame_based: bool = False, rnn_state_interval: int = 0,
+                 share_memory: bool = False):
         if not hasattr(example, "_fields"):
             raise TypeError(f"example must be a namedtuple/namedarraytuple of one sample with "
                             f"fields {REQUIRED_FIELDS}; got {type(example).__name__}")
@@ -78,17 +88,21 @@ class ReplayStorage:
             T = math.ceil(T / self.rnn_state_interval) * self.rnn_state_interval
         self.T = T
         self.size = T * self.B
+        self.share_memory = bool(share_memory)
+        self._cells = cell_array(3, np.int64, self.share_memory)  # t, full, n_appended
 
         stored = [f for f in example._fields if f not in _NOT_STORED
                   and not (frame_based and f == "observation")]
         stored_example = namedtuple("ReplaySamples", stored)(*(getattr(example, f) for f in stored))
-        self.samples = buffer_from_example(stored_example, (T, self.B))
-        self.frames = FrameStore(example.observation, T, self.B) if frame_based else None
+        self.samples = buffer_from_example(stored_example, (T, self.B),
+                                           share_memory=self.share_memory)
+        self.frames = (FrameStore(example.observation, T, self.B, share_memory=self.share_memory)
+                       if frame_based else None)
         if self.n_step_return > 1:
             reward = self.samples.reward
             dtype = reward.dtype if np.issubdtype(reward.dtype, np.floating) else np.float32
-            self.samples_return_ = np.zeros(reward.shape, dtype=dtype)
-            self.samples_done_n = np.zeros(self.samples.done.shape, dtype=self.samples.done.dtype)
+            self.samples_return_ = self._zeros(reward.shape, dtype)
+            self.samples_done_n = self._zeros(self.samples.done.shape, self.samples.done.dtype)
         else:
             self.samples_return_ = self.samples.reward
             self.samples_done_n = self.samples.done
@@ -100,12 +114,19 @@ class ReplayStorage:
                                  f"{tuple(example._fields)} (use rnn_state_interval=0 to store "
                                  f"no state)")
             self.rnn_states = buffer_from_example(
-                example.prev_rnn_state, (T // self.rnn_state_interval, self.B))
+                example.prev_rnn_state, (T // self.rnn_state_interval, self.B),
+                share_memory=self.share_memory)
         # Rows whose previous step (and frame history) is overwritten next.
         self.off_forward = max(1, self.frames.n_frames - 1) if frame_based else 1
         self.t = 0  # next row to write
         self.full = False
         self.n_appended = 0  # total time steps ever appended
+
+    def _zeros(self, shape: tuple, dtype: Any) -> np.ndarray:
+        """A zeroed array, on shared memory when this storage is shared."""
+        if self.share_memory:
+            return np_mp_array(shape, dtype)
+        return np.zeros(shape, dtype=dtype)
 
     @property
     def nbytes(self) -> int:

@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from rlfast.replays.cells import cell_array, cell_property
 from rlfast.replays.ring import ring_rows, valid_age_range, valid_rows
+from rlfast.utils.buffer import np_mp_array
 from rlfast.utils.checks import check_int
 
-__all__ = ["SumTree"]
+__all__ = ["SumTree", "AsyncSumTree"]
 
 
 def check_priorities(priorities: Any, name: str = "priorities") -> np.ndarray:
@@ -42,11 +44,19 @@ class SumTree:
     priorities at the leaves of the last sample. ``input_priority_shift`` assigns input
     priorities to rows that many rows behind the new ones (e.g. a sequence's priority known
     only after later data arrived).
+
+    With ``share_memory`` the nodes, the kept priorities, the cursor and the wrapped flag live
+    on OS shared memory, so forked children advance and update the tree their parent samples
+    (callers serialize access). The leaves of the last sample stay local to the process that
+    drew them: each sampling process updates its own batch.
     """
+
+    t = cell_property("_cells", 0, int, "Cursor: the next row to be advanced over.")
+    _full = cell_property("_cells", 1, bool, "Whether the cursor has wrapped at least once.")
 
     def __init__(self, T: int, B: int, off_backward: int, off_forward: int,
                  default_value: float = 1, enable_input_priorities: bool = False,
-                 input_priority_shift: int = 0):
+                 input_priority_shift: int = 0, share_memory: bool = False):
         self.T = check_int(T, "T", minimum=1)
         self.B = check_int(B, "B", minimum=1)
         self.off_backward = check_int(off_backward, "off_backward", minimum=0)
@@ -64,8 +74,11 @@ class SumTree:
         n_leaves = self.T * self.B
         self.n_levels = (n_leaves - 1).bit_length()  # depth of the leaves below the root
         self._L = 1 << self.n_levels  # index of the first leaf; the root is node 1
-        self.tree = np.zeros(2 * self._L, dtype=np.float64)
-        self._kept = np.zeros((self.T, self.B), dtype=np.float64)  # priority each row will get
+        self.share_memory = bool(share_memory)
+        zeros = np_mp_array if self.share_memory else np.zeros
+        self.tree = zeros(2 * self._L, np.float64)
+        self._kept = zeros((self.T, self.B), np.float64)  # priority each row will get
+        self._cells = cell_array(2, np.int64, self.share_memory)  # t, full
         self.t = 0
         self._full = False
         self._last_leaves: np.ndarray | None = None
@@ -220,3 +233,16 @@ class SumTree:
             if not 0 <= lv <= self.n_levels:
                 raise ValueError(f"level must be in [0, {self.n_levels}]; got {lv}")
             print(f"level {lv}: {self.tree[1 << lv:2 << lv]}")
+
+
+class AsyncSumTree(SumTree):
+    """A :class:`SumTree` on OS shared memory (``share_memory=True`` by default), for replay
+    buffers that one process appends to while another samples: both see the same nodes, kept
+    priorities and cursor. It adds no locking; the owning buffer holds a reader-writer lock."""
+
+    def __init__(self, T: int, B: int, off_backward: int, off_forward: int,
+                 default_value: float = 1, enable_input_priorities: bool = False,
+                 input_priority_shift: int = 0, share_memory: bool = True):
+        super().__init__(T, B, off_backward, off_forward, default_value=default_value,
+                         enable_input_priorities=enable_input_priorities,
+                         input_priority_shift=input_priority_shift, share_memory=share_memory)

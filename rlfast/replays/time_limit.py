@@ -28,6 +28,7 @@ from rlfast.replays.non_sequence import extract_transitions
 from rlfast.replays.ring import ring_rows
 from rlfast.replays.sampling import PrioritizedSampling, UniformSampling
 from rlfast.replays.storage import ReplayStorage
+from rlfast.utils.buffer import np_mp_array
 
 __all__ = ["TlUniformReplayBuffer", "TlPrioritizedReplayBuffer"]
 
@@ -35,16 +36,20 @@ __all__ = ["TlUniformReplayBuffer", "TlPrioritizedReplayBuffer"]
 class _TimeLimitWindows:
     """Per-step facts about each n-step window, kept up to date as samples arrive:
     ``timeout_n`` (the first done in the window is a time-limit end) and ``steps_n`` (steps
-    from the window's start to its end: the first done inclusive, else n)."""
+    from the window's start to its end: the first done inclusive, else n). With
+    ``share_memory`` both arrays live on OS shared memory (seen by forked children)."""
 
-    def __init__(self, storage: ReplayStorage):
+    def __init__(self, storage: ReplayStorage, share_memory: bool = False):
         if "timeout" not in storage.samples._fields:
             raise ValueError(f"time-limit replay needs a 'timeout' field in the example (from "
                              f"env_info.timeout); fields: {tuple(storage.samples._fields)}")
         self.storage = storage
         shape = storage.samples.done.shape
-        self.timeout_n = np.zeros(shape, dtype=bool)
-        self.steps_n = np.full(shape, storage.n_step_return, dtype=np.int16)
+        self.share_memory = bool(share_memory)
+        zeros = np_mp_array if self.share_memory else np.zeros
+        self.timeout_n = zeros(shape, bool)
+        self.steps_n = zeros(shape, np.int16)
+        self.steps_n[...] = storage.n_step_return
 
     @property
     def nbytes(self) -> int:
@@ -78,8 +83,8 @@ class _TimeLimitWindows:
 class _TimeLimitExtraction:
     """``extract_batch`` shared by the uniform and prioritized time-limit buffers."""
 
-    def _setup_time_limit(self) -> None:
-        self.windows = _TimeLimitWindows(self.storage)
+    def _setup_time_limit(self, share_memory: bool = False) -> None:
+        self.windows = _TimeLimitWindows(self.storage, share_memory=share_memory)
         self.has_final_observation = "final_observation" in self.storage.samples._fields
         self._powers = self.storage.discount ** np.arange(self.storage.n_step_return + 1,
                                                           dtype=np.float64)
@@ -124,29 +129,35 @@ class TlUniformReplayBuffer(_TimeLimitExtraction, ReplayBufferBase):
     """Uniform transition replay with time-limit bootstrapping (see the module docstring).
 
     ``example`` needs ``observation``, ``action``, ``reward``, ``done``, ``timeout`` and may
-    have ``final_observation``; ``sample_batch`` returns ``SamplesFromReplayTL``.
+    have ``final_observation``; ``sample_batch`` returns ``SamplesFromReplayTL``. With
+    ``share_memory`` all its state lives on OS shared memory (see :mod:`rlfast.replays.async_`).
     """
 
     def __init__(self, example: Any, size: int, B: int, discount: float = 1,
-                 n_step_return: int = 1):
-        storage = ReplayStorage(example, size, B, discount, n_step_return)
-        super().__init__(storage, UniformSampling(storage, off_backward=n_step_return))
-        self._setup_time_limit()
+                 n_step_return: int = 1, share_memory: bool = False):
+        storage = ReplayStorage(example, size, B, discount, n_step_return,
+                                share_memory=share_memory)
+        super().__init__(storage, UniformSampling(storage, off_backward=n_step_return,
+                                                  share_memory=share_memory))
+        self._setup_time_limit(share_memory)
 
 
 class TlPrioritizedReplayBuffer(_TimeLimitExtraction, ReplayBufferBase):
     """Prioritized transition replay with time-limit bootstrapping; batches are
     ``SamplesFromReplayTLPri`` (with ``is_weights``). Arguments as
-    :class:`~rlfast.replays.PrioritizedReplayBuffer`."""
+    :class:`~rlfast.replays.PrioritizedReplayBuffer` (``share_memory`` included)."""
 
     def __init__(self, example: Any, size: int, B: int, discount: float = 1,
                  n_step_return: int = 1, alpha: float = 0.6, beta: float = 0.4,
                  default_priority: float = 1, unique: bool = False,
-                 input_priorities: bool = False, input_priority_shift: int = 0):
-        storage = ReplayStorage(example, size, B, discount, n_step_return)
+                 input_priorities: bool = False, input_priority_shift: int = 0,
+                 share_memory: bool = False):
+        storage = ReplayStorage(example, size, B, discount, n_step_return,
+                                share_memory=share_memory)
         scheme = PrioritizedSampling(
             storage, off_backward=n_step_return, stride=1, alpha=alpha, beta=beta,
             default_priority=default_priority, unique=unique,
-            input_priorities=input_priorities, input_priority_shift=input_priority_shift)
+            input_priorities=input_priorities, input_priority_shift=input_priority_shift,
+            share_memory=share_memory)
         super().__init__(storage, scheme)
-        self._setup_time_limit()
+        self._setup_time_limit(share_memory)

@@ -72,14 +72,26 @@ class AsyncRlBase(MinibatchRlBase):
     ``affinity``: a decoded ``ass`` affinity (``optimizer`` list of one entry, ``sampler``
     dict) or None. ``copier``: ``"optimizer"`` (the master appends each batch between
     updates) or ``"process"`` (a copier process does). ``n_steps`` counts environment steps.
+
+    ``sampler_throttle`` (optimizer copier only): also hold the sampler back, so that the
+    replay ratio never falls below ``replay_ratio`` either: a batch is appended only once the
+    optimizer has made the updates the earlier ones allow, and the sampler, whose slots stay
+    taken meanwhile, waits. The optimizer then trains on the same number of samples per
+    environment step as the synchronous runner (learning per step matches it) while sampling
+    and training still overlap. Off (default), the sampler runs at full speed and the replay
+    ratio falls below ``replay_ratio`` whenever the optimizer cannot keep up.
     """
 
     def __init__(self, algo: Any, agent: Any, sampler: Any, n_steps: int,
                  seed: int | None = None, affinity: dict | None = None,
                  log_interval_steps: int = 100_000, copier: str = "optimizer",
-                 progress_bar: bool = True):
+                 sampler_throttle: bool = False, progress_bar: bool = True):
         if copier not in COPIERS:
             raise ValueError(f"copier must be one of {COPIERS}; got {copier!r}")
+        if sampler_throttle and copier != "optimizer":
+            raise ValueError("sampler_throttle=True needs copier='optimizer' (the optimizer "
+                             "decides when a batch enters replay)")
+        self.sampler_throttle = bool(sampler_throttle)
         if not getattr(sampler, "is_async", False):
             raise TypeError(f"{type(self).__name__} needs an asynchronous sampler "
                             f"(AsyncSerialSampler, AsyncCpuSampler, AsyncGpuSampler or "
@@ -175,14 +187,20 @@ class AsyncRlBase(MinibatchRlBase):
         replay, updates and time at the last row, policy lags)."""
         super().initialize_logging()
         self._received = self._copied = 0
+        self._pending: list[int] = []  # received batches not yet in replay (optimizer copier)
         self._finished = False
         self._lags: list[int] = []
         self._row = dict(time=time.time(), copied=0, updates=0, received=0)
 
     def _after_update(self, update_counter: int) -> None:
+        """After every single update: publish the parameters when ``updates_per_sync``
+        updates passed, and take in any finished batch (appending it to replay when the
+        optimizer is the copier), so the sampler never waits longer than one update for its
+        slot to be freed."""
         if update_counter - self._published >= self.algo.updates_per_sync:
             self.agent.send_shared_memory(update_counter)
             self._published = update_counter
+        self._handle(self._supervisor.receive(0))
 
     def updates_allowed(self) -> int:
         """Updates the replay ratio allows so far: ``replay_ratio`` times the steps in replay
@@ -199,8 +217,8 @@ class AsyncRlBase(MinibatchRlBase):
         self._handle(messages)
         algo = self.algo
         while not self.stop_requested:
-            allowed = self.updates_allowed()
-            can_update = algo.update_counter + algo.updates_per_optimize <= allowed
+            self._append_pending()
+            can_update = self._owes_updates()
             if self._finished and self._copied == self._received and not can_update:
                 break
             self._handle(self._supervisor.receive(0 if can_update else 1.0))
@@ -218,11 +236,7 @@ class AsyncRlBase(MinibatchRlBase):
                 self._received = itr + 1
                 self._lags.append(self.algo.update_counter - param_updates)
                 if self.copier == "optimizer":
-                    slot = itr % 2
-                    self.replay_buffer.append_samples(
-                        self.algo.samples_to_buffer(self.sampler.double_buffer_pyt[slot]))
-                    self.ctrl.free[slot].release()
-                    self._copied += 1
+                    self._pending.append(itr)
                 self.on_batch(itr, traj_infos)
             elif kind == "copied":
                 self._copied += 1
@@ -230,7 +244,21 @@ class AsyncRlBase(MinibatchRlBase):
                 self.on_eval(*payload)
             elif kind == "finished":
                 self._finished = True
-            self.itrs_done = self._copied
+        self._append_pending()
+        self.itrs_done = self._copied
+
+    def _owes_updates(self) -> bool:
+        return self.algo.update_counter + self.algo.updates_per_optimize <= self.updates_allowed()
+
+    def _append_pending(self) -> None:
+        """Optimizer copier: append received batches to replay, in order, and free their
+        slots; with ``sampler_throttle``, only while the optimizer owes no updates."""
+        while self._pending and not (self.sampler_throttle and self._owes_updates()):
+            slot = self._pending.pop(0) % 2
+            self.replay_buffer.append_samples(
+                self.algo.samples_to_buffer(self.sampler.double_buffer_pyt[slot]))
+            self.ctrl.free[slot].release()
+            self._copied += 1
 
     def on_batch(self, itr: int, traj_infos: list) -> None:
         """A batch arrived: keep its trajectories (and, in subclasses, log on interval)."""

@@ -1,5 +1,5 @@
 """make_replay_buffer: every valid combination of options maps to its class and builds a working
-buffer; invalid combinations (and the reserved async_ option) raise ValueError saying why."""
+buffer; invalid combinations raise ValueError saying why (the async_ variants: test_async.py)."""
 import itertools
 from collections import namedtuple
 
@@ -94,11 +94,3 @@ def test_invalid_combination_raises_and_names_the_valid_ones(combo):
     assert f"frames={combo[1]}" in message and f"sequence={combo[2]}" in message
     for valid in ("plain", "frames", "sequence", "frames+sequence", "time_limit"):
         assert repr(valid) in message
-
-
-@pytest.mark.parametrize("combo", list(EXPECTED)[:3] + INVALID[:1], ids=str)
-def test_async_raises_plainly(combo):
-    with pytest.raises(ValueError, match="no asynchronous replay buffers yet"):
-        replay_buffer_class(**dict(zip(FLAGS, combo)), async_=True)
-    with pytest.raises(ValueError, match="async_=True"):
-        make_replay_buffer(async_=True, **_kwargs(False, False))
