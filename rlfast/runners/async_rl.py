@@ -347,12 +347,6 @@ class AsyncRlEval(AsyncRlBase, MinibatchRlEval):
     def log_and_snapshot(self, itr: int) -> None:
         """Rows come from the sampler's evaluations (see :meth:`on_eval`)."""
 
-    def final_result(self) -> dict:
-        """As ``MinibatchRlEval``: the last evaluation return, every (steps, return), the
-        iterations and the environment steps trained."""
-        return dict(final_return=self.last_eval_return, eval_returns=list(self.eval_returns),
-                    n_itr=self.n_itr, cum_steps=self.itrs_done * self.itr_batch_size)
-
 
 def _process(pid: int) -> psutil.Process | None:
     try:

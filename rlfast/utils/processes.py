@@ -302,12 +302,7 @@ class ProcessSupervisor:
             for obj in ready:
                 if obj in pending:  # pipes first: a failing child writes, then exits
                     i = pending.pop(obj)
-                    try:
-                        kind, payload = obj.recv()
-                    except (EOFError, OSError):
-                        self.fail(self._died(i))
-                    if kind == "error":
-                        self.fail(self._raised(i, payload))
+                    kind, payload = self._read(i)
                     if kind != expected:
                         self.fail(f"{self._name(i)} replied {kind!r}, expected {expected!r}")
                     replies[i] = payload
@@ -372,15 +367,8 @@ class ProcessSupervisor:
         messages = []
         for obj in ready:
             i = conns.get(obj)
-            if i is None:
-                continue
-            try:
-                kind, payload = obj.recv()
-            except (EOFError, OSError):
-                self.fail(self._died(i))
-            if kind == "error":
-                self.fail(self._raised(i, payload))
-            messages.append((i, kind, payload))
+            if i is not None:
+                messages.append((i, *self._read(i)))
         for obj in ready:
             i = sentinels.get(obj)
             if i is not None and not self._has_data(i) and \
@@ -389,6 +377,17 @@ class ProcessSupervisor:
         return messages
 
     # ---- helpers ------------------------------------------------------------------------
+    def _read(self, i: int) -> tuple[str, Any]:
+        """One ``(kind, payload)`` message from child ``i``; an ``("error", traceback)`` or
+        a closed pipe stops every child and raises."""
+        try:
+            kind, payload = self.conns[i].recv()
+        except (EOFError, OSError):
+            self.fail(self._died(i))
+        if kind == "error":
+            self.fail(self._raised(i, payload))
+        return kind, payload
+
     def _name(self, i: int) -> str:
         return self.names[i] if self.names is not None else f"{self.label} {i}"
 
