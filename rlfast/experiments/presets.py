@@ -198,8 +198,10 @@ VALUE_BASED = ("dqn", "cat_dqn", "rainbow", "r2d1")
 SAMPLERS = ("serial", "cpu", "gpu", "alternating")
 RUNNERS = ("sync", "async")
 REPLAY_ALGOS = VALUE_BASED + tuple(QPG_ALGOS)  # the algorithms an async runner can train
-# The async runner's own settings (``--set async.sampler_throttle=True``), see AsyncRlBase.
-ASYNC_DEFAULTS = dict(copier="optimizer", sampler_throttle=False)
+# The async runner's own settings (``--set async.sampler_throttle=False``), see AsyncRlBase.
+# The presets hold the replay ratio (their tuning assumes it); the runner's default is a
+# free-running sampler.
+ASYNC_DEFAULTS = dict(copier="optimizer", sampler_throttle=True)
 ATARI_PREFIX = "atari:"
 # Sampler safety settings every preset exposes (``--set sampler.check_finite=False``).
 SAMPLER_SAFETY = dict(check_finite=True, worker_timeout="auto")

@@ -7,7 +7,8 @@ other through :class:`AsyncCtrl`'s semaphores, so the master is never in the way
 - sampler -> master: ``("ready", worker pids)`` once built, ``("batch", (itr, completed
   trajectory infos, update count of the parameters it acted with))`` after each batch,
   ``("eval", (itr, trajectory infos, seconds))`` after each evaluation, ``("finished",
-  n_itr)`` at the end; it then waits for the master's quit.
+  n_itr)`` after the last batch; it then evaluates once more on the master's
+  ``("final_eval",)`` (after the optimizer's last updates) and waits for the master's quit.
 - copier -> master: ``("copied", slot)`` after each batch appended to replay.
 
 Double buffer. Batch ``itr`` goes to slot ``itr % 2``. The sampler takes ``free[k]`` before
@@ -59,14 +60,19 @@ def _quit_requested(conn) -> bool:
     return False
 
 
-def _wait_for_quit(conn) -> None:
+def _serve_final_evaluation(conn, sampler, agent, itr: int) -> None:
+    """After the last batch: on the master's ``("final_eval",)`` (sent once the optimizer
+    made its last updates) evaluate the newest parameters; leave on quit."""
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):
             return
-        if message and message[0] == "quit":
+        if not message or message[0] == "quit":
             return
+        if message[0] == "final_eval":
+            agent.recv_shared_memory()
+            _evaluate(conn, sampler, agent, itr)
 
 
 def _evaluate(conn, sampler, agent, itr: int) -> None:
@@ -81,11 +87,11 @@ def sampler_process(conn, sampler, agent, affinity: dict, seed: int, n_itr: int,
     """Body of the sampler process: build the sampler (its environments, workers and the
     agent's own model), then collect ``n_itr`` batches into the double buffer, pulling the
     optimizer's newest parameters before each; with ``eval_itrs > 0`` evaluate before the
-    first batch, every ``eval_itrs`` batches and after the last."""
+    first batch, every ``eval_itrs`` batches and, when the master asks, after the last."""
     parent = os.getppid()
     try:
-        if affinity.get("set_affinity", True):
-            set_worker_affinity(affinity.get("master_cpus"), affinity.get("master_torch_threads", 1))
+        pinned = affinity.get("master_cpus") if affinity.get("set_affinity", True) else None
+        set_worker_affinity(pinned, affinity.get("master_torch_threads", 1))
         set_seed(seed)
         sampler.initialize(agent, affinity=affinity, seed=seed, bootstrap_value=False)
         if sampler.agent_in_sampler_process:
@@ -104,11 +110,11 @@ def sampler_process(conn, sampler, agent, affinity: dict, seed: int, n_itr: int,
             if ctrl.ready is not None:
                 ctrl.ready[slot].release()
             conn.send(("batch", (itr, traj_infos, agent.sampler_param_updates)))
-            if eval_itrs and ((itr + 1) % eval_itrs == 0 or itr == n_itr - 1):
+            if eval_itrs and (itr + 1) % eval_itrs == 0 and itr < n_itr - 1:
                 agent.recv_shared_memory()
                 _evaluate(conn, sampler, agent, itr)
         conn.send(("finished", n_itr))
-        _wait_for_quit(conn)
+        _serve_final_evaluation(conn, sampler, agent, n_itr - 1)
     finally:
         sampler.shutdown()
 

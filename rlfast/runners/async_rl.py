@@ -200,7 +200,8 @@ class AsyncRlBase(MinibatchRlBase):
         if update_counter - self._published >= self.algo.updates_per_sync:
             self.agent.send_shared_memory(update_counter)
             self._published = update_counter
-        self._handle(self._supervisor.receive(0))
+        if not self.stop_requested:
+            self._handle(self._supervisor.receive(0))
 
     def updates_allowed(self) -> int:
         """Updates the replay ratio allows so far: ``replay_ratio`` times the steps in replay
@@ -228,6 +229,13 @@ class AsyncRlBase(MinibatchRlBase):
                 for k, v in self._opt_infos.items():
                     new = getattr(opt_info, k, [])
                     v.extend(new if isinstance(new, list) else [new])
+        if not self.stop_requested:
+            self.agent.send_shared_memory(algo.update_counter)  # the final parameters
+            self.finish(n_itr)
+
+    def finish(self, n_itr: int) -> None:
+        """After the last batch and the updates it allows: the final log row (and, in
+        ``AsyncRlEval``, the final evaluation of the final parameters)."""
 
     def _handle(self, messages: list) -> None:
         for _, kind, payload in messages:
@@ -253,7 +261,8 @@ class AsyncRlBase(MinibatchRlBase):
     def _append_pending(self) -> None:
         """Optimizer copier: append received batches to replay, in order, and free their
         slots; with ``sampler_throttle``, only while the optimizer owes no updates."""
-        while self._pending and not (self.sampler_throttle and self._owes_updates()):
+        while self._pending and not self.stop_requested and not (
+                self.sampler_throttle and self._owes_updates()):
             slot = self._pending.pop(0) % 2
             self.replay_buffer.append_samples(
                 self.algo.samples_to_buffer(self.sampler.double_buffer_pyt[slot]))
@@ -298,9 +307,14 @@ class AsyncRl(AsyncRlBase, MinibatchRl):
     def on_batch(self, itr: int, traj_infos: list) -> None:
         """Add the batch's trajectories to the window; log at each interval."""
         self.store_diagnostics(itr, traj_infos, None)
-        if (itr + 1) % self.log_interval_itrs == 0 or itr == self.n_itr - 1:
+        if (itr + 1) % self.log_interval_itrs == 0 and itr < self.n_itr - 1:
             self.record_async_diagnostics()
             self.log_and_snapshot(itr)
+
+    def finish(self, n_itr: int) -> None:
+        """The last row, once the optimizer has made its last updates."""
+        self.record_async_diagnostics()
+        self.log_and_snapshot(n_itr - 1)
 
 
 class AsyncRlEval(AsyncRlBase, MinibatchRlEval):
@@ -319,6 +333,14 @@ class AsyncRlEval(AsyncRlBase, MinibatchRlEval):
 
     def before_loop(self) -> None:
         """Nothing: the sampler process evaluates the untrained agent itself."""
+
+    def finish(self, n_itr: int) -> None:
+        """Ask the sampler process to evaluate the final parameters (published after the
+        last update) and log that row."""
+        evaluations = len(self.eval_returns)
+        self._supervisor.send_all(("final_eval",), indexes=[0])
+        while len(self.eval_returns) == evaluations:
+            self._handle(self._supervisor.receive(1.0))
 
     def on_eval(self, itr: int, traj_infos: list, eval_time: float) -> None:
         """Log the evaluation row (the first one, before training, with no steps) and
