@@ -593,6 +593,10 @@ def main(argv: list[str] | None = None) -> int:
             res = run_contender(spec, timeout)
             res["quiet_wait_s"] = waited
             results[spec["name"]].append(res)
+            if args.json:  # what finished so far survives a run that is cut short
+                with open(args.json, "w") as f:
+                    json.dump(dict(machine=machine(), args=vars(args), specs=specs,
+                                   runs=results, summary=None), f, indent=1)
             flag = " *" if off_ratio(dict(res)) else ""
             print(f"  round {r + 1} {spec['name']:<42} {res['env_sps']:>8,.1f} steps/s "
                   f"{res['ups']:>7,.2f} updates/s  ratio {res['ratio']:.2f}{flag}  optim busy "
