@@ -16,6 +16,7 @@ from rlfast.experiments.presets import (ATARI_PREFIX, PRESETS, RUNNERS, SAMPLERS
                                        get_preset)
 from rlfast.runners import MinibatchRlBase, TrainingInterrupted
 from rlfast.runners.interrupts import signal_name
+from rlfast.utils.distributed import BACKENDS, DistEnv, launch_env
 from rlfast.utils.logging.context import ExistingRunError, experiment_dir, find_run_files
 
 
@@ -40,6 +41,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="sync: sampling and training take turns (default); async: the "
                             "sampler runs in its own process at full speed while the optimizer "
                             "trains from the shared replay buffer (replay-based algorithms)")
+    train.add_argument("--world-size", type=int, default=None, metavar="N",
+                       help="train with N ranks on this machine (SyncRl: each rank its own "
+                            "sampler and a DistributedDataParallel copy of the agent; spawned "
+                            "by this command). Under torchrun or Slurm srun the ranks come "
+                            "from the launcher's environment instead")
+    train.add_argument("--backend", choices=BACKENDS, default=None,
+                       help="torch.distributed backend of a multi-rank run (default: nccl "
+                            "when the agent is on a GPU, else gloo)")
     train.add_argument("--log-dir", default=None,
                        help="write progress.csv, debug.log, params.json here "
                             "(default: data/local/<date>/<time>/<algo>_<env>/run_0); "
@@ -68,6 +77,12 @@ class TrainRun:
     runner: MinibatchRlBase
     log_params: dict
     exp_dir: str
+    dist_env: DistEnv | None = None  # the launcher's (torchrun / srun) identity of this rank
+
+    @property
+    def is_logging_rank(self) -> bool:
+        """Rank 0 (or a single process): the one that writes logs and prints."""
+        return self.dist_env is None or self.dist_env.rank == 0
 
 
 def resolve_config(args: argparse.Namespace) -> dict:
@@ -81,12 +96,12 @@ def resolve_config(args: argparse.Namespace) -> dict:
     return apply_overrides(config, args.overrides)
 
 
-def affinity_for_run(code: str | None, runner: str = "sync") -> dict | None:
-    """The affinity dict of one run from an affinity code, or None.
+def affinity_for_run(code: str | None, runner: str = "sync") -> dict | list | None:
+    """The affinity of one run from an affinity code, or None.
 
     A code without a run-slot token means slot 0. A synchronous run takes a one-process
-    code; multi-GPU codes are refused (``rlfast train`` runs one process) and so are async
-    (``ass``) codes, which ``--runner async`` needs instead.
+    code, or a multi-GPU code (``gpr`` > 1: a list, one dict per rank, and a SyncRl run of
+    that many ranks); async (``ass``) codes are refused, ``--runner async`` needs them.
     """
     if code is None:
         return None
@@ -104,11 +119,11 @@ def affinity_for_run(code: str | None, runner: str = "sync") -> dict | None:
         for part in list(checked.optimizer) + [checked.sampler]:
             validate_affinity(part)
         return dict(affinity)
-    if isinstance(affinity, list) or is_async:
-        raise ValueError(f"--affinity {code}: multi-GPU and asynchronous codes describe "
-                         f"several processes; a synchronous rlfast train runs one (use a code "
-                         f"without gpr > 1 or ass, or --runner async for an ass code)")
+    if is_async:
+        raise ValueError(f"--affinity {code}: an asynchronous (ass) code needs --runner async")
     validate_affinity(affinity)  # before any directory or process: cores and GPUs exist
+    if isinstance(affinity, list):
+        return [dict(a) for a in affinity]  # one per rank
     return dict(affinity)
 
 
@@ -223,15 +238,56 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
     config = resolve_config(args)  # an unknown algorithm is reported first, here
     check_runner(args.algo, runner_kind)
     affinity = affinity_for_run(args.affinity, runner_kind)
+    dist_env, world_size = _distributed_setup(args, affinity, runner_kind)
     exp_dir = log_dir_for_run(args)
-    check_log_dir(exp_dir, _log_dir_option(args), overwrite=getattr(args, "overwrite", False))
+    if dist_env is None or dist_env.rank == 0:  # the other ranks write nothing
+        check_log_dir(exp_dir, _log_dir_option(args), overwrite=getattr(args, "overwrite", False))
+    distributed = world_size > 1 or isinstance(affinity, list)
     runner = build_experiment(args.algo, args.env, config, sampler=args.sampler, seed=args.seed,
-                              affinity=affinity, runner=runner_kind)
+                              affinity=affinity, runner=runner_kind,
+                              world_size=None if dist_env is not None else world_size,
+                              backend=getattr(args, "backend", None), distributed=distributed)
     runner.progress_bar = not args.no_progress
     log_params = dict(algo=args.algo, env=args.env, sampler=args.sampler, seed=args.seed,
-                      affinity=args.affinity, runner=runner_kind, config=config)
+                      affinity=args.affinity, runner=runner_kind, config=config,
+                      world_size=world_size, backend=getattr(args, "backend", None),
+                      launcher=dist_env.launcher if dist_env is not None else None)
     return TrainRun(args=args, config=config, runner=runner, log_params=log_params,
-                    exp_dir=exp_dir)
+                    exp_dir=exp_dir, dist_env=dist_env)
+
+
+def _distributed_setup(args: argparse.Namespace, affinity: dict | list | None,
+                       runner_kind: str) -> tuple[DistEnv | None, int]:
+    """(the launcher's identity of this process or None, the run's world size).
+
+    Under torchrun or Slurm the launcher's ``WORLD_SIZE`` rules, and a ``--world-size``
+    that disagrees is refused; without one, ``--world-size`` (default: the affinity list's
+    length, else 1) ranks are spawned by this command.
+    """
+    requested = getattr(args, "world_size", None)
+    if requested is not None and requested < 1:
+        raise ValueError(f"--world-size must be >= 1; got {requested}")
+    dist_env = launch_env()
+    if dist_env is not None and dist_env.world_size == 1 and requested in (None, 1):
+        dist_env = None  # a launcher's single process: a plain run
+    if dist_env is not None:
+        if requested is not None and requested != dist_env.world_size:
+            raise ValueError(f"--world-size {requested} disagrees with the launcher's "
+                             f"WORLD_SIZE {dist_env.world_size} ({dist_env.launcher}); leave "
+                             f"--world-size out under a launcher")
+        world_size = dist_env.world_size
+    elif isinstance(affinity, list):
+        if requested is not None and requested != len(affinity):
+            raise ValueError(f"--world-size {requested} disagrees with --affinity, which "
+                             f"describes {len(affinity)} ranks")
+        world_size = len(affinity)
+    else:
+        world_size = requested or 1
+    if world_size > 1 and runner_kind != "sync":
+        raise ValueError(f"a run of {world_size} ranks needs --runner sync: the asynchronous "
+                         f"runner's optimizer ranks come from its affinity code (ass with "
+                         f"gpr > 1)")
+    return dist_env, world_size
 
 
 def run_train(run: TrainRun) -> dict:
@@ -241,6 +297,8 @@ def run_train(run: TrainRun) -> dict:
     from rlfast.utils.logging import logger, logger_context
 
     args = run.args
+    if not run.is_logging_rank:  # rank > 0 under a launcher: rank 0 logs and prints
+        return run.runner.train()
     context = logger_context(run.exp_dir, 0, f"{args.algo}_{args.env}", run.log_params,
                              snapshot_mode=args.snapshot_mode, override_prefix=True,
                              overwrite=getattr(args, "overwrite", False))

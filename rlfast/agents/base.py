@@ -104,13 +104,23 @@ class BaseAgent(ABC):
         self.model.to(self.device)
 
     def data_parallel(self) -> torch.device:
-        """Wrap the model in DistributedDataParallel (torch.distributed must be initialized)."""
-        if self.device.type == "cpu":
-            self.model = torch.nn.parallel.DistributedDataParallel(self.model)
-        else:
-            self.model = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[self.device.index], output_device=self.device.index)
+        """Wrap the model in DistributedDataParallel (torch.distributed must be initialized),
+        so that every backward pass all-reduces (averages) its gradients over the ranks.
+        Agents with more trained models (the critics of DDPG/TD3/SAC) wrap those too."""
+        self.model = self.ddp_wrap(self.model)
         return self.device
+
+    def ddp_wrap(self, module: torch.nn.Module) -> torch.nn.Module:
+        """``module`` in DistributedDataParallel on this agent's device.
+
+        Buffers are not re-broadcast at each forward: the only ones rlfast models keep are
+        running observation statistics, which every rank updates alike (pooled over ranks).
+        """
+        if self.device.type == "cpu":
+            return torch.nn.parallel.DistributedDataParallel(module, broadcast_buffers=False)
+        return torch.nn.parallel.DistributedDataParallel(
+            module, device_ids=[self.device.index], output_device=self.device.index,
+            broadcast_buffers=False)
 
     def async_share(self, ctx=None) -> None:
         """Asynchronous runners, in the master before the sampler process forks: make the

@@ -22,6 +22,21 @@ class RLAlgorithm(abc.ABC):
     update_counter = 0
     updates_per_sync = 1  # asynchronous runners: updates between parameter publications
     on_update: Any = None  # asynchronous runners: called with update_counter after each update
+    world_size = 1  # optimizing ranks (SyncRl ranks, or AsyncRl optimizer ranks)
+    replay_ranks = 1  # replay buffers the global replay is split over (one per SyncRl rank)
+
+    def rank_share(self, total: int, name: str) -> int:
+        """``total / world_size``: each rank's share of a global batch (it must divide)."""
+        if total % self.world_size:
+            raise ValueError(f"{type(self).__name__}: {name}={total} must divide evenly over "
+                             f"{self.world_size} ranks (each rank samples {name} / ranks)")
+        return total // self.world_size
+
+    @property
+    def rank_replay_size(self) -> int:
+        """The capacity of this rank's replay buffer: the global ``replay_size`` split over
+        ``replay_ranks`` (each SyncRl rank stores its own environments' steps)."""
+        return max(1, int(self.replay_size) // self.replay_ranks)
 
     @abc.abstractmethod
     def initialize(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,

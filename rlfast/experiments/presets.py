@@ -29,7 +29,7 @@ from rlfast.algos.qpg import DDPG, SAC, TD3
 from rlfast.envs import make as make_gym_env
 from rlfast.envs.gym import gym_spaces as make_gym_spaces
 from rlfast.experiments.qpg_presets import ENV_TUNED, QPG_ALGOS, QPG_PRESETS
-from rlfast.runners import AsyncRlEval, MinibatchRlEval
+from rlfast.runners import AsyncRlEval, MinibatchRlEval, SyncRlEval
 from rlfast.samplers import (AlternatingSampler, AsyncAlternatingSampler, AsyncCpuSampler,
                              AsyncGpuSampler, AsyncSerialSampler, CpuEvalCollector, CpuResetCollector, CpuSampler,
                              CpuWaitResetCollector, GpuEvalCollector, GpuResetCollector,
@@ -420,8 +420,10 @@ def _algo(algo_name: str, algo_cfg: dict) -> RLAlgorithm:
 
 
 def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "cpu",
-                     seed: int | None = None, affinity: dict | None = None,
-                     runner: str = "sync") -> MinibatchRlEval | AsyncRlEval:
+                     seed: int | None = None, affinity: dict | list | None = None,
+                     runner: str = "sync", world_size: int | None = None,
+                     backend: str | None = None, distributed: bool = False
+                     ) -> MinibatchRlEval | SyncRlEval | AsyncRlEval:
     """Assemble sampler, agent, algorithm and runner from a (possibly overridden) preset.
 
     Everything is constructed but nothing is started: no process, environment step or
@@ -430,6 +432,12 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     combination without an agent) surface here. Dict and Tuple observations are flattened for
     the MLP agents unless the config says ``env.flatten_observation=False``. Without
     ``affinity`` the run uses every available core (``default_affinity``).
+
+    ``distributed`` (or ``world_size`` > 1, or an affinity list of one dict per rank) makes
+    a synchronous run a :class:`SyncRlEval`: ``world_size`` ranks spawned by the run, or the
+    ranks a launcher (torchrun, srun) started; each rank's share of the cores and GPUs comes
+    from the affinity (see :func:`rlfast.runners.sync_rl.rank_affinity`). ``backend``
+    overrides the automatic choice (NCCL on CUDA, gloo on CPU).
     """
     check_choice(sampler, "sampler", SAMPLERS)
     traits = inspect_env(env_id)
@@ -476,5 +484,10 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
         if threads == 0:
             threads = len(available_cpus())
         affinity = default_affinity(sampler_cfg["batch_B"], sampler, master_threads=threads)
+    distributed = distributed or (world_size or 1) > 1 or isinstance(affinity, list)
+    if distributed:
+        return SyncRlEval(algo=_algo(algo_name, config["algo"]), agent=agent, sampler=sampler_obj,
+                          seed=seed, affinity=affinity, world_size=world_size, backend=backend,
+                          **config["runner"], **config.get("distributed", {}))
     return MinibatchRlEval(algo=_algo(algo_name, config["algo"]), agent=agent,
                            sampler=sampler_obj, seed=seed, affinity=affinity, **config["runner"])

@@ -5,6 +5,8 @@ from collections.abc import Sequence
 
 import torch
 
+from rlfast.utils import distributed
+
 __all__ = ["RunningMeanStdModel"]
 
 
@@ -15,7 +17,8 @@ class RunningMeanStdModel(torch.nn.Module):
     move with ``model.to(device)``, appear in the state dict (and therefore
     travel to sampler models), and are updated in place so shared-memory copies
     see them.  Batches are merged with the parallel combination formula of
-    Chan et al.; before any update, mean is 0 and var is 1.
+    Chan et al.; before any update, mean is 0 and var is 1. In a distributed run (a process
+    group of several ranks), each update pools the batches of every rank.
     """
 
     def __init__(self, shape: int | Sequence[int]):
@@ -41,11 +44,20 @@ class RunningMeanStdModel(torch.nn.Module):
                 f"RunningMeanStdModel.update: data of shape {tuple(x.shape)} must end with {self.shape}."
             )
         x = x.reshape((-1,) + self.shape).to(device=self.mean.device, dtype=torch.float64)
-        batch_count = x.shape[0]
-        if batch_count == 0:
-            return
-        batch_mean = x.mean(dim=0)
-        batch_var = x.var(dim=0, unbiased=False)
+        if distributed.is_distributed():
+            # Every rank merges the batch of all ranks, so all normalize alike.
+            batch_count = float(distributed.all_reduce_sum(
+                torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)))
+            if batch_count == 0:
+                return
+            batch_mean = distributed.all_reduce_sum(x.sum(dim=0)) / batch_count
+            batch_var = distributed.all_reduce_sum(((x - batch_mean) ** 2).sum(dim=0)) / batch_count
+        else:
+            batch_count = x.shape[0]
+            if batch_count == 0:
+                return
+            batch_mean = x.mean(dim=0)
+            batch_var = x.var(dim=0, unbiased=False)
         count = self.count.to(torch.float64)
         mean = self.mean.to(torch.float64)
         var = self.var.to(torch.float64)

@@ -71,7 +71,7 @@ class MinibatchRlBase(abc.ABC):
             self.seed = make_seed()
         set_seed(self.seed)
         examples = self.sampler.initialize(
-            agent=self.agent, affinity=self.affinity, seed=self.seed + 1,
+            agent=self.agent, affinity=self.affinity, seed=self.sampler_seed(),
             bootstrap_value=getattr(self.algo, "bootstrap_value", False),
             traj_info_kwargs=self.get_traj_info_kwargs(), rank=self.rank,
             world_size=self.world_size)
@@ -85,6 +85,10 @@ class MinibatchRlBase(abc.ABC):
                              world_size=self.world_size, rank=self.rank)
         self.initialize_logging()
         return n_itr
+
+    def sampler_seed(self) -> int:
+        """The seed the sampler gets: ``seed + 1``."""
+        return self.seed + 1
 
     def _set_master_affinity(self) -> None:
         validate_affinity(self.affinity)
@@ -172,12 +176,16 @@ class MinibatchRlBase(abc.ABC):
     def store_diagnostics(self, itr: int, traj_infos: TrajInfos, opt_info: Any) -> None:
         """Accumulate one iteration's completed trajectories and optimizer infos until the
         next log row, and advance the progress bar."""
-        self._cum_completed_trajs += len(traj_infos)
+        self.add_traj_infos(traj_infos)
         for k, v in self._opt_infos.items():
             new = getattr(opt_info, k, [])
             v.extend(new if isinstance(new, list) else [new])
         if self._pbar is not None:
             self._pbar.update((itr + 1) % self.log_interval_itrs)
+
+    def add_traj_infos(self, traj_infos: TrajInfos) -> None:
+        """Count completed training trajectories (subclasses also keep them)."""
+        self._cum_completed_trajs += len(traj_infos)
 
     def log_diagnostics(self, itr: int, traj_infos: TrajInfos | None = None,
                         eval_time: float = 0.0, prefix: str = "Diagnostics/") -> None:
@@ -335,12 +343,11 @@ class MinibatchRl(MinibatchRlBase):
         self._new_completed = 0
         self.last_return = float("nan")
 
-    def store_diagnostics(self, itr: int, traj_infos: TrajInfos, opt_info: Any) -> None:
-        """Add the iteration's completed training trajectories to the window, then
-        accumulate as the base runner does."""
+    def add_traj_infos(self, traj_infos: TrajInfos) -> None:
+        """Add completed training trajectories to the window and the counts."""
         self._traj_window.extend(traj_infos)
         self._new_completed += len(traj_infos)
-        super().store_diagnostics(itr, traj_infos, opt_info)
+        super().add_traj_infos(traj_infos)
 
     def _traj_infos_for_log(self) -> Iterable[Mapping[str, Any]]:
         return self._traj_window

@@ -166,6 +166,14 @@ class QpgAgentBase:
         self._target_pairs = None
         self._half_t = self._half_t.to(self.device)
 
+    def data_parallel(self) -> torch.device:
+        """Wrap the policy and the critic in DistributedDataParallel (the targets follow
+        them by Polyak averaging and need no gradients)."""
+        device = super().data_parallel()
+        self.q_model = self.ddp_wrap(self.q_model)
+        self._target_pairs = None
+        return device
+
     def to_model_inputs(self, *inputs) -> tuple:
         """Inputs on the model's device (as they are on the CPU: no per-call tree walk)."""
         if self.device.type == "cpu":
@@ -176,6 +184,11 @@ class QpgAgentBase:
     def pi_parameters(self):
         """The policy's parameters (the actor's optimizer group)."""
         return self.model.parameters()
+
+    @property
+    def q_ensemble_size(self) -> int | None:
+        """How many critics the critic model holds (2 for TD3 / SAC), wrapped or not."""
+        return getattr(_unwrap(self.q_model), "ensemble_size", None)
 
     def q_parameters(self):
         """The critic's parameters."""

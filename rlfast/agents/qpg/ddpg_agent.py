@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from rlfast.agents.base import AgentStep, BaseAgent
-from rlfast.agents.qpg.base import QpgAgentBase, positive_or_none
+from rlfast.agents.qpg.base import QpgAgentBase, _unwrap, positive_or_none
 from rlfast.models.qpg import MuMlpModel, QofMuMlpModel
 
 __all__ = ["DdpgAgent", "Td3Agent"]
@@ -46,7 +46,7 @@ class DdpgAgent(QpgAgentBase, BaseAgent):
             observation, prev_action, prev_reward)
         mu = self.model(observation, prev_action, prev_reward)
         return self.q_model(observation, prev_action, prev_reward, mu, detach_params=True,
-                            member=0 if self.q_model.ensemble_size > 1 else None)
+                            member=0 if _unwrap(self.q_model).ensemble_size > 1 else None)
 
     def target_action(self, observation, prev_action, prev_reward) -> torch.Tensor:
         """The target policy's action at the next state (TD3 adds smoothing noise)."""

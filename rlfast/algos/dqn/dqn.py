@@ -92,6 +92,7 @@ class DQN(RLAlgorithm):
         """Bind the agent, derive the update schedule from the sampler's batch size (updates
         per iteration, first learning iteration, epsilon and beta annealing), build the
         replay buffer from ``examples`` and the optimizer."""
+        self.world_size = check_int(world_size, "world_size", minimum=1, owner=type(self).__name__)
         self._setup(agent, n_itr, batch_spec, mid_batch_reset, examples, async_=False)
         self.optim_initialize(rank)
 
@@ -101,6 +102,7 @@ class DQN(RLAlgorithm):
         schedule as :meth:`initialize` (in sampler iterations) and a replay buffer in shared
         memory (an ``Async*`` buffer), which is returned; the optimizer is built later by
         :meth:`optim_initialize`, once the agent is on its device."""
+        self.world_size = check_int(world_size, "world_size", minimum=1, owner=type(self).__name__)
         self._setup(agent, sampler_n_itr, batch_spec, mid_batch_reset, examples, async_=True)
         return self.replay_buffer
 
@@ -110,7 +112,10 @@ class DQN(RLAlgorithm):
         self.agent = agent
         self.n_itr = n_itr
         self.mid_batch_reset = mid_batch_reset
-        self.sampler_bs = batch_spec.size
+        # Under SyncRl every rank samples: the schedule counts the steps of all of them.
+        self.sampler_bs = batch_spec.size * (1 if async_ else self.world_size)
+        self.replay_ranks = 1 if async_ else self.world_size
+        self.replay_batch_size  # noqa: B018 - checks that the batch divides over the ranks
         self.updates_per_optimize = max(1, round(self.replay_ratio * self.sampler_bs / self.batch_size))
         self.min_itr_learn = int(self.min_steps_learn // self.sampler_bs)
         eps_itr_max = max(1, self.eps_steps // self.sampler_bs)
@@ -128,8 +133,9 @@ class DQN(RLAlgorithm):
 
     @property
     def replay_batch_size(self) -> int:
-        """What ``sample_batch`` is asked for (transitions here; sequences in R2D1)."""
-        return self.batch_size
+        """What ``sample_batch`` is asked for (transitions here; sequences in R2D1): this
+        rank's share of ``batch_size``."""
+        return self.rank_share(self.batch_size, "batch_size")
 
     def optim_initialize(self, rank: int = 0) -> None:
         """Build the optimizer over the agent's parameters (restoring a given state)."""
@@ -158,7 +164,7 @@ class DQN(RLAlgorithm):
         """Build the replay buffer: ``ReplayBufferCls`` if given, else the one
         :func:`~rlfast.replays.make_replay_buffer` picks for these options (its ``Async*``
         shared-memory variant with ``async_``)."""
-        kwargs = dict(example=self.replay_example(examples), size=self.replay_size,
+        kwargs = dict(example=self.replay_example(examples), size=self.rank_replay_size,
                       B=batch_spec.B, **self.replay_kwargs())
         if self.ReplayBufferCls is not None:
             self.replay_buffer = self.ReplayBufferCls(**kwargs)

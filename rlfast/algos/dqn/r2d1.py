@@ -97,8 +97,8 @@ class R2D1(DQN):
 
     @property
     def replay_batch_size(self) -> int:
-        """Sequences per replayed batch."""
-        return self.batch_B
+        """Sequences per replayed batch (this rank's share of ``batch_B``)."""
+        return self.rank_share(self.batch_B, "batch_B")
 
     def replay_example(self, examples: dict) -> Any:
         """One step of what the sequence replay stores, recurrent state included."""

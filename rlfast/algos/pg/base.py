@@ -10,6 +10,7 @@ import torch
 from rlfast.algos.base import RLAlgorithm
 from rlfast.algos.utils import (discount_return, generalized_advantage_estimation,
                                 valid_from_done)
+from rlfast.utils.distributed import global_mean_std
 from rlfast.utils.tensor import valid_mean
 
 OptInfo = namedtuple("OptInfo", ["loss", "gradNorm", "entropy", "perplexity", "approxKl",
@@ -106,9 +107,8 @@ class PolicyGradientAlgo(RLAlgorithm):
         if timeout is not None:
             valid = valid * (1 - timeout)
         if self.normalize_advantage:
-            n = valid.sum().clamp(min=1)
-            mean = (advantage * valid).sum() / n
-            std = (((advantage - mean) ** 2 * valid).sum() / n).sqrt()
+            # Over the valid steps of the global batch: pooled over every rank under SyncRl.
+            mean, std = global_mean_std(advantage, valid)
             advantage = (advantage - mean) / (std + 1e-6)
         return return_, advantage, valid
 

@@ -81,6 +81,7 @@ class QpgAlgoBase(RLAlgorithm):
         """Bind the agent, derive the update schedule from the sampler's batch size, build
         the replay buffer from ``examples`` and the one optimizer. Needs a collector that
         resets mid-batch (idle steps would otherwise be replayed as transitions)."""
+        self.world_size = check_int(world_size, "world_size", minimum=1, owner=type(self).__name__)
         self._setup(agent, n_itr, batch_spec, mid_batch_reset, examples, async_=False)
         self.optim_initialize(rank)
 
@@ -89,6 +90,7 @@ class QpgAlgoBase(RLAlgorithm):
         """Asynchronous runners, in the master before the sampler process forks: the
         schedule of :meth:`initialize` and a shared-memory (``Async*``) replay buffer, which
         is returned; :meth:`optim_initialize` builds the optimizer later, on the device."""
+        self.world_size = check_int(world_size, "world_size", minimum=1, owner=type(self).__name__)
         self._setup(agent, sampler_n_itr, batch_spec, mid_batch_reset, examples, async_=True)
         return self.replay_buffer
 
@@ -100,7 +102,10 @@ class QpgAlgoBase(RLAlgorithm):
                              f"GpuResetCollector)")
         self.agent = agent
         self.n_itr = n_itr
-        self.sampler_bs = batch_spec.size
+        # Under SyncRl every rank samples: the schedule counts the steps of all of them.
+        self.sampler_bs = batch_spec.size * (1 if async_ else self.world_size)
+        self.replay_ranks = 1 if async_ else self.world_size
+        self.replay_batch_size  # noqa: B018 - checks that the batch divides over the ranks
         self.updates_per_optimize = max(1, round(self.replay_ratio * self.sampler_bs /
                                                  self.batch_size))
         self.min_itr_learn = int(self.min_steps_learn // self.sampler_bs)
@@ -121,7 +126,7 @@ class QpgAlgoBase(RLAlgorithm):
         example = self._to_buffer(examples["observation"], examples["action"],
                                   examples["reward"], examples["done"], env_info,
                                   normalize=False)
-        kwargs = dict(example=example, size=self.replay_size, B=batch_spec.B,
+        kwargs = dict(example=example, size=self.rank_replay_size, B=batch_spec.B,
                       discount=self.discount, n_step_return=self.n_step_return)
         if self.prioritized_replay:
             kwargs.update(alpha=self.pri_alpha, beta=self.pri_beta)
@@ -178,6 +183,11 @@ class QpgAlgoBase(RLAlgorithm):
         return self._to_buffer(samples.env.observation, samples.agent.action, samples.env.reward,
                                samples.env.done, samples.env.env_info)
 
+    @property
+    def replay_batch_size(self) -> int:
+        """Transitions per replayed batch: this rank's share of ``batch_size``."""
+        return self.rank_share(self.batch_size, "batch_size")
+
     # ---- training ------------------------------------------------------------------------
     def optimize_agent(self, itr: int, samples: Any = None, sampler_itr: int | None = None) -> Any:
         """Append the batch to replay, then (once learning has started) run
@@ -189,7 +199,7 @@ class QpgAlgoBase(RLAlgorithm):
             return self.OptInfoCls(*([] for _ in self.OptInfoCls._fields))
         diagnostics = []
         for _ in range(self.updates_per_optimize):
-            batch = self.replay_buffer.sample_batch(self.batch_size)
+            batch = self.replay_buffer.sample_batch(self.replay_batch_size)
             update_policy = self.update_counter % self.policy_update_interval == 0
             loss, info, td_abs = self.losses(batch, update_policy)
             self.optimizer.zero_grad(set_to_none=True)

@@ -131,9 +131,9 @@ class TD3(QpgAlgoBase):
     def _setup(self, agent: Any, *args: Any, **kwargs: Any) -> None:
         """As QpgAlgoBase's setup (for :meth:`initialize` and :meth:`async_initialize`),
         after checking the agent has twin critics."""
-        if getattr(agent.q_model, "ensemble_size", None) != 2:
+        if getattr(agent, "q_ensemble_size", None) != 2:
             raise ValueError(f"TD3 needs twin critics (Td3Agent); {type(agent).__name__} has "
-                             f"{getattr(agent.q_model, 'ensemble_size', None)} critic(s)")
+                             f"{getattr(agent, 'q_ensemble_size', None)} critic(s)")
         super()._setup(agent, *args, **kwargs)
 
     # The update itself is DDPG's (its target already takes the minimum of twin critics).

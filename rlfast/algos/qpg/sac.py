@@ -75,9 +75,9 @@ class SAC(QpgAlgoBase):
         """Check for twin critics, create ``log_alpha`` (learned or fixed) and resolve the
         target entropy, then set up as QpgAlgoBase does (for :meth:`initialize` and
         :meth:`async_initialize`)."""
-        if getattr(agent.q_model, "ensemble_size", None) != 2:
+        if getattr(agent, "q_ensemble_size", None) != 2:
             raise ValueError(f"SAC needs twin critics (SacAgent); {type(agent).__name__} has "
-                             f"{getattr(agent.q_model, 'ensemble_size', None)} critic(s)")
+                             f"{getattr(agent, 'q_ensemble_size', None)} critic(s)")
         action_dim = int(agent.env_model_kwargs["action_size"])
         self._target_entropy = (-float(action_dim) if self.target_entropy == "auto"
                                 else float(self.target_entropy))

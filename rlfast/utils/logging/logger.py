@@ -55,6 +55,19 @@ _log_tabular_only = False
 _disable_prefix = False
 _tf_summary_writer: Any = None
 _dump_count = 0
+_muted = False  # ranks other than 0 of a distributed run write nothing
+
+
+def set_muted(muted: bool) -> None:
+    """While muted, ``log``, ``dump_tabular`` and ``save_itr_params`` write nothing (the
+    tabular values are dropped): the non-zero ranks of a distributed run, whose rank 0
+    alone writes logs and snapshots."""
+    global _muted
+    _muted = bool(muted)
+
+
+def get_muted() -> bool:
+    return _muted
 
 
 # ----------------------------------------------------------------------------- text
@@ -89,7 +102,7 @@ def log(s: Any, with_prefix: bool = True, with_timestamp: bool = True,
     """
     if color is not None:
         check_choice(color, "color", sorted(_COLORS))
-    if _log_tabular_only:
+    if _log_tabular_only or _muted:
         return
     _write_line(_format(s, with_prefix, with_timestamp), color)
 
@@ -268,6 +281,9 @@ def dump_tabular(with_prefix: bool = True, with_timestamp: bool = True) -> None:
     number of previous dumps. Does nothing if nothing was recorded.
     """
     global _dump_count
+    if _muted:
+        _tabular.clear()
+        return
     if not _tabular:
         return
     rows = [(key, _format_value(val)) for key, val in _tabular.items()]
@@ -337,7 +353,7 @@ def save_itr_params(itr: int, params: Mapping[str, Any]) -> str | None:
     """
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a dict of snapshot entries, got {type(params).__name__}.")
-    if _snapshot_dir is None or _snapshot_mode == "none":
+    if _snapshot_dir is None or _snapshot_mode == "none" or _muted:
         return None
     if _snapshot_mode == "last":
         file_name = "params.pkl"
@@ -383,7 +399,7 @@ def reset() -> None:
     """Return the logger to its initial state: close all outputs, drop prefixes and
     pending diagnostics, no snapshot dir, mode "none", gap 1, no summary writer."""
     global _prefix_str, _tabular_prefix_str, _snapshot_dir, _snapshot_mode, _snapshot_gap
-    global _log_tabular_only, _disable_prefix, _tf_summary_writer, _dump_count
+    global _log_tabular_only, _disable_prefix, _tf_summary_writer, _dump_count, _muted
     for path in list(_text_files):
         remove_text_output(path)
     for path in list(_tabular_files):
@@ -396,3 +412,4 @@ def reset() -> None:
     _log_tabular_only = _disable_prefix = False
     _tf_summary_writer = None
     _dump_count = 0
+    _muted = False

@@ -1,0 +1,290 @@
+"""Synchronous multi-process training: one process per rank, each with its own sampler, its
+own copy of the agent wrapped in DistributedDataParallel and the same algorithm; gradients
+are all-reduced every update, so every rank holds the same parameters.
+
+The ranks come from the launcher (``torchrun``, Slurm ``srun``; see
+:func:`rlfast.utils.distributed.launch_env`) or, with ``world_size`` > 1 (or an affinity list
+with one entry per rank) and no launcher, from this runner: the calling process becomes rank
+0 and forks ranks 1..N-1 under a :class:`~rlfast.utils.processes.ProcessSupervisor`, on a
+free port of 127.0.0.1. Either way every rank runs the same code through ``env://``.
+
+Batch sizes: each rank's sampler runs its own ``batch_B`` environments (the global batch per
+iteration is ``world_size * T * B``, as in rlpyt); replay-based algorithms keep one replay
+buffer per rank and each samples ``batch_size / world_size`` of every update's batch, and
+on-policy statistics (PPO's advantage normalization, observation normalization) are pooled
+over all ranks, so the ranks optimize the objective one process with the global batch would.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+
+from rlfast.runners.minibatch_rl import MinibatchRl, MinibatchRlBase, MinibatchRlEval, TrajInfos
+from rlfast.utils import distributed
+from rlfast.utils.checks import check_int
+from rlfast.utils.distributed import DEFAULT_DIST_TIMEOUT_S, DistEnv
+from rlfast.utils.logging import logger
+from rlfast.utils.processes import ChildFailedError, ProcessSupervisor
+
+__all__ = ["SyncRl", "SyncRlEval", "SyncRlMixin", "RankFailedError", "rank_affinity",
+           "RANK_SEED_STRIDE"]
+
+RANK_SEED_STRIDE = 10_007  # rank r samples with seed + r * stride (model init: the same seed)
+_SEED_MODULUS = 2 ** 32 - 1
+
+
+class RankFailedError(ChildFailedError):
+    """A rank of a distributed run raised or died; the message carries its traceback."""
+
+
+def rank_affinity(affinity: dict | list | None, env: DistEnv,
+                  n_gpus: int | None = None) -> dict:
+    """This rank's affinity dict.
+
+    A list (one dict per local rank, as an affinity code with ``gpr`` > 1 decodes) gives the
+    entry of ``env.local_rank``. One dict shared by every process of a node is split: the
+    local rank takes every ``local_world_size``-th sampler worker (at least one), the master
+    runs on those workers' cores, and a ``cuda_idx`` becomes ``local_rank`` (modulo the GPUs
+    present), so that ranks launched with one command line do not pile onto one GPU or
+    one core. None gives ``{}`` (nothing pinned, the agent on the CPU).
+    """
+    if affinity is None:
+        return {}
+    if isinstance(affinity, (list, tuple)):
+        if env.local_rank >= len(affinity):
+            raise ValueError(f"the affinity lists {len(affinity)} ranks but this is local rank "
+                             f"{env.local_rank}: give one affinity per rank on this node")
+        return dict(affinity[env.local_rank])
+    if "optimizer" in affinity:
+        raise ValueError("an async affinity (with 'optimizer' and 'sampler') was given to a "
+                         "synchronous multi-process runner")
+    out = dict(affinity)
+    n_local = max(env.local_world_size, 1)
+    if n_local > 1:
+        workers = out.get("workers_cpus")
+        if workers:
+            mine = list(workers[env.local_rank::n_local]) or [workers[env.local_rank % len(workers)]]
+            out["workers_cpus"] = mine
+            out["master_cpus"] = sorted({c for cpus in mine for c in cpus})
+        elif out.get("master_cpus"):
+            cpus = list(out["master_cpus"])
+            out["master_cpus"] = cpus[env.local_rank::n_local] or [cpus[env.local_rank % len(cpus)]]
+    if out.get("cuda_idx") is not None:
+        count = torch.cuda.device_count() if n_gpus is None else n_gpus
+        out["cuda_idx"] = env.local_rank % count if count else env.local_rank
+    return out
+
+
+def _rank_child(conn: Any, runner: "SyncRlMixin", env: DistEnv) -> None:
+    """Entry point of a rank forked by rank 0: train as that rank, then report done."""
+    runner._dist_env = env
+    runner._spawned = True
+    runner.train()
+    conn.send(("done", None))
+
+
+class SyncRlMixin:
+    """What :class:`SyncRl` and :class:`SyncRlEval` add to the single-process runners.
+
+    ``world_size``: ranks to spawn on this machine when no launcher set the variables
+    (default: the affinity list's length, else 1); ignored under a launcher, whose
+    ``WORLD_SIZE`` rules. ``backend``: ``"nccl"`` or ``"gloo"`` (default: NCCL when the
+    agent is on CUDA, gloo on CPU). ``dist_timeout``: seconds any collective (and the
+    rendezvous) may wait before the rank raises, so that a hung rank ends the run; it must
+    exceed rank 0's evaluation time, during which the other ranks wait.
+    """
+
+    def __init__(self, *args: Any, world_size: int | None = None, backend: str | None = None,
+                 dist_timeout: float = DEFAULT_DIST_TIMEOUT_S, **kwargs: Any):
+        affinity = kwargs.pop("affinity", None)
+        self._affinities = affinity
+        super().__init__(*args, **kwargs)
+        owner = type(self).__name__
+        if world_size is not None:
+            world_size = check_int(world_size, "world_size", minimum=1, owner=owner)
+        elif isinstance(affinity, (list, tuple)):
+            world_size = len(affinity)
+        self.requested_world_size = world_size or 1
+        if backend is not None and backend not in distributed.BACKENDS:
+            raise ValueError(f"{owner}: backend must be one of {', '.join(distributed.BACKENDS)}"
+                             f" or None (automatic); got {backend!r}")
+        self.backend = backend
+        if not float(dist_timeout) > 0:
+            raise ValueError(f"{owner}: dist_timeout must be > 0 seconds; got {dist_timeout!r}")
+        self.dist_timeout = float(dist_timeout)
+        self._dist_env: DistEnv | None = None
+        self._spawned = False
+        self._ranks: ProcessSupervisor | None = None
+        self._local_trajs: list = []
+
+    # ---- launching --------------------------------------------------------------------
+    def _resolve_env(self) -> DistEnv:
+        if self._dist_env is not None:
+            return self._dist_env
+        env = distributed.launch_env()
+        if env is None:
+            n = self.requested_world_size
+            env = DistEnv(rank=0, local_rank=0, world_size=n, local_world_size=n,
+                          master_addr="127.0.0.1",
+                          master_port=distributed.free_port() if n > 1 else 0,
+                          launcher="spawn")
+        return env
+
+    def train(self) -> dict:
+        """Train as this rank (spawning the other ranks first when this process launches
+        them); every rank returns ``final_result()`` (rank 0's holds the logged returns).
+
+        A rank that raises ends the run on every rank: the spawned ranks are stopped, and
+        the error raised here carries the failing rank's traceback.
+        """
+        env = self._resolve_env()
+        self._dist_env = env
+        if env.launcher == "spawn" and env.world_size > 1 and not self._spawned:
+            return self._train_spawning(env)
+        if env.rank != 0:
+            logger.set_muted(True)
+            self.progress_bar = False
+        return super().train()
+
+    def _train_spawning(self, env: DistEnv) -> dict:
+        children = [DistEnv(rank=r, local_rank=r, world_size=env.world_size,
+                            local_world_size=env.world_size, master_addr=env.master_addr,
+                            master_port=env.master_port, launcher="spawn")
+                    for r in range(1, env.world_size)]
+        self._ranks = ProcessSupervisor(label="Rank", error_cls=RankFailedError,
+                                        names=[f"Rank {c.rank}" for c in children])
+        self._ranks.start(_rank_child, [dict(runner=self, env=c) for c in children],
+                          name="rlfast-rank", owner=self, daemon=False)
+        try:
+            try:
+                result = super().train()
+            except BaseException as error:
+                self._raise_child_failure(error)
+                raise
+            # The other ranks finished the same iterations; wait for their shutdown.
+            self._ranks.gather("done", timeout=max(60.0, self.dist_timeout))
+            return result
+        finally:
+            self._ranks.stop()
+
+    def _raise_child_failure(self, error: BaseException) -> None:
+        """Rank 0 failed, possibly because another rank did (a collective then errs here):
+        prefer the other rank's traceback when one arrives within a few seconds."""
+        if isinstance(error, KeyboardInterrupt) or self._ranks is None:
+            return
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            try:
+                self._ranks.check_alive()
+            except RankFailedError as child_error:
+                raise child_error from error
+            if not any(p.is_alive() for p in self._ranks.processes):
+                return
+            time.sleep(0.1)
+
+    # ---- startup / shutdown -----------------------------------------------------------
+    def startup(self) -> int:
+        """Join the process group, then start as the single-process runner does, as this
+        rank: its share of the environments (distinct seeds), its affinity, its GPU, the
+        agent wrapped in DistributedDataParallel, the same initial parameters everywhere."""
+        env = self._dist_env
+        self.rank, self.world_size = env.rank, env.world_size
+        self.affinity = rank_affinity(self._affinities, env)
+        cuda_idx = self.affinity.get("cuda_idx")
+        self.backend_used = distributed.choose_backend(self.backend, cuda_idx is not None)
+        if cuda_idx is not None:
+            torch.cuda.set_device(cuda_idx)  # NCCL's object collectives use the current GPU
+        distributed.init_process_group(env, self.backend_used, self.dist_timeout)
+        if self.seed is None:  # one seed for all: the ranks must build the same model
+            from rlfast.utils.seed import make_seed
+            self.seed = distributed.broadcast_object(make_seed())
+        n_itr = super().startup()
+        self._broadcast_agent_state()
+        if self.rank > 0:  # actions and exploration differ by rank; the model started equal
+            from rlfast.utils.seed import set_seed
+            set_seed((self.seed + RANK_SEED_STRIDE * self.rank) % _SEED_MODULUS)
+        if self.rank == 0:
+            logger.log(f"{type(self).__name__}: rank 0 of {self.world_size} "
+                       f"({env.launcher}, backend {self.backend_used})")
+        return n_itr
+
+    def sampler_seed(self) -> int:
+        return (self.seed + 1 + RANK_SEED_STRIDE * self.rank) % _SEED_MODULUS
+
+    def _broadcast_agent_state(self) -> None:
+        """Every rank takes rank 0's full agent state (targets included; DDP broadcasts only
+        the wrapped models' parameters)."""
+        if not distributed.is_distributed():
+            return
+        with torch.no_grad():
+            for tensor in _tensors(self.agent.state_dict()):
+                if distributed.dist.get_backend() == "nccl" and tensor.device.type != "cuda":
+                    moved = tensor.cuda()
+                    distributed.dist.broadcast(moved, src=0)
+                    tensor.copy_(moved)
+                else:
+                    distributed.dist.broadcast(tensor, src=0)
+        self.agent.sync_shared_memory()
+
+    def shutdown(self) -> None:
+        """Stop the sampler, then leave the process group."""
+        try:
+            super().shutdown()
+        finally:
+            distributed.destroy_process_group()
+            if self.rank != 0:
+                logger.set_muted(False)
+
+    # ---- diagnostics: gathered on rank 0 ------------------------------------------------
+    def store_diagnostics(self, itr: int, traj_infos: TrajInfos, opt_info: Any) -> None:
+        """Keep this rank's completed trajectories until the next log row (where they are
+        gathered), and accumulate the optimizer infos."""
+        self._local_trajs.extend(traj_infos)
+        super().store_diagnostics(itr, [], opt_info)
+
+    def _gather_trajs(self) -> None:
+        gathered = distributed.gather_objects(self._local_trajs)
+        self._local_trajs = []
+        if gathered is not None:
+            self.add_traj_infos([t for rank_trajs in gathered for t in rank_trajs])
+
+    def log_and_snapshot(self, itr: int) -> None:
+        """Gather every rank's trajectories to rank 0, which logs (and evaluates, and saves
+        the snapshot); then every rank takes rank 0's decision to stop early."""
+        self._gather_trajs()
+        if self.rank == 0:
+            super().log_and_snapshot(itr)
+        self.stop_requested = bool(distributed.broadcast_object(self.stop_requested))
+
+    def before_loop(self) -> None:
+        if self.rank == 0:
+            super().before_loop()
+
+    def save_itr_snapshot(self, itr: int) -> None:
+        if self.rank == 0:
+            super().save_itr_snapshot(itr)
+
+
+def _tensors(state: Any):
+    """Every tensor of a (nested) state dict, in a fixed order."""
+    if isinstance(state, torch.Tensor):
+        yield state
+    elif isinstance(state, dict):
+        for key in sorted(state, key=str):
+            yield from _tensors(state[key])
+    elif isinstance(state, (list, tuple)):
+        for item in state:
+            yield from _tensors(item)
+
+
+class SyncRl(SyncRlMixin, MinibatchRl):
+    """:class:`MinibatchRl` on several ranks: the logged window holds every rank's recent
+    training trajectories, and ``CumSteps`` counts every rank's steps."""
+
+
+class SyncRlEval(SyncRlMixin, MinibatchRlEval):
+    """:class:`MinibatchRlEval` on several ranks: rank 0 alone evaluates (its own evaluation
+    environments) and logs; ``stop_return`` stops every rank at once."""
