@@ -113,14 +113,15 @@ class BaseAgent(ABC):
     def ddp_wrap(self, module: torch.nn.Module) -> torch.nn.Module:
         """``module`` in DistributedDataParallel on this agent's device.
 
-        Buffers are not re-broadcast at each forward: the only ones rlfast models keep are
-        running observation statistics, which every rank updates alike (pooled over ranks).
+        Buffers are synchronized once, at wrapping, and not re-broadcast at each forward:
+        the only ones rlfast models keep are running observation statistics, which every
+        rank updates alike (pooled over ranks).
         """
         if self.device.type == "cpu":
-            return torch.nn.parallel.DistributedDataParallel(module, broadcast_buffers=False)
+            return torch.nn.parallel.DistributedDataParallel(module, forward_sync_buffers=False)
         return torch.nn.parallel.DistributedDataParallel(
             module, device_ids=[self.device.index], output_device=self.device.index,
-            broadcast_buffers=False)
+            forward_sync_buffers=False)
 
     def async_share(self, ctx=None) -> None:
         """Asynchronous runners, in the master before the sampler process forks: make the

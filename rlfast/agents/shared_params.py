@@ -50,6 +50,8 @@ class SharedParams:
         self.version_held = 0  # per process: the version this process's model holds
 
     def _pairs_for(self, model: torch.nn.Module) -> list:
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module  # an optimizer rank's wrapped model: the same tensors
         if self._pairs is None or self._pairs[0] is not model:
             own = _state_tensors(model)
             if list(own) != self.names:

@@ -36,6 +36,7 @@ from rlfast.samplers import (AlternatingSampler, AsyncAlternatingSampler, AsyncC
                              GpuSampler, GpuWaitResetCollector, SerialEvalCollector,
                              SerialSampler, TrajInfo)
 from rlfast.utils.checks import check_choice
+from rlfast.utils.distributed import DEFAULT_DIST_TIMEOUT_S
 from rlfast.utils.misc import available_cpus, deep_merge
 
 # Evaluation: 8 greedy episodes, one per eval env, each allowed its full 500 steps.
@@ -202,6 +203,9 @@ REPLAY_ALGOS = VALUE_BASED + tuple(QPG_ALGOS)  # the algorithms an async runner 
 # The presets hold the replay ratio (their tuning assumes it); the runner's default is a
 # free-running sampler.
 ASYNC_DEFAULTS = dict(copier="optimizer", sampler_throttle=True)
+# Multi-rank (SyncRl) settings (``--set distributed.dist_timeout=600``): seconds a collective
+# may wait on another rank before the run fails, see SyncRlMixin.
+DISTRIBUTED_DEFAULTS = dict(dist_timeout=DEFAULT_DIST_TIMEOUT_S)
 ATARI_PREFIX = "atari:"
 # Sampler safety settings every preset exposes (``--set sampler.check_finite=False``).
 SAMPLER_SAFETY = dict(check_finite=True, worker_timeout="auto")
@@ -304,6 +308,7 @@ def get_preset(algo: str, env_id: str) -> dict:
         config["sampler"].setdefault(key, value)
     if algo in REPLAY_ALGOS:  # read by --runner async only (see AsyncRlBase)
         config.setdefault("async", dict(ASYNC_DEFAULTS))
+    config.setdefault("distributed", dict(DISTRIBUTED_DEFAULTS))  # read by multi-rank runs
     return config
 
 

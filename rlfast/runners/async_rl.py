@@ -22,6 +22,7 @@ terminates any sampler worker left behind, so no process or shared memory outliv
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
@@ -33,6 +34,9 @@ from rlfast.runners.async_processes import AsyncCtrl, async_child
 from rlfast.runners.minibatch_rl import MinibatchRlBase, MinibatchRl, MinibatchRlEval
 from rlfast.utils.checks import check_int
 from rlfast.utils.collections import AttrDict
+from rlfast.utils.distributed import (BACKENDS, DEFAULT_DIST_TIMEOUT_S, DistEnv,
+                                      broadcast_int, choose_backend, destroy_process_group,
+                                      free_port, init_process_group)
 from rlfast.utils.logging import logger
 from rlfast.utils.processes import ChildFailedError, Deadline, ProcessSupervisor, mp_context
 from rlfast.utils.seed import make_seed, set_seed
@@ -50,8 +54,9 @@ class AsyncRunError(ChildFailedError):
 
 def async_affinity(affinity: dict | None) -> AttrDict:
     """The ``optimizer`` / ``sampler`` affinity of an async run: a decoded ``ass`` code as
-    is, None for defaults (optimizer on the CPU, sampler workers on every core). More than one
-    optimizer rank is refused: multi-GPU async optimization needs the DDP runner."""
+    is, None for defaults (optimizer on the CPU, sampler workers on every core). The
+    ``optimizer`` list has one entry per optimizer rank (``gpr`` > 1: several GPUs training
+    together through DistributedDataParallel)."""
     if affinity is None:
         return AttrDict(optimizer=[AttrDict(cuda_idx=None)], sampler=AttrDict())
     if "optimizer" not in affinity or "sampler" not in affinity:
@@ -59,11 +64,15 @@ def async_affinity(affinity: dict | None) -> AttrDict:
                          f"entries (an 'ass' affinity code); got keys {sorted(affinity)}")
     optimizer = affinity["optimizer"]
     optimizer = list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
-    if len(optimizer) != 1:
-        raise ValueError(f"the affinity asks for {len(optimizer)} optimizer ranks; "
-                         f"asynchronous runs support one optimizer process (one GPU, gpr=1) "
-                         f"until multi-GPU async optimization joins the DDP runner")
-    return AttrDict(affinity, optimizer=optimizer, sampler=AttrDict(affinity["sampler"]))
+    if not optimizer:
+        raise ValueError("the async affinity's 'optimizer' list is empty: it needs one entry "
+                         "per optimizer rank")
+    on_cuda = {o.get("cuda_idx") is not None for o in optimizer}
+    if len(on_cuda) > 1:
+        raise ValueError("the optimizer ranks must all be on GPUs or all on the CPU; got "
+                         f"cuda_idx {[o.get('cuda_idx') for o in optimizer]}")
+    return AttrDict(affinity, optimizer=[dict(o) for o in optimizer],
+                    sampler=AttrDict(affinity["sampler"]))
 
 
 class AsyncRlBase(MinibatchRlBase):
@@ -72,6 +81,14 @@ class AsyncRlBase(MinibatchRlBase):
     ``affinity``: a decoded ``ass`` affinity (``optimizer`` list of one entry, ``sampler``
     dict) or None. ``copier``: ``"optimizer"`` (the master appends each batch between
     updates) or ``"process"`` (a copier process does). ``n_steps`` counts environment steps.
+
+    Several optimizer ranks (an ``optimizer`` affinity list of N entries): the master is
+    rank 0 and forks ranks 1..N-1, which join one process group (NCCL on GPUs, gloo on the
+    CPU; ``backend`` overrides) and wrap the agent in DistributedDataParallel. Rank 0 alone
+    copies batches, throttles, publishes parameters and logs; before each of its
+    ``optimize_agent`` calls it broadcasts the iteration, and every rank then runs the same
+    updates, each sampling ``batch_size / N`` from the shared replay buffer, with gradients
+    all-reduced. ``dist_timeout``: seconds a collective may wait before the run fails.
 
     ``sampler_throttle`` (optimizer copier only): also hold the sampler back, so that the
     replay ratio never falls below ``replay_ratio`` either: a batch is appended only once the
@@ -85,7 +102,8 @@ class AsyncRlBase(MinibatchRlBase):
     def __init__(self, algo: Any, agent: Any, sampler: Any, n_steps: int,
                  seed: int | None = None, affinity: dict | None = None,
                  log_interval_steps: int = 100_000, copier: str = "optimizer",
-                 sampler_throttle: bool = False, progress_bar: bool = True):
+                 sampler_throttle: bool = False, progress_bar: bool = True,
+                 backend: str | None = None, dist_timeout: float = DEFAULT_DIST_TIMEOUT_S):
         if copier not in COPIERS:
             raise ValueError(f"copier must be one of {COPIERS}; got {copier!r}")
         if sampler_throttle and copier != "optimizer":
@@ -103,6 +121,15 @@ class AsyncRlBase(MinibatchRlBase):
         self.copier = copier
         self._supervisor: ProcessSupervisor | None = None
         self._grandchildren: list = []
+        self.n_optimizers = len(self.async_affinity.optimizer)
+        if backend is not None and backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)} or None; got "
+                             f"{backend!r}")
+        self.backend = backend
+        if not float(dist_timeout) > 0:
+            raise ValueError(f"dist_timeout must be > 0 seconds; got {dist_timeout!r}")
+        self.dist_timeout = float(dist_timeout)
+        self._opt_ranks: ProcessSupervisor | None = None
 
     # ---- startup / shutdown ------------------------------------------------------------------
     def startup(self) -> int:
@@ -121,12 +148,16 @@ class AsyncRlBase(MinibatchRlBase):
         self.itr_batch_size = sampler.batch_spec.size
         n_itr = self.get_n_itr()
         self.replay_buffer = algo.async_initialize(
-            agent, n_itr, sampler.batch_spec, sampler.mid_batch_reset, examples)
+            agent, n_itr, sampler.batch_spec, sampler.mid_batch_reset, examples,
+            world_size=self.n_optimizers)
         ctx = mp_context()
         agent.async_share(ctx)
         self.ctrl = AsyncCtrl(ctx, copier_process=self.copier == "process")
         self._launch(n_itr)
-        agent.to_device(self.affinity.get("cuda_idx"))
+        if self.n_optimizers > 1:
+            self._launch_optimizer_ranks()
+        else:
+            agent.to_device(self.affinity.get("cuda_idx"))
         algo.optim_initialize(rank=0)
         algo.on_update = self._after_update
         self._published = 0
@@ -136,6 +167,57 @@ class AsyncRlBase(MinibatchRlBase):
     def eval_itrs(self) -> int:
         """Sampler iterations between evaluations in the sampler process (0: none)."""
         return 0
+
+    # ---- optimizer ranks beyond the first ---------------------------------------------------
+    def _launch_optimizer_ranks(self) -> None:
+        """Fork optimizer ranks 1..N-1 (after the sampler, so it holds no process group),
+        then join the group as rank 0 and wrap the agent in DistributedDataParallel."""
+        n = self.n_optimizers
+        envs = [DistEnv(rank=r, local_rank=r, world_size=n, local_world_size=n,
+                        master_addr="127.0.0.1", master_port=free_port(), launcher="spawn")
+                for r in range(n)]
+        envs = [dataclasses.replace(e, master_port=envs[0].master_port) for e in envs]
+        self._opt_ranks = ProcessSupervisor(label="Optimizer rank", error_cls=AsyncRunError,
+                                            names=[f"Optimizer rank {r}" for r in range(1, n)])
+        self._opt_ranks.start(_optimizer_rank_child,
+                              [dict(runner=self, env=e) for e in envs[1:]],
+                              name="rlfast-optimizer", owner=self, daemon=False)
+        self._join_optimizer_group(envs[0])
+
+    def _join_optimizer_group(self, env: DistEnv) -> None:
+        cuda_idx = self.async_affinity.optimizer[env.rank].get("cuda_idx")
+        backend = choose_backend(self.backend, cuda_idx is not None)
+        if cuda_idx is not None:
+            import torch
+            torch.cuda.set_device(cuda_idx)
+        init_process_group(env, backend, self.dist_timeout)
+        self.agent.to_device(cuda_idx)
+        self.agent.data_parallel()
+
+    def run_optimizer_rank(self, env: DistEnv) -> None:
+        """An optimizer rank beyond the first (in its own process): join the group, then run
+        ``optimize_agent`` for every iteration rank 0 broadcasts, until it broadcasts -1.
+        Rank 0 alone copies batches, publishes parameters and logs."""
+        logger.set_muted(True)
+        self.affinity = dict(self.async_affinity.optimizer[env.rank])
+        self._set_master_affinity()
+        try:
+            self._join_optimizer_group(env)
+            self.algo.optim_initialize(rank=env.rank)
+            self.algo.on_update = None
+            while True:
+                itr = broadcast_int(0)
+                if itr < 0:
+                    break
+                self.agent.train_mode(itr)
+                self.algo.optimize_agent(itr, samples=None)
+        finally:
+            destroy_process_group()
+
+    def _command_optimizer_ranks(self, itr: int) -> None:
+        """Rank 0: tell the other optimizer ranks to run ``optimize_agent(itr)`` (-1: stop)."""
+        if self._opt_ranks is not None and self._opt_ranks.n:
+            broadcast_int(itr)
 
     def _launch(self, n_itr: int) -> None:
         children = [dict(role="sampler", sampler=self.sampler, agent=self.agent,
@@ -173,6 +255,9 @@ class AsyncRlBase(MinibatchRlBase):
         master's affinity. Runs on every exit path."""
         if self._pbar is not None:
             self._pbar.stop()
+        if self._opt_ranks is not None:
+            destroy_process_group()
+            self._opt_ranks.stop()
         if self._supervisor is not None:
             self._supervisor.stop()
         for process in self._grandchildren:
@@ -214,6 +299,15 @@ class AsyncRlBase(MinibatchRlBase):
                           + 1e-9)
 
     def _run_loop(self, n_itr: int) -> None:
+        try:
+            self._optimize_loop(n_itr)
+        except Exception as error:  # a dead optimizer rank makes rank 0's collective err
+            child_error = self._opt_ranks.failure(5.0) if self._opt_ranks is not None else None
+            if child_error is not None:
+                raise child_error from error
+            raise
+
+    def _optimize_loop(self, n_itr: int) -> None:
         messages, self._early = self._early, []
         self._handle(messages)
         algo = self.algo
@@ -225,10 +319,14 @@ class AsyncRlBase(MinibatchRlBase):
             self._handle(self._supervisor.receive(0 if can_update else 1.0))
             if can_update:
                 self.agent.train_mode(self._copied - 1)
+                self._command_optimizer_ranks(self._copied - 1)
                 opt_info = algo.optimize_agent(self._copied - 1, samples=None)
                 for k, v in self._opt_infos.items():
                     new = getattr(opt_info, k, [])
                     v.extend(new if isinstance(new, list) else [new])
+        self._command_optimizer_ranks(-1)
+        if self._opt_ranks is not None:  # they finished the same updates: wait for them
+            self._opt_ranks.gather("done", timeout=max(60.0, self.dist_timeout))
         if not self.stop_requested:
             self.agent.send_shared_memory(algo.update_counter)  # the final parameters
             self.finish(n_itr)
@@ -368,6 +466,12 @@ class AsyncRlEval(AsyncRlBase, MinibatchRlEval):
 
     def log_and_snapshot(self, itr: int) -> None:
         """Rows come from the sampler's evaluations (see :meth:`on_eval`)."""
+
+
+def _optimizer_rank_child(conn: Any, runner: AsyncRlBase, env: DistEnv) -> None:
+    """Entry point of optimizer rank ``env.rank`` (> 0), forked by rank 0."""
+    runner.run_optimizer_rank(env)
+    conn.send(("done", None))
 
 
 def _process(pid: int) -> psutil.Process | None:

@@ -16,13 +16,11 @@ over all ranks, so the ranks optimize the objective one process with the global 
 """
 from __future__ import annotations
 
-import os
-import time
 from typing import Any
 
 import torch
 
-from rlfast.runners.minibatch_rl import MinibatchRl, MinibatchRlBase, MinibatchRlEval, TrajInfos
+from rlfast.runners.minibatch_rl import MinibatchRl, MinibatchRlEval, TrajInfos
 from rlfast.utils import distributed
 from rlfast.utils.checks import check_int
 from rlfast.utils.distributed import DEFAULT_DIST_TIMEOUT_S, DistEnv
@@ -49,7 +47,9 @@ def rank_affinity(affinity: dict | list | None, env: DistEnv,
     local rank takes every ``local_world_size``-th sampler worker (at least one), the master
     runs on those workers' cores, and a ``cuda_idx`` becomes ``local_rank`` (modulo the GPUs
     present), so that ranks launched with one command line do not pile onto one GPU or
-    one core. None gives ``{}`` (nothing pinned, the agent on the CPU).
+    one core. Under Slurm the cores are not split: ``srun --cpus-per-task`` already bound
+    each task to its own cores, which are all this process sees. None gives ``{}``
+    (nothing pinned, the agent on the CPU).
     """
     if affinity is None:
         return {}
@@ -63,7 +63,7 @@ def rank_affinity(affinity: dict | list | None, env: DistEnv,
                          "synchronous multi-process runner")
     out = dict(affinity)
     n_local = max(env.local_world_size, 1)
-    if n_local > 1:
+    if n_local > 1 and env.launcher != "slurm":
         workers = out.get("workers_cpus")
         if workers:
             mine = list(workers[env.local_rank::n_local]) or [workers[env.local_rank % len(workers)]]
@@ -175,15 +175,9 @@ class SyncRlMixin:
         prefer the other rank's traceback when one arrives within a few seconds."""
         if isinstance(error, KeyboardInterrupt) or self._ranks is None:
             return
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
-            try:
-                self._ranks.check_alive()
-            except RankFailedError as child_error:
-                raise child_error from error
-            if not any(p.is_alive() for p in self._ranks.processes):
-                return
-            time.sleep(0.1)
+        child_error = self._ranks.failure(wait_s=5.0)
+        if child_error is not None:
+            raise child_error from error
 
     # ---- startup / shutdown -----------------------------------------------------------
     def startup(self) -> int:

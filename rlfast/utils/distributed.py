@@ -28,7 +28,7 @@ import torch.distributed as dist
 __all__ = ["DistEnv", "launch_env", "slurm_env", "first_slurm_host", "expand_nodelist",
            "free_port", "choose_backend", "init_process_group", "destroy_process_group",
            "is_distributed", "world_size", "rank", "all_reduce_sum", "global_mean_std",
-           "gather_objects", "broadcast_object", "DEFAULT_DIST_TIMEOUT_S", "BACKENDS"]
+           "gather_objects", "broadcast_object", "broadcast_int", "DEFAULT_DIST_TIMEOUT_S", "BACKENDS"]
 
 BACKENDS = ("gloo", "nccl")
 # Long enough for rank 0's evaluation while the other ranks wait at the next collective
@@ -336,6 +336,16 @@ def gather_objects(obj: Any, dst: int = 0) -> list | None:
     out = [None] * dist.get_world_size() if dist.get_rank() == dst else None
     dist.gather_object(obj, out, dst=dst)
     return out
+
+
+def broadcast_int(value: int, src: int = 0) -> int:
+    """Rank ``src``'s integer on every rank (one small tensor broadcast; ``value`` itself in
+    a single process)."""
+    if not is_distributed():
+        return int(value)
+    box = _reduce_device(torch.tensor([int(value)], dtype=torch.int64))
+    dist.broadcast(box, src=src)
+    return int(box.item())
 
 
 def broadcast_object(obj: Any, src: int = 0) -> Any:

@@ -351,6 +351,21 @@ class ProcessSupervisor:
                         pass
                 self.fail(message)
 
+    def failure(self, wait_s: float = 5.0) -> BaseException | None:
+        """The error of a child that raised or died, waiting up to ``wait_s`` seconds for
+        one to exit (after stopping every child), or None when all stay alive or exit
+        cleanly. For a parent whose own call failed because a child did (a collective with a
+        dead peer errs), so that it can raise the child's traceback instead."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.check_alive()
+            except self.error_cls as error:
+                return error
+            if not any(p.is_alive() for p in self.processes) or time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)
+
     def fail(self, message: str) -> NoReturn:
         """Stop every child, then raise ``error_cls(message)``."""
         self.stop()

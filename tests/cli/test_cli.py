@@ -138,8 +138,11 @@ def test_affinity_code_pins_the_run(tmp_path):
     slot1 = affinity_for_run("1slt_2cpu_0gpu_0hto")
     assert slot1["master_cpus"] == [1] and slot1["workers_cpus"] == [[1]]
     assert affinity_for_run("2cpu_0gpu_0hto")["master_cpus"] == [0]  # no slot token: slot 0
-    with pytest.raises(ValueError, match="several processes"):
-        affinity_for_run("0slt_8cpu_4gpu_2gpr_0hto")
+    # A multi-GPU code is a multi-rank (SyncRl) run; its GPUs must exist here.
+    with pytest.raises(ValueError, match="cuda:0, cuda:1 .*do not exist"):
+        affinity_for_run("0slt_8cpu_4gpu_2gpr_0hto_0saf")
+    with pytest.raises(ValueError, match="needs --runner async"):
+        affinity_for_run("0slt_2cpu_0gpu_2cpr_1res_1ass")
     with pytest.raises(ValueError, match="zzz"):
         affinity_for_run("2cpu_1zzz")
     log_dir = tmp_path / "pinned"

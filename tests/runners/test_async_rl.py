@@ -244,13 +244,22 @@ def _async_sampler(**kwargs):
                               batch_B=2, max_decorrelation_steps=0, **{**SMALL_EVAL, **kwargs})
 
 
-def test_two_optimizer_ranks_are_refused():
-    affinity = dict(optimizer=[dict(cuda_idx=None), dict(cuda_idx=None)],
-                    sampler=dict(workers_cpus=[[0], [1]]))
-    with pytest.raises(ValueError, match="one optimizer") as caught:
+def test_optimizer_rank_lists_are_checked():
+    """Several optimizer ranks are allowed (see test_async_ranks.py), but not none, and not a
+    mix of GPU and CPU ranks (one process group has one backend)."""
+    sampler = dict(workers_cpus=[[0], [1]])
+    with pytest.raises(ValueError, match="'optimizer' list is empty"):
         AsyncRlEval(algo=DQN(**SMALL_DQN), agent=DqnAgent(), sampler=_async_sampler(),
-                    n_steps=100, affinity=affinity)
-    assert "2 optimizer ranks" in str(caught.value)
+                    n_steps=100, affinity=dict(optimizer=[], sampler=sampler))
+    mixed = dict(optimizer=[dict(cuda_idx=0), dict(cuda_idx=None)], sampler=sampler)
+    with pytest.raises(ValueError, match="all on GPUs or all on the CPU") as caught:
+        AsyncRlEval(algo=DQN(**SMALL_DQN), agent=DqnAgent(), sampler=_async_sampler(),
+                    n_steps=100, affinity=mixed)
+    assert "[0, None]" in str(caught.value)
+    two = AsyncRlEval(algo=DQN(**SMALL_DQN), agent=DqnAgent(), sampler=_async_sampler(),
+                      n_steps=100, affinity=dict(optimizer=[dict(cuda_idx=None)] * 2,
+                                                 sampler=sampler))
+    assert two.n_optimizers == 2
 
 
 def test_synchronous_sampler_is_refused():
