@@ -16,10 +16,13 @@ over all ranks, so the ranks optimize the objective one process with the global 
 """
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import psutil
 import torch
 
+from rlfast.runners.interrupts import SigtermGuard
 from rlfast.runners.minibatch_rl import MinibatchRl, MinibatchRlEval, TrajInfos
 from rlfast.utils import distributed
 from rlfast.utils.checks import check_int
@@ -30,6 +33,7 @@ from rlfast.utils.processes import ChildFailedError, ProcessSupervisor
 __all__ = ["SyncRl", "SyncRlEval", "SyncRlMixin", "RankFailedError", "rank_affinity",
            "RANK_SEED_STRIDE"]
 
+SPAWNED_RANKS_JOIN_S = 10.0  # a stopping rank's time to save rank 0's snapshot and shut down
 RANK_SEED_STRIDE = 10_007  # rank r samples with seed + r * stride (model init: the same seed)
 _SEED_MODULUS = 2 ** 32 - 1
 
@@ -79,11 +83,67 @@ def rank_affinity(affinity: dict | list | None, env: DistEnv,
 
 
 def _rank_child(conn: Any, runner: "SyncRlMixin", env: DistEnv) -> None:
-    """Entry point of a rank forked by rank 0: train as that rank, then report done."""
+    """Entry point of a rank forked by the spawning process: train as that rank, then send
+    ``final_result()`` (rank 0's carries the logged returns)."""
     runner._dist_env = env
     runner._spawned = True
-    runner.train()
-    conn.send(("done", None))
+    result = runner.train()
+    conn.send(("done", result))
+
+
+class _DescendantWatch:
+    """Remembers the descendants of the spawned ranks (their sampler workers), polling in a
+    thread, so that those of a rank killed outright can be ended too."""
+
+    def __init__(self, poll_s: float = 1.0):
+        self.poll_s = poll_s
+        self.seen: dict[int, psutil.Process] = {}
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, pids: list[int]) -> None:
+        """Watch the descendants of the processes ``pids``."""
+        self._roots = []
+        for pid in pids:
+            try:
+                self._roots.append(psutil.Process(pid))
+            except psutil.Error:
+                pass
+        self._thread = threading.Thread(target=self._poll, name="rlfast-rank-watch",
+                                        daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._done.is_set():
+            self._record()
+            self._done.wait(self.poll_s)
+
+    def _record(self) -> None:
+        for root in self._roots:
+            try:
+                for child in root.children(recursive=True):
+                    self.seen.setdefault(child.pid, child)
+            except psutil.Error:
+                pass
+
+    def end_survivors(self) -> None:
+        """Stop polling; terminate (then kill) every remembered descendant still running
+        (psutil checks the start time: a reused pid is never signalled)."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        alive = [p for p in self.seen.values() if p.is_running()]
+        for process in alive:
+            try:
+                process.terminate()
+            except psutil.Error:
+                pass
+        _, still = psutil.wait_procs(alive, timeout=2.0)
+        for process in still:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
 
 
 class SyncRlMixin:
@@ -111,6 +171,10 @@ class SyncRlMixin:
         if backend is not None and backend not in distributed.BACKENDS:
             raise ValueError(f"{owner}: backend must be one of {', '.join(distributed.BACKENDS)}"
                              f" or None (automatic); got {backend!r}")
+        if backend == "nccl":  # refused here, before any file or process: not at the rendezvous
+            entries = affinity if isinstance(affinity, (list, tuple)) else [affinity or {}]
+            on_gpu = all(e.get("cuda_idx") is not None for e in entries)
+            distributed.choose_backend("nccl", on_gpu and torch.cuda.is_available())
         self.backend = backend
         if not float(dist_timeout) > 0:
             raise ValueError(f"{owner}: dist_timeout must be > 0 seconds; got {dist_timeout!r}")
@@ -134,11 +198,12 @@ class SyncRlMixin:
         return env
 
     def train(self) -> dict:
-        """Train as this rank (spawning the other ranks first when this process launches
-        them); every rank returns ``final_result()`` (rank 0's holds the logged returns).
+        """Train as this rank, or, when this process launches the ranks (``world_size`` > 1
+        and no launcher), fork them all and supervise them (see ``_train_spawning``). Every
+        rank returns ``final_result()``; rank 0's holds the logged returns.
 
-        A rank that raises ends the run on every rank: the spawned ranks are stopped, and
-        the error raised here carries the failing rank's traceback.
+        A rank that raises ends the run on every rank; a spawning process raises
+        ``RankFailedError`` with the failing rank's traceback.
         """
         env = self._resolve_env()
         self._dist_env = env
@@ -150,34 +215,31 @@ class SyncRlMixin:
         return super().train()
 
     def _train_spawning(self, env: DistEnv) -> dict:
-        children = [DistEnv(rank=r, local_rank=r, world_size=env.world_size,
-                            local_world_size=env.world_size, master_addr=env.master_addr,
-                            master_port=env.master_port, launcher="spawn")
-                    for r in range(1, env.world_size)]
+        """Fork every rank (0..N-1) and supervise them from this process, which joins no
+        process group: it waits on their pipes and sentinels together, so a rank that
+        raises or dies, before or after the rendezvous, stops every rank at once and raises
+        its traceback here; a hung rank makes the others' collectives time out
+        (``dist_timeout``), which ends the run the same way. SIGTERM here stops the ranks
+        (rank 0 saves its final snapshot) and raises ``TrainingInterrupted``. Returns rank
+        0's ``final_result()``."""
+        envs = [DistEnv(rank=r, local_rank=r, world_size=env.world_size,
+                        local_world_size=env.world_size, master_addr=env.master_addr,
+                        master_port=env.master_port, launcher="spawn")
+                for r in range(env.world_size)]
         self._ranks = ProcessSupervisor(label="Rank", error_cls=RankFailedError,
-                                        names=[f"Rank {c.rank}" for c in children])
-        self._ranks.start(_rank_child, [dict(runner=self, env=c) for c in children],
-                          name="rlfast-rank", owner=self, daemon=False)
-        try:
+                                        names=[f"Rank {e.rank}" for e in envs],
+                                        join_s=SPAWNED_RANKS_JOIN_S, terminate_first=True)
+        watch = _DescendantWatch()
+        with SigtermGuard():
             try:
-                result = super().train()
-            except BaseException as error:
-                self._raise_child_failure(error)
-                raise
-            # The other ranks finished the same iterations; wait for their shutdown.
-            self._ranks.gather("done", timeout=max(60.0, self.dist_timeout))
-            return result
-        finally:
-            self._ranks.stop()
-
-    def _raise_child_failure(self, error: BaseException) -> None:
-        """Rank 0 failed, possibly because another rank did (a collective then errs here):
-        prefer the other rank's traceback when one arrives within a few seconds."""
-        if isinstance(error, KeyboardInterrupt) or self._ranks is None:
-            return
-        child_error = self._ranks.failure(wait_s=5.0)
-        if child_error is not None:
-            raise child_error from error
+                self._ranks.start(_rank_child, [dict(runner=self, env=e) for e in envs],
+                                  name="rlfast-rank", owner=self, daemon=False)
+                watch.start([p.pid for p in self._ranks.processes])
+                results = self._ranks.gather("done")
+            finally:  # on an error or interrupt: SIGTERM to every rank (rank 0 then saves
+                self._ranks.stop()  # its final snapshot), SIGKILL after the grace period
+                watch.end_survivors()  # the sampler workers of a rank that was killed
+        return results[0]
 
     # ---- startup / shutdown -----------------------------------------------------------
     def startup(self) -> int:
@@ -206,6 +268,8 @@ class SyncRlMixin:
         return n_itr
 
     def sampler_seed(self) -> int:
+        """``seed + 1 + rank * RANK_SEED_STRIDE``: every rank's environments and workers
+        draw differently (rank 0's as a single process would)."""
         return (self.seed + 1 + RANK_SEED_STRIDE * self.rank) % _SEED_MODULUS
 
     def _broadcast_agent_state(self) -> None:
@@ -254,10 +318,12 @@ class SyncRlMixin:
         self.stop_requested = bool(distributed.broadcast_object(self.stop_requested))
 
     def before_loop(self) -> None:
+        """Rank 0 alone evaluates before training (SyncRlEval)."""
         if self.rank == 0:
             super().before_loop()
 
     def save_itr_snapshot(self, itr: int) -> None:
+        """Rank 0 alone saves snapshots (every rank holds the same parameters)."""
         if self.rank == 0:
             super().save_itr_snapshot(itr)
 

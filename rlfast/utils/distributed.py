@@ -110,12 +110,18 @@ def _check(env: DistEnv) -> None:
         raise ValueError(f"MASTER_PORT {env.master_port} is not a TCP port")
 
 
-def _tasks_on_first_node(value: str) -> int:
-    """``SLURM_TASKS_PER_NODE`` such as ``"4(x2),3"``: the count of the first node (4)."""
-    match = re.match(r"\s*(\d+)", value)
-    if not match:
-        raise ValueError(f"cannot read SLURM_TASKS_PER_NODE={value!r}")
-    return int(match.group(1))
+def _tasks_on_node(value: str, node: int, name: str) -> int:
+    """The task count of node ``node`` in a per-node list such as ``"4(x2),3"`` (nodes 0
+    and 1 run 4 tasks, node 2 runs 3); the last entry for a node past the list's end."""
+    counts: list[int] = []
+    for item in value.split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*(?:\(x(\d+)\))?\s*", item)
+        if not match:
+            raise ValueError(f"cannot read {name}={value!r}")
+        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
+    if not counts:
+        raise ValueError(f"cannot read {name}={value!r}")
+    return counts[min(node, len(counts) - 1)]
 
 
 SLURM_STEP_MARKERS = ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS")
@@ -124,8 +130,9 @@ SLURM_STEP_MARKERS = ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS")
 def slurm_env(environ: Mapping[str, str]) -> DistEnv | None:
     """The identity of one task of an ``srun`` step: ``SLURM_PROCID`` -> rank,
     ``SLURM_LOCALID`` -> local rank, ``SLURM_NTASKS`` -> world size (the step's own
-    ``SLURM_STEP_NUM_TASKS`` when set), the first host of ``SLURM_JOB_NODELIST`` (or
-    ``SLURM_NODELIST``) -> master address, and ``MASTER_PORT`` when exported, else
+    ``SLURM_STEP_NUM_TASKS`` when set), the tasks per node (``SLURM_STEP_TASKS_PER_NODE``
+    or the job's, at this task's ``SLURM_NODEID``) -> local world size, the first host of
+    the step's ``SLURM_STEP_NODELIST`` (else ``SLURM_JOB_NODELIST``) -> master address, and ``MASTER_PORT`` when exported, else
     ``15000 + SLURM_JOB_ID % 20000`` (the same in every task of the job). ``MASTER_ADDR``,
     when exported, wins over the node list.
 
@@ -147,19 +154,19 @@ def slurm_env(environ: Mapping[str, str]) -> DistEnv | None:
                          "srun inside an allocation (sbatch / salloc)")
     rank = _int_var(environ, "SLURM_PROCID")
     local_rank = _int_var(environ, "SLURM_LOCALID") if "SLURM_LOCALID" in environ else 0
-    if "SLURM_STEP_TASKS_PER_NODE" in environ:
-        local_world = _tasks_on_first_node(environ["SLURM_STEP_TASKS_PER_NODE"])
-    elif "SLURM_NTASKS_PER_NODE" in environ:
-        local_world = _tasks_on_first_node(environ["SLURM_NTASKS_PER_NODE"])
-    elif "SLURM_TASKS_PER_NODE" in environ:
-        local_world = _tasks_on_first_node(environ["SLURM_TASKS_PER_NODE"])
+    node = _int_var(environ, "SLURM_NODEID") if "SLURM_NODEID" in environ else 0
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        if name in environ:
+            local_world = _tasks_on_node(environ[name], node, name)
+            break
     else:
         local_world = 1 if world > 1 else world
     local_world = max(local_world, local_rank + 1)
     if "MASTER_ADDR" in environ:
         addr = environ["MASTER_ADDR"]
     else:
-        nodelist = environ.get("SLURM_JOB_NODELIST", environ.get("SLURM_NODELIST"))
+        nodelist = next((environ[k] for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+                                              "SLURM_NODELIST") if environ.get(k)), None)
         if not nodelist:
             raise ValueError("under Slurm, SLURM_JOB_NODELIST (or MASTER_ADDR) is needed to "
                              "find the master host")

@@ -176,11 +176,14 @@ def _join_all(processes: list, seconds: float) -> None:
         p.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
-def _stop(processes: list, conns: list, stop_flags: list, join_s: float) -> None:
+def _stop(processes: list, conns: list, stop_flags: list, join_s: float,
+          terminate_first: bool = False) -> None:
     """Ask children to quit, join, then terminate / kill stragglers. Safe to call twice.
 
     A stopped child cannot read the request, nor act on SIGTERM until continued: it is
-    terminated and continued at once instead of costing ``join_s``.
+    terminated and continued at once instead of costing ``join_s``. With
+    ``terminate_first`` every child gets SIGTERM at once (children that read no requests
+    while they work), and ``join_s`` is their grace period before SIGKILL.
     """
     for flag in stop_flags:
         flag.value = True
@@ -190,7 +193,7 @@ def _stop(processes: list, conns: list, stop_flags: list, join_s: float) -> None
         except (OSError, ValueError):
             pass
     for p in processes:
-        if p.is_alive() and _is_stopped(p.pid):
+        if p.is_alive() and (terminate_first or _is_stopped(p.pid)):
             _terminate(p)
     _join_all(processes, join_s)
     stragglers = [p for p in processes if p.is_alive()]
@@ -213,12 +216,15 @@ class ProcessSupervisor:
     ``label`` names a child in errors (``"Sampler worker 3 (pid 123) raised: ..."``);
     ``error_cls`` is the exception raised for a failed child. ``stop_flags`` are shared
     boolean values set on stop, which release children blocked on something other than
-    their pipe (see :func:`acquire_while_parent_alive`).
+    their pipe (see :func:`acquire_while_parent_alive`). ``terminate_first``: children
+    that read no requests while they work (training ranks) get SIGTERM as soon as they are
+    stopped, ``join_s`` being their grace period.
     """
 
     def __init__(self, label: str = "Child", error_cls: type = ChildFailedError,
                  start_method: str | None = None, stop_flags: Sequence = (),
-                 join_s: float = 5.0, names: Sequence[str] | None = None):
+                 join_s: float = 5.0, names: Sequence[str] | None = None,
+                 terminate_first: bool = False):
         self.label = label
         self.names = None if names is None else list(names)  # per child, instead of "label i"
         self.error_cls = error_cls
@@ -227,6 +233,7 @@ class ProcessSupervisor:
         self.conns: list = []
         self.stop_flags = list(stop_flags)
         self.join_s = float(join_s)
+        self.terminate_first = bool(terminate_first)
         self._finalizer = None
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -243,7 +250,7 @@ class ProcessSupervisor:
         self.conns.extend(parent for parent, _ in pipes)
         self._finalizer = weakref.finalize(owner if owner is not None else self, _stop,
                                            self.processes, self.conns, self.stop_flags,
-                                           self.join_s)
+                                           self.join_s, self.terminate_first)
         try:
             for i, (kwargs, (_, child)) in enumerate(zip(kwargs_list, pipes)):
                 p = self.ctx.Process(target=child_main, name=f"{name}-{i}", daemon=daemon,
