@@ -258,6 +258,8 @@ class SyncRlMixin:
             from rlfast.utils.seed import make_seed
             self.seed = distributed.broadcast_object(make_seed())
         n_itr = super().startup()
+        if self.world_size == 1:  # a world of one trains through DDP too (its overhead shows)
+            self.agent.data_parallel()
         self._broadcast_agent_state()
         if self.rank > 0:  # actions and exploration differ by rank; the model started equal
             from rlfast.utils.seed import set_seed
