@@ -34,9 +34,9 @@ from rlfast.runners.async_processes import AsyncCtrl, async_child
 from rlfast.runners.minibatch_rl import MinibatchRlBase, MinibatchRl, MinibatchRlEval
 from rlfast.utils.checks import check_int
 from rlfast.utils.collections import AttrDict
-from rlfast.utils.distributed import (BACKENDS, DEFAULT_DIST_TIMEOUT_S, DistEnv,
-                                      broadcast_int, choose_backend, destroy_process_group,
-                                      free_port, init_process_group)
+from rlfast.utils.distributed import (BACKENDS, DEFAULT_DIST_TIMEOUT_S, MAX_DIST_TIMEOUT_S,
+                                      DistEnv, broadcast_int, choose_backend,
+                                      destroy_process_group, free_port, init_process_group)
 from rlfast.utils.logging import logger
 from rlfast.utils.processes import ChildFailedError, Deadline, ProcessSupervisor, mp_context
 from rlfast.utils.seed import make_seed, set_seed
@@ -126,8 +126,9 @@ class AsyncRlBase(MinibatchRlBase):
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)} or None; got "
                              f"{backend!r}")
         self.backend = backend
-        if not float(dist_timeout) > 0:
-            raise ValueError(f"dist_timeout must be > 0 seconds; got {dist_timeout!r}")
+        if not 0 < float(dist_timeout) < MAX_DIST_TIMEOUT_S:
+            raise ValueError(f"dist_timeout must be a finite number of seconds > 0 (below "
+                             f"{MAX_DIST_TIMEOUT_S:g}); got {dist_timeout!r}")
         self.dist_timeout = float(dist_timeout)
         self._opt_ranks: ProcessSupervisor | None = None
 

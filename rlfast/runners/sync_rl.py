@@ -17,6 +17,8 @@ over all ranks, so the ranks optimize the objective one process with the global 
 from __future__ import annotations
 
 import threading
+import time
+import traceback
 from typing import Any
 
 import psutil
@@ -26,14 +28,15 @@ from rlfast.runners.interrupts import SigtermGuard
 from rlfast.runners.minibatch_rl import MinibatchRl, MinibatchRlEval, TrajInfos
 from rlfast.utils import distributed
 from rlfast.utils.checks import check_int
-from rlfast.utils.distributed import DEFAULT_DIST_TIMEOUT_S, DistEnv
+from rlfast.utils.distributed import DEFAULT_DIST_TIMEOUT_S, MAX_DIST_TIMEOUT_S, DistEnv
 from rlfast.utils.logging import logger
-from rlfast.utils.processes import ChildFailedError, ProcessSupervisor
+from rlfast.utils.processes import ChildFailedError, ProcessSupervisor, StopChild
 
 __all__ = ["SyncRl", "SyncRlEval", "SyncRlMixin", "RankFailedError", "rank_affinity",
            "RANK_SEED_STRIDE"]
 
-SPAWNED_RANKS_JOIN_S = 10.0  # a stopping rank's time to save rank 0's snapshot and shut down
+FAILURE_GRACE_S = 2.0  # after a rank fails, how long to collect the others' failures
+SPAWNED_RANKS_JOIN_S = 5.0  # a stopping rank's time to save rank 0's snapshot and shut down
 RANK_SEED_STRIDE = 10_007  # rank r samples with seed + r * stride (model init: the same seed)
 _SEED_MODULUS = 2 ** 32 - 1
 
@@ -70,7 +73,8 @@ def rank_affinity(affinity: dict | list | None, env: DistEnv,
     if n_local > 1 and env.launcher != "slurm":
         workers = out.get("workers_cpus")
         if workers:
-            mine = list(workers[env.local_rank::n_local]) or [workers[env.local_rank % len(workers)]]
+            mine = (list(workers[env.local_rank::n_local])
+                    or [workers[env.local_rank % len(workers)]])
             out["workers_cpus"] = mine
             out["master_cpus"] = sorted({c for cpus in mine for c in cpus})
         elif out.get("master_cpus"):
@@ -84,10 +88,19 @@ def rank_affinity(affinity: dict | list | None, env: DistEnv,
 
 def _rank_child(conn: Any, runner: "SyncRlMixin", env: DistEnv) -> None:
     """Entry point of a rank forked by the spawning process: train as that rank, then send
-    ``final_result()`` (rank 0's carries the logged returns)."""
+    ``final_result()`` (rank 0's carries the logged returns). A failure is sent as
+    ``("rank_error", (time it began, traceback))``: the spawning process reports the rank
+    that failed first, not the ranks whose collectives failed because of it."""
     runner._dist_env = env
     runner._spawned = True
-    result = runner.train()
+    try:
+        result = runner.train()
+    except StopChild:
+        raise
+    except BaseException:  # noqa: BLE001 - every failure must reach the spawning process
+        failed_at = runner._failed_at if runner._failed_at is not None else time.time()
+        conn.send(("rank_error", (failed_at, traceback.format_exc())))
+        raise StopChild("failure reported") from None
     conn.send(("done", result))
 
 
@@ -176,13 +189,15 @@ class SyncRlMixin:
             on_gpu = all(e.get("cuda_idx") is not None for e in entries)
             distributed.choose_backend("nccl", on_gpu and torch.cuda.is_available())
         self.backend = backend
-        if not float(dist_timeout) > 0:
-            raise ValueError(f"{owner}: dist_timeout must be > 0 seconds; got {dist_timeout!r}")
+        if not 0 < float(dist_timeout) < MAX_DIST_TIMEOUT_S:
+            raise ValueError(f"{owner}: dist_timeout must be a finite number of seconds > 0 "
+                             f"(below {MAX_DIST_TIMEOUT_S:g}); got {dist_timeout!r}")
         self.dist_timeout = float(dist_timeout)
         self._dist_env: DistEnv | None = None
         self._spawned = False
         self._ranks: ProcessSupervisor | None = None
         self._local_trajs: list = []
+        self._failed_at: float | None = None
 
     # ---- launching --------------------------------------------------------------------
     def _resolve_env(self) -> DistEnv:
@@ -235,17 +250,76 @@ class SyncRlMixin:
                 self._ranks.start(_rank_child, [dict(runner=self, env=e) for e in envs],
                                   name="rlfast-rank", owner=self, daemon=False)
                 watch.start([p.pid for p in self._ranks.processes])
-                results = self._ranks.gather("done")
+                return self._supervise_ranks(env.world_size)
             finally:  # on an error or interrupt: SIGTERM to every rank (rank 0 then saves
                 self._ranks.stop()  # its final snapshot), SIGKILL after the grace period
                 watch.end_survivors()  # the sampler workers of a rank that was killed
+
+    def _supervise_ranks(self, n: int) -> dict:
+        """Wait for every rank's result. On the first failure, keep listening for
+        ``FAILURE_GRACE_S`` (the other ranks' collectives fail in turn) and raise
+        ``RankFailedError`` naming the rank that failed first, with its traceback, the ranks
+        that failed after it, and any rank still running (a rank stuck outside the
+        collectives, e.g. in a hung environment, makes the others time out)."""
+        results: dict[int, Any] = {}
+        failures: dict[int, tuple[float, str]] = {}
+        waiting = set(range(n))
+        grace_end = None
+        while waiting:
+            timeout = None if grace_end is None else max(0.0, grace_end - time.monotonic())
+            for i, kind, payload in self._ranks.poll(timeout, indexes=waiting):
+                waiting.discard(i)
+                if kind == "done":
+                    results[i] = payload
+                elif kind == "rank_error":
+                    failures[i] = (float(payload[0]), f"{self._rank_label(i)} raised:\n"
+                                                      f"{payload[1]}")
+                elif kind == "error":
+                    failures[i] = (time.time(), f"{self._rank_label(i)} raised:\n{payload}")
+                else:  # "died", or an unexpected message
+                    failures[i] = (time.time(), str(payload) if kind == "died" else
+                                   f"{self._rank_label(i)} sent {kind!r}")
+            if failures and grace_end is None:
+                grace_end = time.monotonic() + FAILURE_GRACE_S
+            if grace_end is not None and time.monotonic() >= grace_end:
+                break
+        if failures:
+            raise RankFailedError(self._failure_report(failures, waiting))
         return results[0]
+
+    def _rank_label(self, i: int) -> str:
+        return f"Rank {i} (pid {self._ranks.processes[i].pid})"
+
+    def _failure_report(self, failures: dict, running: set) -> str:
+        order = sorted(failures, key=lambda i: failures[i][0])
+        lines = [failures[order[0]][1].rstrip()]
+        for i in order[1:]:
+            last = failures[i][1].rstrip().splitlines()[-1]
+            lines.append(f"Then rank {i} failed too: {last}")
+        timed_out = "timed out" in lines[0].lower() or "timeout" in lines[0].lower()
+        for i in sorted(running):
+            process = self._ranks.processes[i]
+            line = (f"{self._rank_label(i)} was still running (process status: "
+                    f"{_status(process.pid)}) and was stopped.")
+            if timed_out:
+                line += (f" It sent nothing: a rank stuck outside the collectives (e.g. in an "
+                         f"environment step) makes the others time out after "
+                         f"dist_timeout={self.dist_timeout:g} s.")
+            lines.append(line)
+        return "\n".join(lines)
 
     # ---- startup / shutdown -----------------------------------------------------------
     def startup(self) -> int:
         """Join the process group, then start as the single-process runner does, as this
         rank: its share of the environments (distinct seeds), its affinity, its GPU, the
         agent wrapped in DistributedDataParallel, the same initial parameters everywhere."""
+        try:
+            return self._startup_rank()
+        except BaseException:
+            self._mark_failed()
+            raise
+
+    def _startup_rank(self) -> int:
         env = self._dist_env
         self.rank, self.world_size = env.rank, env.world_size
         self.affinity = rank_affinity(self._affinities, env)
@@ -268,6 +342,17 @@ class SyncRlMixin:
             logger.log(f"{type(self).__name__}: rank 0 of {self.world_size} "
                        f"({env.launcher}, backend {self.backend_used})")
         return n_itr
+
+    def _run_loop(self, n_itr: int) -> None:
+        try:
+            super()._run_loop(n_itr)
+        except BaseException:
+            self._mark_failed()
+            raise
+
+    def _mark_failed(self) -> None:
+        if self._failed_at is None:  # when this rank's failure began (before its shutdown)
+            self._failed_at = time.time()
 
     def sampler_seed(self) -> int:
         """``seed + 1 + rank * RANK_SEED_STRIDE``: every rank's environments and workers
@@ -328,6 +413,13 @@ class SyncRlMixin:
         """Rank 0 alone saves snapshots (every rank holds the same parameters)."""
         if self.rank == 0:
             super().save_itr_snapshot(itr)
+
+
+def _status(pid: int) -> str:
+    try:
+        return str(psutil.Process(pid).status())
+    except psutil.Error:
+        return "gone"
 
 
 def _tensors(state: Any):

@@ -25,15 +25,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from rlfast.utils.tensor import valid_mean
+
 __all__ = ["DistEnv", "launch_env", "slurm_env", "first_slurm_host", "expand_nodelist",
            "free_port", "choose_backend", "init_process_group", "destroy_process_group",
            "is_distributed", "world_size", "rank", "all_reduce_sum", "global_mean_std",
-           "gather_objects", "broadcast_object", "broadcast_int", "DEFAULT_DIST_TIMEOUT_S", "BACKENDS"]
+           "rank_loss_count", "pooled_valid_mean",
+           "gather_objects", "broadcast_object", "broadcast_int", "DEFAULT_DIST_TIMEOUT_S",
+           "MAX_DIST_TIMEOUT_S", "BACKENDS"]
 
 BACKENDS = ("gloo", "nccl")
 # Long enough for rank 0's evaluation while the other ranks wait at the next collective
 # (Atari evaluations take minutes); short enough that a hung rank ends the job the same hour.
 DEFAULT_DIST_TIMEOUT_S = 1800.0
+MAX_DIST_TIMEOUT_S = 1e7  # ~4 months: torch keeps timeouts in integer milliseconds
 SLURM_DEFAULT_PORT_BASE = 15_000  # MASTER_PORT under Slurm: base + job id % 20000
 
 
@@ -132,8 +137,9 @@ def slurm_env(environ: Mapping[str, str]) -> DistEnv | None:
     ``SLURM_LOCALID`` -> local rank, ``SLURM_NTASKS`` -> world size (the step's own
     ``SLURM_STEP_NUM_TASKS`` when set), the tasks per node (``SLURM_STEP_TASKS_PER_NODE``
     or the job's, at this task's ``SLURM_NODEID``) -> local world size, the first host of
-    the step's ``SLURM_STEP_NODELIST`` (else ``SLURM_JOB_NODELIST``) -> master address, and ``MASTER_PORT`` when exported, else
-    ``15000 + SLURM_JOB_ID % 20000`` (the same in every task of the job). ``MASTER_ADDR``,
+    the step's ``SLURM_STEP_NODELIST`` (else ``SLURM_JOB_NODELIST``) -> master address,
+    and ``MASTER_PORT`` when exported, else ``15000 + SLURM_JOB_ID % 20000`` (the same in
+    every task of the job). ``MASTER_ADDR``,
     when exported, wins over the node list.
 
     Returns None without ``SLURM_PROCID``, and in the batch script itself (no step
@@ -333,6 +339,31 @@ def global_mean_std(x: torch.Tensor, mask: torch.Tensor | None = None
     sq = all_reduce_sum((((x64 - mean) ** 2) * m64).sum())
     std = (sq / n).sqrt()
     return mean.to(x.dtype), std.to(x.dtype)
+
+
+def rank_loss_count(valid: torch.Tensor | None) -> torch.Tensor | None:
+    """The count that turns this rank's sum of a loss term into its share of the global
+    mean: valid steps over every rank / world size (None in a single process, or without a
+    mask). DistributedDataParallel averages the ranks' gradients, so
+    ``sum_r grad(S_r / (N / W)) / W = grad(sum_r S_r) / N``: the gradient of the mean over
+    the global batch even when the ranks hold different numbers of valid steps."""
+    if valid is None or not is_distributed():
+        return None
+    total = all_reduce_sum(valid.detach().to(torch.float64).sum())
+    return (total / dist.get_world_size()).to(valid.device)
+
+
+def pooled_valid_mean(x: torch.Tensor, valid: torch.Tensor | None,
+                      count: torch.Tensor | None) -> torch.Tensor:
+    """``valid_mean(x, valid)`` with ``count`` (from :func:`rank_loss_count`) as the
+    denominator: this rank's share of the mean over the global batch. ``count`` None: the
+    plain local mean."""
+    if count is None:
+        return valid_mean(x, valid)
+    mask = valid.to(x.dtype)
+    if mask.dim() < x.dim():
+        mask = mask.reshape(tuple(mask.shape) + (1,) * (x.dim() - mask.dim()))
+    return (x * mask).sum() / count.to(x.dtype).clamp(min=1.0)
 
 
 def gather_objects(obj: Any, dst: int = 0) -> list | None:

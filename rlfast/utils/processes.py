@@ -398,6 +398,34 @@ class ProcessSupervisor:
                 self.fail(self._died(i))
         return messages
 
+    def poll(self, timeout: float | None = None,
+             indexes: set[int] | None = None) -> list[tuple[int, str, Any]]:
+        """Wait up to ``timeout`` seconds (None: forever) for messages from the children in
+        ``indexes`` (default: all); return ``[(child index, kind, payload), ...]``. Unlike
+        :meth:`receive`, nothing is raised and nothing stopped: a child's traceback comes
+        back as ``("error", traceback)`` and a death without one as ``("died", message)``,
+        for a caller that gathers several failures before deciding which one to report. A
+        child reported failed keeps being reported: leave it out of ``indexes``."""
+        watched = set(range(self.n)) if indexes is None else set(indexes)
+        conns = {self.conns[i]: i for i in watched}
+        sentinels = {self.processes[i].sentinel: i for i in watched}
+        ready = wait_connections(list(conns) + list(sentinels), timeout=timeout)
+        messages, heard = [], set()
+        for obj in ready:
+            i = conns.get(obj)
+            if i is not None:
+                try:
+                    kind, payload = self.conns[i].recv()
+                except (EOFError, OSError):
+                    kind, payload = "died", self._died(i)
+                messages.append((i, kind, payload))
+                heard.add(i)
+        for obj in ready:
+            i = sentinels.get(obj)
+            if i is not None and i not in heard and not self._has_data(i):
+                messages.append((i, "died", self._died(i)))
+        return messages
+
     # ---- helpers ------------------------------------------------------------------------
     def _read(self, i: int) -> tuple[str, Any]:
         """One ``(kind, payload)`` message from child ``i``; an ``("error", traceback)`` or

@@ -9,7 +9,7 @@ from rlfast.agents.base import AgentInputs
 from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_kl,
                                   explained_variance, pg_hyperparameters)
 from rlfast.utils.buffer import buffer_func, buffer_to
-from rlfast.utils.tensor import valid_mean
+from rlfast.utils.distributed import pooled_valid_mean, rank_loss_count
 
 
 class A2C(PolicyGradientAlgo):
@@ -67,11 +67,13 @@ class A2C(PolicyGradientAlgo):
         dist = self.agent.distribution
         action = samples.agent.action.to(self.agent.device)
         # Policy loss: -E[log pi(a|s) * A]
-        pi_loss = -valid_mean(dist.log_likelihood(action, dist_info) * advantage, valid)
+        n = rank_loss_count(valid)  # under SyncRl: means over every rank's valid steps
+        pi_loss = -pooled_valid_mean(dist.log_likelihood(action, dist_info) * advantage, valid, n)
         # Value loss: c_v * E[0.5 (V - R)^2]
-        value_loss = self.value_loss_coeff * valid_mean(0.5 * (value - return_) ** 2, valid)
+        value_loss = self.value_loss_coeff * pooled_valid_mean(0.5 * (value - return_) ** 2,
+                                                               valid, n)
         # Entropy bonus: -c_H * E[H]
-        entropy = dist.mean_entropy(dist_info, valid)
+        entropy = pooled_valid_mean(dist.entropy(dist_info), valid, n)
         loss = pi_loss + value_loss - self.entropy_loss_coeff * entropy
         with torch.no_grad():
             old_dist_info = buffer_to(samples.agent.agent_info.dist_info, self.agent.device)

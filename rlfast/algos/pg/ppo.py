@@ -13,6 +13,7 @@ from rlfast.utils.buffer import buffer_func, buffer_to
 from rlfast.utils.checks import check_int
 from rlfast.utils.collections import namedarraytuple
 from rlfast.utils.misc import iterate_mb_idxs
+from rlfast.utils.distributed import pooled_valid_mean, rank_loss_count
 from rlfast.utils.tensor import valid_mean
 
 LossInputs = namedarraytuple("LossInputs", ["agent_inputs", "action", "return_", "advantage",
@@ -125,11 +126,13 @@ class PPO(PolicyGradientAlgo):
         ratio = dist.likelihood_ratio(action, old_dist_info=old_dist_info, new_dist_info=dist_info)
         surrogate = ratio * advantage
         clipped = torch.clamp(ratio, 1.0 - self.ratio_clip, 1.0 + self.ratio_clip) * advantage
-        pi_loss = -valid_mean(torch.min(surrogate, clipped), valid)
+        n = rank_loss_count(valid)  # under SyncRl: means over every rank's valid steps
+        pi_loss = -pooled_valid_mean(torch.min(surrogate, clipped), valid, n)
         # Value loss: c_v * E[0.5 (V(s) - R)^2]
-        value_loss = self.value_loss_coeff * valid_mean(0.5 * (value - return_) ** 2, valid)
+        value_loss = self.value_loss_coeff * pooled_valid_mean(0.5 * (value - return_) ** 2,
+                                                               valid, n)
         # Entropy bonus: -c_H * E[H(pi(.|s))]
-        entropy = dist.mean_entropy(dist_info, valid)
+        entropy = pooled_valid_mean(dist.entropy(dist_info), valid, n)
         loss = pi_loss + value_loss - self.entropy_loss_coeff * entropy
         with torch.no_grad():
             clipped_steps = ((ratio - 1).abs() > self.ratio_clip).to(ratio.dtype)
