@@ -6,7 +6,9 @@ Contenders, side by side in one run, interleaved over ``--rounds`` rounds (the o
 every other round, so that drift in the machine's load hits every contender alike):
 
 - ``MinibatchRl``: one process, the ``ppo`` preset's sampler and batch (what a user runs
-  without rlfast's multi-rank runner);
+  without rlfast's multi-rank runner), its master training on one torch thread as the
+  presets do, and (``--all-core-updates``, default on) the same with one torch thread per
+  core, so that a multi-rank gain is not just the other cores joining the updates;
 - ``SyncRl xN`` for each N of ``--world-sizes``: N ranks spawned on this machine (gloo on
   CPU, NCCL with ``--device cuda``), each with the preset's ``batch_B`` environments and its
   share of the cores (one rank per GPU with ``--device cuda``), gradients all-reduced by
@@ -57,6 +59,7 @@ def _child(args: argparse.Namespace) -> None:
     sampler = "gpu" if args.device == "cuda" else "cpu"
     built = build_experiment("ppo", args.env, config, sampler=sampler, seed=args.seed,
                              distributed=world > 0, world_size=max(world, 1))
+    world_envs = max(world, 1)
     class Timed(MinibatchRl):
         """Stops (rank 0 decides; SyncRl broadcasts it) ``warmup + seconds`` after the
         first log row."""
@@ -72,10 +75,14 @@ def _child(args: argparse.Namespace) -> None:
         pass
 
     common = dict(algo=built.algo, agent=built.agent, sampler=built.sampler, seed=args.seed,
-                  n_steps=10 ** 12, log_interval_steps=batch * max(world, 1),
+                  n_steps=10 ** 12, log_interval_steps=batch * world_envs,
                   progress_bar=False)
     if world == 0:
         runner = Timed(affinity=built.affinity, **common)
+    elif world < 0:  # one process, updates on every core
+        from rlfast.utils.misc import available_cpus
+        affinity = dict(built.affinity, master_torch_threads=len(available_cpus()))
+        runner = Timed(affinity=affinity, **common)
     else:
         runner = TimedSync(affinity=built._affinities, world_size=world, **common)
     with tempfile.TemporaryDirectory() as log_dir:
@@ -92,7 +99,7 @@ def _child(args: argparse.Namespace) -> None:
     updates = int(float(last["Diagnostics/CumUpdates"])) - int(float(first["Diagnostics/CumUpdates"]))
     print(json.dumps(dict(steps_per_s=steps / max(seconds, 1e-9),
                           updates_per_s=updates / max(seconds, 1e-9),
-                          seconds=seconds, envs=config["sampler"]["batch_B"] * max(world, 1))))
+                          seconds=seconds, envs=config["sampler"]["batch_B"] * world_envs)))
 
 
 def _run(args: argparse.Namespace, world: int) -> dict:
@@ -113,7 +120,11 @@ def _run(args: argparse.Namespace, world: int) -> dict:
 
 
 def _name(world: int) -> str:
-    return "MinibatchRl (1 process)" if world == 0 else f"SyncRl x{world}"
+    if world == 0:
+        return "MinibatchRl (1 process)"
+    if world < 0:
+        return "MinibatchRl, updates on every core"
+    return f"SyncRl x{world}"
 
 
 def main() -> None:
@@ -123,6 +134,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--all-core-updates", action=argparse.BooleanOptionalAction,
+                        default=True, help="also run MinibatchRl with as many torch threads "
+                        "as cores (the presets' master uses one)")
     parser.add_argument("--env", default="atari:pong")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true",
@@ -147,7 +161,7 @@ def main() -> None:
             parser.error(f"one rank per GPU: world sizes {too_many} exceed the "
                          f"{torch.cuda.device_count()} GPUs here")
     print(f"Machine: {machine()}")
-    contenders = [0] + list(args.world_sizes)
+    contenders = [0] + ([-1] if args.all_core_updates else []) + list(args.world_sizes)
     results: dict[int, list[dict]] = {w: [] for w in contenders}
     for round_ in range(args.rounds):
         order = contenders if round_ % 2 == 0 else contenders[::-1]

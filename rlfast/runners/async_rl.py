@@ -34,8 +34,8 @@ from rlfast.runners.async_processes import AsyncCtrl, async_child
 from rlfast.runners.minibatch_rl import MinibatchRlBase, MinibatchRl, MinibatchRlEval
 from rlfast.utils.checks import check_int
 from rlfast.utils.collections import AttrDict
-from rlfast.utils.distributed import (BACKENDS, DEFAULT_DIST_TIMEOUT_S, MAX_DIST_TIMEOUT_S,
-                                      DistEnv, broadcast_int, choose_backend,
+from rlfast.utils.distributed import (DEFAULT_DIST_TIMEOUT_S, DistEnv, broadcast_int,
+                                      check_dist_settings, choose_backend,
                                       destroy_process_group, free_port, init_process_group)
 from rlfast.utils.logging import logger
 from rlfast.utils.processes import ChildFailedError, Deadline, ProcessSupervisor, mp_context
@@ -122,14 +122,9 @@ class AsyncRlBase(MinibatchRlBase):
         self._supervisor: ProcessSupervisor | None = None
         self._grandchildren: list = []
         self.n_optimizers = len(self.async_affinity.optimizer)
-        if backend is not None and backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)} or None; got "
-                             f"{backend!r}")
-        self.backend = backend
-        if not 0 < float(dist_timeout) < MAX_DIST_TIMEOUT_S:
-            raise ValueError(f"dist_timeout must be a finite number of seconds > 0 (below "
-                             f"{MAX_DIST_TIMEOUT_S:g}); got {dist_timeout!r}")
-        self.dist_timeout = float(dist_timeout)
+        on_cuda = self.async_affinity.optimizer[0].get("cuda_idx") is not None
+        self.backend, self.dist_timeout = check_dist_settings(
+            backend, dist_timeout, type(self).__name__, on_cuda)
         self._opt_ranks: ProcessSupervisor | None = None
 
     # ---- startup / shutdown ------------------------------------------------------------------

@@ -28,7 +28,7 @@ from rlfast.runners.interrupts import SigtermGuard
 from rlfast.runners.minibatch_rl import MinibatchRl, MinibatchRlEval, TrajInfos
 from rlfast.utils import distributed
 from rlfast.utils.checks import check_int
-from rlfast.utils.distributed import DEFAULT_DIST_TIMEOUT_S, MAX_DIST_TIMEOUT_S, DistEnv
+from rlfast.utils.distributed import DEFAULT_DIST_TIMEOUT_S, DistEnv
 from rlfast.utils.logging import logger
 from rlfast.utils.processes import ChildFailedError, ProcessSupervisor, StopChild
 
@@ -181,18 +181,10 @@ class SyncRlMixin:
         elif isinstance(affinity, (list, tuple)):
             world_size = len(affinity)
         self.requested_world_size = world_size or 1
-        if backend is not None and backend not in distributed.BACKENDS:
-            raise ValueError(f"{owner}: backend must be one of {', '.join(distributed.BACKENDS)}"
-                             f" or None (automatic); got {backend!r}")
-        if backend == "nccl":  # refused here, before any file or process: not at the rendezvous
-            entries = affinity if isinstance(affinity, (list, tuple)) else [affinity or {}]
-            on_gpu = all(e.get("cuda_idx") is not None for e in entries)
-            distributed.choose_backend("nccl", on_gpu and torch.cuda.is_available())
-        self.backend = backend
-        if not 0 < float(dist_timeout) < MAX_DIST_TIMEOUT_S:
-            raise ValueError(f"{owner}: dist_timeout must be a finite number of seconds > 0 "
-                             f"(below {MAX_DIST_TIMEOUT_S:g}); got {dist_timeout!r}")
-        self.dist_timeout = float(dist_timeout)
+        entries = affinity if isinstance(affinity, (list, tuple)) else [affinity or {}]
+        on_cuda = all(e.get("cuda_idx") is not None for e in entries)
+        self.backend, self.dist_timeout = distributed.check_dist_settings(
+            backend, dist_timeout, owner, on_cuda)  # nccl without CUDA: refused before any file
         self._dist_env: DistEnv | None = None
         self._spawned = False
         self._ranks: ProcessSupervisor | None = None

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from rlfast.utils.tensor import valid_mean
 
 __all__ = ["DistEnv", "launch_env", "slurm_env", "first_slurm_host", "expand_nodelist",
-           "free_port", "choose_backend", "init_process_group", "destroy_process_group",
+           "free_port", "choose_backend", "check_dist_settings", "init_process_group", "destroy_process_group",
            "is_distributed", "world_size", "rank", "all_reduce_sum", "global_mean_std",
            "rank_loss_count", "pooled_valid_mean",
            "gather_objects", "broadcast_object", "broadcast_int", "DEFAULT_DIST_TIMEOUT_S",
@@ -272,6 +272,26 @@ def choose_backend(backend: str | None, uses_cuda: bool) -> str:
     if backend == "nccl" and not dist.is_nccl_available():
         raise ValueError("this PyTorch build has no NCCL; use gloo")
     return backend
+
+
+def check_dist_settings(backend: str | None, dist_timeout: float, owner: str,
+                        on_cuda: bool | None = None) -> tuple[str | None, float]:
+    """``(backend, dist_timeout)`` checked at a runner's construction, before any file or
+    process: a known backend or None (automatic), NCCL only where the agents will be on CUDA
+    (``on_cuda``, when known), and a finite timeout in seconds."""
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"{owner}: backend must be one of {', '.join(BACKENDS)} or None "
+                         f"(automatic); got {backend!r}")
+    if backend == "nccl" and on_cuda is not None:
+        choose_backend("nccl", on_cuda and torch.cuda.is_available())
+    try:
+        seconds = float(dist_timeout)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 < seconds < MAX_DIST_TIMEOUT_S:
+        raise ValueError(f"{owner}: dist_timeout must be a finite number of seconds > 0 "
+                         f"(below {MAX_DIST_TIMEOUT_S:g}); got {dist_timeout!r}")
+    return backend, seconds
 
 
 def init_process_group(env: DistEnv, backend: str,

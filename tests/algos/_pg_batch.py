@@ -53,11 +53,25 @@ def make_samples(agent, kind: str, T: int = 7, B: int = 3, seed: int = 0, p_done
     reward = torch.as_tensor(rng.randn(T, B), dtype=torch.float32)
     done = torch.as_tensor(rng.rand(T, B) < p_done)
     timeout = done & torch.as_tensor(rng.rand(T, B) < 0.5)
+    actions, prev_actions, prev_rewards, agent_info = act_through(agent, obs, reward, done,
+                                                                  gaussian=kind == "gaussian")
+    bootstrap_value = torch.as_tensor(rng.randn(1, B), dtype=torch.float32)
+    return Samples(
+        agent=AgentSamplesBsv(action=actions, prev_action=prev_actions,
+                              agent_info=agent_info, bootstrap_value=bootstrap_value),
+        env=EnvSamples(observation=obs, reward=reward, prev_reward=prev_rewards,
+                       done=done, env_info=EnvInfo(timeout=timeout)))
+
+
+def act_through(agent, obs, reward, done, gaussian: bool) -> tuple:
+    """Step ``agent`` through ``[T, B]`` observations as a sampler would (previous action and
+    reward zeroed after a done, recurrent state reset there); returns the stacked
+    ``(action, prev_action, prev_reward, agent_info)``."""
+    T, B = reward.shape
     agent.sample_mode(0)
     agent.reset()
     actions, prev_actions, prev_rewards, infos = [], [], [], []
-    prev_action = torch.zeros((B,) if kind != "gaussian" else (B, ACTION_DIM))
-    prev_action = prev_action.long() if kind != "gaussian" else prev_action
+    prev_action = torch.zeros((B, ACTION_DIM)) if gaussian else torch.zeros(B, dtype=torch.long)
     prev_reward = torch.zeros(B)
     for t in range(T):
         step = agent.step(obs[t], prev_action, prev_reward)
@@ -66,19 +80,13 @@ def make_samples(agent, kind: str, T: int = 7, B: int = 3, seed: int = 0, p_done
         prev_rewards.append(prev_reward)
         infos.append(step.agent_info)
         keep = (~done[t]).to(torch.float32)
-        prev_action = step.action * (keep if kind != "gaussian" else keep[:, None]).to(
-            step.action.dtype)
+        prev_action = step.action * (keep[:, None] if gaussian else keep).to(step.action.dtype)
         prev_reward = reward[t] * keep
-        for b in torch.nonzero(done[t]).flatten().tolist():
-            agent.reset_one(b)
-    agent_info = type(infos[0])(*(_stack([getattr(i, f) for i in infos])
-                                  for f in infos[0]._fields))
-    bootstrap_value = torch.as_tensor(rng.randn(1, B), dtype=torch.float32)
-    return Samples(
-        agent=AgentSamplesBsv(action=torch.stack(actions), prev_action=torch.stack(prev_actions),
-                              agent_info=agent_info, bootstrap_value=bootstrap_value),
-        env=EnvSamples(observation=obs, reward=reward, prev_reward=torch.stack(prev_rewards),
-                       done=done, env_info=EnvInfo(timeout=timeout)))
+        if agent.recurrent:
+            for b in torch.nonzero(done[t]).flatten().tolist():
+                agent.reset_one(b)
+    return (torch.stack(actions), torch.stack(prev_actions), torch.stack(prev_rewards),
+            _stack(infos))
 
 
 def _stack(items):

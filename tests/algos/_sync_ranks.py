@@ -38,6 +38,8 @@ from rlfast.replays import AgentInputs, SamplesFromReplay
 from rlfast.samplers.collections import AgentSamplesBsv, BatchSpec, EnvSamples, Samples
 from rlfast.spaces import FloatBox, IntBox
 from rlfast.utils.collections import namedarraytuple
+from tests.algos._pg_batch import act_through
+from tests.runners._sync_runners import numpy_state
 
 WORLD_SIZE = 2
 T, B = 8, 6  # PPO batch: rank r takes columns r*B/2 .. (r+1)*B/2
@@ -82,12 +84,6 @@ def _pg_spaces(agent_kind: str) -> EnvSpaces:
     return EnvSpaces(observation=FloatBox(-1, 1, shape=(OBS_DIM,)), action=action)
 
 
-def _stack(items):
-    if hasattr(items[0], "_fields"):
-        return type(items[0])(*(_stack([getattr(i, f) for i in items]) for f in items[0]._fields))
-    return torch.stack(items)
-
-
 def _pg_agent(opts: dict, seed: int = 0):
     torch.manual_seed(seed)
     model_kwargs = dict(hidden_sizes=[8], normalize_observation=opts.get("normalize_observation",
@@ -114,26 +110,13 @@ def _pg_samples(agent, opts: dict, seed: int = 0) -> Samples:
         timeout = done & torch.as_tensor(rng.rand(T, B) < 0.6)
     else:
         timeout = torch.zeros(T, B, dtype=torch.bool)
-    gaussian = opts["agent"] != "categorical"
-    agent.sample_mode(0)
-    agent.reset()
-    prev_action = torch.zeros((B, ACTION_DIM)) if gaussian else torch.zeros(B, dtype=torch.long)
-    prev_reward = torch.zeros(B)
-    actions, prev_actions, prev_rewards, infos = [], [], [], []
-    for t in range(T):
-        step = agent.step(obs[t], prev_action, prev_reward)
-        actions.append(step.action)
-        prev_actions.append(prev_action)
-        prev_rewards.append(prev_reward)
-        infos.append(step.agent_info)
-        keep = (~done[t]).to(torch.float32)
-        prev_action = step.action * (keep[:, None] if gaussian else keep).to(step.action.dtype)
-        prev_reward = reward[t] * keep
+    actions, prev_actions, prev_rewards, agent_info = act_through(
+        agent, obs, reward, done, gaussian=opts["agent"] != "categorical")
     bootstrap_value = torch.as_tensor(rng.randn(1, B), dtype=torch.float32)
     return Samples(
-        agent=AgentSamplesBsv(action=torch.stack(actions), prev_action=torch.stack(prev_actions),
-                              agent_info=_stack(infos), bootstrap_value=bootstrap_value),
-        env=EnvSamples(observation=obs, reward=reward, prev_reward=torch.stack(prev_rewards),
+        agent=AgentSamplesBsv(action=actions, prev_action=prev_actions, agent_info=agent_info,
+                              bootstrap_value=bootstrap_value),
+        env=EnvSamples(observation=obs, reward=reward, prev_reward=prev_rewards,
                        done=done, env_info=EnvInfo(timeout=timeout)))
 
 
@@ -211,17 +194,7 @@ class _NotDistributed:
 
 def _state(agent) -> dict:
     """The agent's full state (targets included) as float64 numpy arrays, flat keys."""
-    out = {}
-
-    def walk(prefix, value):
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(f"{prefix}{k}" + ("." if isinstance(v, dict) else ""), v)
-        else:
-            out[prefix] = value.detach().cpu().double().numpy().copy()
-
-    walk("", agent.state_dict())
-    return out
+    return numpy_state(agent.state_dict())
 
 
 def run_update(name: str, world_size: int = 1, rank: int = 0) -> dict:

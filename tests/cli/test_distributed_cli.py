@@ -18,6 +18,7 @@ import torch.distributed as dist
 from rlfast.cli import _parser, configure_train, main, run_train
 from rlfast.runners import MinibatchRlEval, SyncRlEval
 from tests.integration._guards import live_children
+from tests.cli.test_signals import _session  # live processes of a session
 
 SHM = "/dev/shm"
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
@@ -207,18 +208,6 @@ def test_broken_launcher_environment_is_a_short_error(tmp_path, monkeypatch, cap
 # ---- nccl on a machine without CUDA --------------------------------------------------------
 def _clean_env():
     return {k: v for k, v in os.environ.items() if not _is_launcher_var(k)}
-
-
-def _session(sid):
-    """Live (non-zombie) processes of session ``sid``."""
-    found = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getsid(proc.pid) == sid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                found.append(proc.pid)
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            pass
-    return found
 
 
 def _run_cli(tmp_path, argv, name):

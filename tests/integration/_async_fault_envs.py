@@ -23,43 +23,25 @@ from __future__ import annotations
 import os
 import time
 
-import gymnasium as gym
 import numpy as np
 
 from rlfast.envs import GymEnvWrapper
-from rlfast.samplers.base import EVAL_ENV_SEED_OFFSET
+from tests.integration._tiny_env import TinyEnv, claim_marker
 
 
-class AsyncFaultEnv(gym.Env):
+class AsyncFaultEnv(TinyEnv):
     """See the module docstring."""
 
     def __init__(self, raise_at: int | None = None, mark_at: int | None = None,
                  marker: str | None = None, pid_dir: str | None = None):
-        self.observation_space = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
-        self.action_space = gym.spaces.Discrete(2)
+        super().__init__()
         self.raise_at, self.mark_at, self.marker = raise_at, mark_at, marker
-        self.training_env = False
-        self.steps = 0
-        self.t = 0
         if pid_dir:
             open(os.path.join(pid_dir, str(os.getpid())), "a").close()
 
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        if seed is not None:
-            self.training_env = seed < EVAL_ENV_SEED_OFFSET
-        self.t = 0
-        return np.full(4, 0.1, dtype=np.float32), {}
-
     def _mark(self) -> bool:
         """Create the marker; False if another environment already did."""
-        try:
-            fd = os.open(self.marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        os.write(fd, f"{time.time()} {os.getpid()}\n".encode())
-        os.close(fd)
-        return True
+        return claim_marker(self.marker, f"{time.time()} {os.getpid()}")
 
     def step(self, action):
         self.t += 1

@@ -18,40 +18,22 @@ import os
 import signal
 import time
 
-import gymnasium as gym
 import numpy as np
 
-from rlfast.samplers.base import EVAL_ENV_SEED_OFFSET
+from tests.integration._tiny_env import TinyEnv, claim_marker
 
 
-class FaultEnv(gym.Env):
+class FaultEnv(TinyEnv):
     """4 float observations, 2 actions, reward 1 per step, episodes of 25 steps."""
 
     def __init__(self):
-        self.observation_space = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
-        self.action_space = gym.spaces.Discrete(2)
+        super().__init__()
         self.fault = os.environ.get("RLFAST_FAULT", "")
         self.fault_step = int(os.environ.get("RLFAST_FAULT_STEP", "300"))
         self.marker = os.environ.get("RLFAST_FAULT_MARKER", "")
-        self.training_env = False
-        self.steps = 0
-        self.t = 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        if seed is not None:
-            self.training_env = seed < EVAL_ENV_SEED_OFFSET
-        self.t = 0
-        return np.full(4, 0.1, dtype=np.float32), {}
 
     def _claim(self) -> bool:
-        try:
-            fd = os.open(self.marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        os.write(fd, f"{time.time()} {os.getpid()}\n".encode())
-        os.close(fd)
-        return True
+        return claim_marker(self.marker, f"{time.time()} {os.getpid()}")
 
     def step(self, action):
         self.t += 1

@@ -36,42 +36,25 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from rlfast.samplers.base import EVAL_ENV_SEED_OFFSET
+from tests.integration._tiny_env import TinyEnv, claim_marker
 
 ENV_ID = "tests.integration._sync_envs:RlfastSyncFault-v0"
 RAISE_MESSAGE = "sync-fault-5d81: env.step raised on rank"
 
 
-class SyncFaultEnv(gym.Env):
+class SyncFaultEnv(TinyEnv):
     """4 float observations, 2 actions, reward 1 per step, episodes of 25 steps."""
 
     def __init__(self):
-        self.observation_space = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
-        self.action_space = gym.spaces.Discrete(2)
+        super().__init__()
         self.fault = os.environ.get("RLFAST_SYNC_FAULT", "")
         self.fault_rank = os.environ.get("RLFAST_SYNC_FAULT_RANK", "1")
         self.fault_step = int(os.environ.get("RLFAST_SYNC_FAULT_STEP", "300"))
         self.marker = os.environ.get("RLFAST_SYNC_FAULT_MARKER", "")
         self.stop_s = float(os.environ.get("RLFAST_SYNC_FAULT_STOP_S", "3"))
-        self.training_env = False
-        self.steps = 0
-        self.t = 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        if seed is not None:
-            self.training_env = seed < EVAL_ENV_SEED_OFFSET
-        self.t = 0
-        return np.full(4, 0.1, dtype=np.float32), {}
 
     def _claim(self, rank: str) -> bool:
-        try:
-            fd = os.open(self.marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        os.write(fd, f"{time.monotonic()} {os.getpid()} {rank}\n".encode())
-        os.close(fd)
-        return True
+        return claim_marker(self.marker, f"{time.monotonic()} {os.getpid()} {rank}")
 
     def step(self, action):
         self.t += 1
