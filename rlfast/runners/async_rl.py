@@ -186,7 +186,9 @@ class AsyncRlBase(MinibatchRlBase):
         if cuda_idx is not None:
             import torch
             torch.cuda.set_device(cuda_idx)
-        init_process_group(env, backend, self.dist_timeout)
+        # Rank 0 is the caller's process, which goes on after the run: leave its environment
+        # as it was (the forked ranks exit with the run).
+        init_process_group(env, backend, self.dist_timeout, keep_environ=env.rank > 0)
         self.agent.to_device(cuda_idx)
         self.agent.data_parallel()
 

@@ -319,7 +319,11 @@ class SyncRlMixin:
         self.backend_used = distributed.choose_backend(self.backend, cuda_idx is not None)
         if cuda_idx is not None:
             torch.cuda.set_device(cuda_idx)  # NCCL's object collectives use the current GPU
-        distributed.init_process_group(env, self.backend_used, self.dist_timeout)
+        # A rank in the caller's own process (a world of one, not spawned, no launcher)
+        # leaves the caller's environment as it was.
+        in_caller = env.launcher == "spawn" and not self._spawned
+        distributed.init_process_group(env, self.backend_used, self.dist_timeout,
+                                       keep_environ=not in_caller)
         if self.seed is None:  # one seed for all: the ranks must build the same model
             from rlfast.utils.seed import make_seed
             self.seed = distributed.broadcast_object(make_seed())

@@ -294,17 +294,37 @@ def check_dist_settings(backend: str | None, dist_timeout: float, owner: str,
     return backend, seconds
 
 
+LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                    "MASTER_PORT")
+
+
 def init_process_group(env: DistEnv, backend: str,
-                       timeout_s: float = DEFAULT_DIST_TIMEOUT_S) -> None:
+                       timeout_s: float = DEFAULT_DIST_TIMEOUT_S,
+                       keep_environ: bool = True) -> None:
     """Join the run's process group through ``env://`` (the variables of ``env``), with
-    ``timeout_s`` on rendezvous and on every collective."""
+    ``timeout_s`` on rendezvous and on every collective.
+
+    ``keep_environ=False``: the variables are restored once the group is joined, for a
+    process that goes on after the run (a notebook, a test, an async master), where a
+    leftover ``RANK`` would make the next run think a launcher started it. A rank process of
+    its own keeps them (its environments may read ``RANK``).
+    """
     if dist.is_initialized():
         raise RuntimeError("torch.distributed is already initialized in this process; one "
                            "distributed run per process")
+    previous = {k: os.environ.get(k) for k in LAUNCH_VARIABLES}
     env.export()
     timeout = datetime.timedelta(seconds=float(timeout_s))
-    dist.init_process_group(backend=backend, init_method="env://", rank=env.rank,
-                            world_size=env.world_size, timeout=timeout)
+    try:
+        dist.init_process_group(backend=backend, init_method="env://", rank=env.rank,
+                                world_size=env.world_size, timeout=timeout)
+    finally:
+        if not keep_environ:
+            for key, value in previous.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 def destroy_process_group() -> None:
@@ -349,8 +369,14 @@ def global_mean_std(x: torch.Tensor, mask: torch.Tensor | None = None
     nonzero, pooled over every rank: what one process holding the whole batch would compute.
 
     Two all-reduces in float64: (count, sum), then the sum of squared deviations from the
-    global mean (numerically safer than pooling sums of squares).
+    global mean (numerically safer than pooling sums of squares). In a single process, the
+    same two-pass formula in ``x``'s own dtype, as the algorithms always computed it.
     """
+    if not is_distributed():
+        valid = torch.ones_like(x) if mask is None else mask.to(x.dtype)
+        n = valid.sum().clamp(min=1)
+        mean = (x * valid).sum() / n
+        return mean, (((x - mean) ** 2 * valid).sum() / n).sqrt()
     x64 = x.detach().to(torch.float64)
     m64 = torch.ones_like(x64) if mask is None else mask.detach().to(torch.float64)
     count_sum = all_reduce_sum(torch.stack([m64.sum(), (x64 * m64).sum()]))

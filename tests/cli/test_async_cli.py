@@ -74,4 +74,4 @@ def test_two_optimizer_gpus_decode_to_two_ranks_and_are_checked_against_the_mach
     code = main(["train", "dqn", "CartPole-v1", "--runner", "async", "--affinity",
                  "0slt_4cpu_2gpu_2gpr_0hto_1res_1ass"])
     assert code == 2
-    assert "cuda:0, cuda:1 (cuda_idx) do not exist" in capsys.readouterr().err
+    assert "cuda:0 (cuda_idx) does not exist" in capsys.readouterr().err

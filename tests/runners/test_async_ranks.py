@@ -89,3 +89,16 @@ def test_a_failing_optimizer_rank_ends_the_run_with_its_traceback(tmp_path, watc
     assert "optimizer rank 1 broke on purpose" in str(caught.value)
     assert not live_children()
     assert not new_shm_entries(before)
+
+
+def test_the_callers_environment_is_left_as_it_was(tmp_path, watchdog):  # noqa: F811
+    """Rank 0 joins the process group in this process; the launcher variables env:// reads
+    must not stay behind, or the next run here would think torchrun started it."""
+    watchdog(HANG_GUARD_S)
+    names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+             "MASTER_PORT")
+    before = {k: os.environ.get(k) for k in names}
+    runner = _runner(_RecordingRanks)
+    runner.record_dir = str(tmp_path)
+    train(runner, tmp_path / "log", "async_ranks_env")
+    assert {k: os.environ.get(k) for k in names} == before
