@@ -110,6 +110,15 @@ class BaseAgent(ABC):
         self.model = self.ddp_wrap(self.model)
         return self.device
 
+    def undo_data_parallel(self) -> None:
+        """Unwrap every DistributedDataParallel model of this agent (the trained parameters
+        stay): before the process group is destroyed, so that the wrappers' reducers (which
+        hold the group and its pending work) are freed while the interpreter is fully alive,
+        not during its teardown, where freeing them can abort the process."""
+        for name, value in list(vars(self).items()):
+            if isinstance(value, torch.nn.parallel.DistributedDataParallel):
+                setattr(self, name, value.module)
+
     def ddp_wrap(self, module: torch.nn.Module) -> torch.nn.Module:
         """``module`` in DistributedDataParallel on this agent's device.
 

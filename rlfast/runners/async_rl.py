@@ -210,6 +210,7 @@ class AsyncRlBase(MinibatchRlBase):
                 self.agent.train_mode(itr)
                 self.algo.optimize_agent(itr, samples=None)
         finally:
+            self.agent.undo_data_parallel()
             destroy_process_group()
 
     def _command_optimizer_ranks(self, itr: int) -> None:
@@ -254,6 +255,7 @@ class AsyncRlBase(MinibatchRlBase):
         if self._pbar is not None:
             self._pbar.stop()
         if self._opt_ranks is not None:
+            self.agent.undo_data_parallel()
             destroy_process_group()
             self._opt_ranks.stop()
         if self._supervisor is not None:

@@ -16,6 +16,7 @@ over all ranks, so the ranks optimize the objective one process with the global 
 """
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import traceback
@@ -371,13 +372,17 @@ class SyncRlMixin:
         self.agent.sync_shared_memory()
 
     def shutdown(self) -> None:
-        """Stop the sampler, then leave the process group."""
+        """Stop the sampler, unwrap the agent's DDP models, then leave the process group."""
         try:
             super().shutdown()
         finally:
-            distributed.destroy_process_group()
-            if self.rank != 0:
-                logger.set_muted(False)
+            try:
+                self.agent.undo_data_parallel()
+                gc.collect()  # the DDP reducers go now, while the process group exists
+            finally:
+                distributed.destroy_process_group()
+                if self.rank != 0:
+                    logger.set_muted(False)
 
     # ---- diagnostics: gathered on rank 0 ------------------------------------------------
     def store_diagnostics(self, itr: int, traj_infos: TrajInfos, opt_info: Any) -> None:
