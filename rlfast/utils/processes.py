@@ -23,6 +23,7 @@ DDP ranks build on it too) starts its children through :class:`ProcessSupervisor
 """
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -246,6 +247,11 @@ class ProcessSupervisor:
         """
         if self.processes:
             raise RuntimeError(f"{self.label} processes already started")
+        if self.ctx.get_start_method() == "fork":
+            # Collect this process's garbage first: a forked child must never finalize an
+            # object whose destructor needs a thread of the parent (a torch.distributed
+            # process group left by an earlier run waits for it forever in the child).
+            gc.collect()
         pipes = [self.ctx.Pipe(duplex=True) for _ in kwargs_list]
         self.conns.extend(parent for parent, _ in pipes)
         self._finalizer = weakref.finalize(owner if owner is not None else self, _stop,
