@@ -252,7 +252,7 @@ def test_optimizer_rank_lists_are_checked():
         AsyncRlEval(algo=DQN(**SMALL_DQN), agent=DqnAgent(), sampler=_async_sampler(),
                     n_steps=100, affinity=dict(optimizer=[], sampler=sampler))
     mixed = dict(optimizer=[dict(cuda_idx=0), dict(cuda_idx=None)], sampler=sampler)
-    with pytest.raises(ValueError, match="all on GPUs or all on the CPU") as caught:
+    with pytest.raises(ValueError, match="all be on GPUs or all on the CPU") as caught:
         AsyncRlEval(algo=DQN(**SMALL_DQN), agent=DqnAgent(), sampler=_async_sampler(),
                     n_steps=100, affinity=mixed)
     assert "[0, None]" in str(caught.value)
