@@ -363,12 +363,7 @@ class SyncRlMixin:
             return
         with torch.no_grad():
             for tensor in _tensors(self.agent.state_dict()):
-                if distributed.dist.get_backend() == "nccl" and tensor.device.type != "cuda":
-                    moved = tensor.cuda()
-                    distributed.dist.broadcast(moved, src=0)
-                    tensor.copy_(moved)
-                else:
-                    distributed.dist.broadcast(tensor, src=0)
+                distributed.broadcast_(tensor, src=0)
         self.agent.sync_shared_memory()
 
     def shutdown(self) -> None:

@@ -31,7 +31,8 @@ __all__ = ["DistEnv", "launch_env", "slurm_env", "first_slurm_host", "expand_nod
            "free_port", "choose_backend", "check_dist_settings", "init_process_group", "destroy_process_group",
            "is_distributed", "world_size", "rank", "all_reduce_sum", "global_mean_std",
            "rank_loss_count", "pooled_valid_mean",
-           "gather_objects", "broadcast_object", "broadcast_int", "DEFAULT_DIST_TIMEOUT_S",
+           "gather_objects", "broadcast_object", "broadcast_int", "broadcast_",
+           "DEFAULT_DIST_TIMEOUT_S",
            "MAX_DIST_TIMEOUT_S", "BACKENDS"]
 
 BACKENDS = ("gloo", "nccl")
@@ -420,6 +421,18 @@ def gather_objects(obj: Any, dst: int = 0) -> list | None:
     out = [None] * dist.get_world_size() if dist.get_rank() == dst else None
     dist.gather_object(obj, out, dst=dst)
     return out
+
+
+def broadcast_(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+    """Overwrite ``tensor`` in place with rank ``src``'s (through the backend's device: a CPU
+    tensor travels through CUDA under NCCL). No-op in a single process."""
+    if not is_distributed():
+        return tensor
+    moved = _reduce_device(tensor)
+    dist.broadcast(moved, src=src)
+    if moved is not tensor:
+        tensor.copy_(moved)
+    return tensor
 
 
 def broadcast_int(value: int, src: int = 0) -> int:
