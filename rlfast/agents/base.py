@@ -6,6 +6,7 @@ read ``parameters()``; runners call ``to_device``, ``data_parallel`` and the mod
 """
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -187,6 +188,38 @@ class BaseAgent(ABC):
         """Copy trained parameters into the shared CPU model (a no-op when they are the same)."""
         if self.shared_model is not None and self.shared_model is not self.model:
             self.shared_model.load_state_dict(self.state_dict())
+
+    def training_twin(self) -> "BaseAgent":
+        """A copy of this agent for a learner that trains while this one samples (the
+        overlapped runner): the same settings and parameters on the same device, in models of
+        its own (private memory, not shared with the sampler's workers), so that updates never
+        touch the parameters the sampler is acting with. ``publish_to(sampling_agent)`` copies
+        the trained parameters back between batches."""
+        if self.model is None:
+            raise ValueError(f"{type(self).__name__}.training_twin() needs a built model "
+                             f"(after the sampler's initialize)")
+        if isinstance(self.model, torch.nn.parallel.DistributedDataParallel):
+            raise ValueError("training_twin() is taken before the model is wrapped in "
+                             "DistributedDataParallel")
+        shared_params = getattr(self, "shared_params", None)
+        if shared_params is not None:  # asynchronous runners' board: not copied
+            self.shared_params = None
+        try:
+            twin = copy.deepcopy(self)  # module tensors are cloned into private memory
+        finally:
+            if shared_params is not None:
+                self.shared_params = shared_params
+        twin.shared_model = None
+        twin.share_memory = False
+        return twin
+
+    def publish_to(self, sampling_agent: "BaseAgent") -> None:
+        """Copy this (training) agent's parameters and buffers into ``sampling_agent``'s
+        models in place (shared memory stays shared) and hand over the algorithm-set sampling
+        settings (``sampling_state``)."""
+        with torch.no_grad():
+            sampling_agent.load_state_dict(self.state_dict())
+        sampling_agent.load_sampling_state(self.sampling_state())
 
     # ---- modes ----------------------------------------------------------------------------
     def _set_training(self, training: bool) -> None:

@@ -19,6 +19,7 @@ class RLAlgorithm(abc.ABC):
 
     opt_info_fields: tuple = ()
     bootstrap_value = False
+    on_policy = False  # learns from each batch once, right after it is sampled (PPO, A2C)
     update_counter = 0
     updates_per_sync = 1  # asynchronous runners: updates between parameter publications
     on_update: Any = None  # asynchronous runners: called with update_counter after each update

@@ -308,6 +308,9 @@ def get_preset(algo: str, env_id: str) -> dict:
         config["sampler"].setdefault(key, value)
     if algo in REPLAY_ALGOS:  # read by --runner async only (see AsyncRlBase)
         config.setdefault("async", dict(ASYNC_DEFAULTS))
+    else:  # on-policy: sampling may overlap learning; the agent may run its model in bf16
+        config["runner"].setdefault("overlap", False)
+        config["agent"].setdefault("autocast", None)
     config.setdefault("distributed", dict(DISTRIBUTED_DEFAULTS))  # read by multi-rank runs
     return config
 
@@ -326,16 +329,17 @@ def default_affinity(n_envs: int, sampler: str, master_threads: int | None = Non
 
     One worker per core (at most one per environment; the alternating sampler needs two),
     and the agent on GPU 0 for the GPU-agent samplers when CUDA is available.
-    ``master_threads`` sets the master's torch threads (default 1: small policy networks
-    gain nothing from more, and extra threads contend with the workers).
+    ``master_threads`` sets the master's torch threads while the algorithm optimizes
+    (default None: every core, since the synchronous samplers' workers are idle then; the
+    master samples on one thread, see ``MinibatchRlBase``).
     """
     cpus = available_cpus()
     cuda_idx = 0 if sampler in ("gpu", "alternating") and torch.cuda.is_available() else None
     if sampler == "serial":
-        return dict(master_cpus=cpus, master_torch_threads=master_threads or 1, cuda_idx=None)
+        return dict(master_cpus=cpus, master_torch_threads=master_threads, cuda_idx=None)
     n_workers = max(2 if sampler == "alternating" else 1, min(len(cpus), n_envs))
     workers = [[cpus[i % len(cpus)]] for i in range(n_workers)]
-    return dict(master_cpus=cpus, master_torch_threads=master_threads or 1, workers_cpus=workers,
+    return dict(master_cpus=cpus, master_torch_threads=master_threads, workers_cpus=workers,
                 worker_torch_threads=1, cuda_idx=cuda_idx)
 
 

@@ -133,7 +133,7 @@ class AsyncRlBase(MinibatchRlBase):
         shared replay buffer (``algo.async_initialize``), fork the sampler process (and the
         copier), wait until the sampler is built, then move the agent to the optimizer's
         device and build the optimizer. Returns the sampler's number of iterations."""
-        self._set_master_affinity()
+        self._set_master_affinity(optimizer_only=True)
         if self.seed is None:
             self.seed = make_seed()
         set_seed(self.seed)
@@ -198,7 +198,7 @@ class AsyncRlBase(MinibatchRlBase):
         Rank 0 alone copies batches, publishes parameters and logs."""
         logger.set_muted(True)
         self.affinity = dict(self.async_affinity.optimizer[env.rank])
-        self._set_master_affinity()
+        self._set_master_affinity(optimizer_only=True)
         try:
             self._join_optimizer_group(env)
             self.algo.optim_initialize(rank=env.rank)

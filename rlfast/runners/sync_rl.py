@@ -177,6 +177,10 @@ class SyncRlMixin:
         self._affinities = affinity
         super().__init__(*args, **kwargs)
         owner = type(self).__name__
+        if self.overlap:
+            raise ValueError(f"{owner}: overlap=True is for the single-process runners "
+                             f"(MinibatchRl, MinibatchRlEval); a multi-rank run samples and "
+                             f"trains in step on every rank")
         if world_size is not None:
             world_size = check_int(world_size, "world_size", minimum=1, owner=owner)
         elif isinstance(affinity, (list, tuple)):

@@ -141,6 +141,26 @@ def buffer_method(buffer_: Any, method_name: str, *args, **kwargs) -> Any:
     return getattr(buffer_, method_name)(*args, **kwargs)
 
 
+def buffer_copy_(dst: Any, src: Any) -> Any:
+    """Copy every leaf of ``src`` into the matching leaf of ``dst`` (same structure and
+    shapes; tensors or arrays) in place, allocating nothing; returns ``dst``."""
+    if dst is None or src is None:
+        if dst is not src:
+            raise ValueError("buffer_copy_: the buffers differ in structure (a None leaf)")
+        return dst
+    if _is_structure(dst):
+        if not _is_structure(src) or len(dst) != len(src):
+            raise ValueError("buffer_copy_: the buffers differ in structure")
+        for d, s in zip(dst, src):
+            buffer_copy_(d, s)
+        return dst
+    if isinstance(dst, torch.Tensor):
+        dst.copy_(torch.as_tensor(src))
+    else:
+        np.copyto(dst, src)
+    return dst
+
+
 def _to_tensor(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x

@@ -21,6 +21,16 @@ AgentInfo = namedarraytuple("AgentInfo", ["dist_info", "value"])
 AgentInfoRnn = namedarraytuple("AgentInfoRnn", ["dist_info", "value", "prev_rnn_state"])
 
 
+def _to_float32(outputs):
+    """Reduced-precision floating tensors of a (nested) tuple of outputs back to float32."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs.float() if outputs.is_floating_point() else outputs
+    if isinstance(outputs, tuple):
+        converted = [_to_float32(o) for o in outputs]
+        return type(outputs)(*converted) if hasattr(outputs, "_fields") else tuple(converted)
+    return outputs
+
+
 class PgAgent(BaseAgent):
     """Actor-critic agent: the model returns distribution parameters and a value.
 
@@ -34,16 +44,28 @@ class PgAgent(BaseAgent):
     ``policy``: the distribution strategy (subclasses set it as a class attribute).
     ``greedy_eval``: in eval mode take the distribution's most likely action (argmax / mean)
     instead of sampling, the usual deterministic evaluation of a stochastic policy.
+    ``autocast``: ``"bf16"`` runs the model's forward passes (sampling and training) under
+    ``torch.autocast`` in bfloat16 on the model's device, its outputs cast back to float32
+    (the losses, distributions and stored agent infos stay float32; the parameters and the
+    optimizer stay float32 too). Opt-in: faster where the hardware has bf16 units (measured
+    on a 2-core AVX-512-BF16 CPU with the Nature CNN: a PPO minibatch of 256 in 0.62x the
+    float32 channels-last time), at the cost of bf16 rounding in activations. None: float32.
     """
+
+    AUTOCAST_DTYPES = {"bf16": torch.bfloat16}
 
     policy: PgPolicy | None = None
 
     def __init__(self, ModelCls: type | None = None, model_kwargs: dict | None = None,
                  initial_model_state_dict: dict | None = None, greedy_eval: bool = True,
-                 policy: PgPolicy | None = None):
+                 policy: PgPolicy | None = None, autocast: str | None = None):
         super().__init__(ModelCls=ModelCls, model_kwargs=model_kwargs,
                          initial_model_state_dict=initial_model_state_dict)
         self.greedy_eval = greedy_eval
+        if autocast is not None and autocast not in self.AUTOCAST_DTYPES:
+            raise ValueError(f"{type(self).__name__}: autocast must be None (float32) or one of "
+                             f"{sorted(self.AUTOCAST_DTYPES)}; got {autocast!r}")
+        self.autocast = autocast
         if policy is not None:
             self.policy = policy
         if self.policy is None:
@@ -64,12 +86,20 @@ class PgAgent(BaseAgent):
         """``(dist_info, value, next_rnn_state)``; ``next_rnn_state`` is None unless recurrent."""
         if not self.recurrent:
             inputs = buffer_to((observation, prev_action, prev_reward), device=self.device)
-            *dist_outputs, value = self.model(*inputs)
+            *dist_outputs, value = self._run_model(*inputs)
             return self.policy.dist_info(*dist_outputs), value, None
         prev_action = self.policy.model_prev_action(prev_action, self.distribution)
         inputs = buffer_to((observation, prev_action, prev_reward), device=self.device)
-        *dist_outputs, value, next_rnn_state = self.model(*inputs, rnn_state)
+        *dist_outputs, value, next_rnn_state = self._run_model(*inputs, rnn_state)
         return self.policy.dist_info(*dist_outputs), value, next_rnn_state
+
+    def _run_model(self, *inputs):
+        autocast = getattr(self, "autocast", None)  # agents unpickled from older snapshots
+        if autocast is None:
+            return self.model(*inputs)
+        with torch.autocast(self.device.type, dtype=self.AUTOCAST_DTYPES[autocast]):
+            outputs = self.model(*inputs)
+        return _to_float32(outputs)
 
     def __call__(self, observation, prev_action, prev_reward, init_rnn_state=None) -> tuple:
         """Forward pass on training data (stays on the model's device): ``(dist_info, value)``;

@@ -43,6 +43,7 @@ class PolicyGradientAlgo(RLAlgorithm):
     """
 
     bootstrap_value = True
+    on_policy = True
     opt_info_fields = tuple(OptInfo._fields)
 
     def __init__(self, *, discount: float, learning_rate: float, value_loss_coeff: float,

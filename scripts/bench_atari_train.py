@@ -1,0 +1,758 @@
+#!/usr/bin/env python
+"""End-to-end Atari training throughput: env steps per second of whole training (sampling and
+learning) of rlfast against Stable-Baselines3 and a CleanRL-style PPO on EnvPool, on Pong.
+
+Contenders, side by side in one run, interleaved over ``--rounds`` rounds (the order reversed
+every other round, so that drift in the machine's load hits every contender alike):
+
+PPO, one workload for all: ``--envs`` environments (8) x ``--steps-per-env`` steps (128) per
+batch, 4 epochs of 4 minibatches, lr 2.5e-4 (linearly annealed, over a horizon so long that it
+stays put while measured), clip 0.1, gamma 0.99, GAE lambda 0.95, entropy 0.01, value 0.5,
+gradient-norm clip 0.5; frame skip 4, 4 stacked 84x84 grayscale frames, a life lost ends the
+training episode, rewards clipped, no sticky actions; the Nature CNN (conv 32 8x8/4, 64 4x4/2,
+64 3x3/1, no padding, 3136 features, fc 512, ReLU, policy and value heads).
+
+- ``rlfast-cpu``, ``rlfast-serial``, ``rlfast-gpu``, ``rlfast-alternating``: the ``ppo``
+  preset on ``atari:pong`` with the sampler of that name and the affinity ``build_experiment``
+  picks (what ``rlfast train`` runs); the gpu/alternating samplers serve actions from the
+  master (on the CPU when there is no GPU);
+- ``rlfast-overlap``: cpu sampler, ``runner.overlap=True`` (sampling the next batch while the
+  algorithm trains on the last);
+- ``rlfast-bf16``: cpu sampler, ``agent.autocast="bf16"``;
+- ``sb3``: Stable-Baselines3 PPO, ``CnnPolicy``, ``SubprocVecEnv`` of ``make_atari_env`` with
+  ``VecFrameStack(4)``, ``n_steps`` = steps per env, 4 minibatches, 4 epochs;
+- ``cleanrl-envpool``: a compact PPO loop written here after CleanRL's ``ppo_atari_envpool``
+  algorithm (EnvPool's Pong-v5 with its own 84x84x4 stacking, an ``nn.Sequential`` Nature CNN
+  with orthogonal init, per-step inference under ``no_grad``, GAE, advantage normalization,
+  clipped value loss, Adam eps 1e-5); torch's default threads, as CleanRL leaves them.
+
+DQN (its own table): ``rlfast-dqn`` (``dqn`` preset, synchronous runner, cpu sampler),
+``rlfast-dqn-async`` (``--runner async``: sampler process and optimizer overlapping, the
+preset's throttle holding the replay ratio) and ``sb3-dqn`` (SB3 DQN ``CnnPolicy`` on a
+``SubprocVecEnv``), all with the Nature CNN above, batch 32, the same replay size
+(``--dqn-replay-size``) and learning start (``--dqn-learning-starts``) and the same number of
+gradient updates per env step: SB3 trains every ``batch_T`` vector steps (rlfast's sampler
+iteration) with as many gradient steps as rlfast's DQN makes per iteration.
+
+``--random-agent`` (or the contender ``rlfast-random``) adds the rlfast cpu sampler alone with
+a uniformly random agent on the PPO environments (no model, no learning): the ceiling of what
+sampling allows, to which each rlfast PPO row is compared (its share of it).
+
+Every run is one child process (``--child NAME``). Its clock starts at the first iteration
+boundary after the first gradient update; the measurement window opens at the first boundary
+``--warmup`` s later and closes at the first boundary ``--seconds`` after that (boundaries:
+rlfast's log rows, one per PPO iteration and about every 256 env steps for DQN; SB3 PPO's
+rollout starts; SB3 DQN's vector steps; the CleanRL loop's iterations), so model construction,
+environment start-up and the first update are never timed. Env steps/s counts agent steps
+(frames / 4) of every environment; updates/s gradient steps. Medians over rounds.
+
+A contender whose package is missing (stable_baselines3, envpool) is reported as skipped, as
+are ``rlfast-overlap`` and ``rlfast-bf16`` while this rlfast lacks the option (its child fails
+with the TypeError about the unexpected keyword).
+
+Usage: python scripts/bench_atari_train.py [--rounds 3] [--seconds 60] [--warmup 20]
+           [--envs 8] [--steps-per-env 128] [--device cpu|cuda] [--contenders NAME ...]
+           [--random-agent] [--quick] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench_common import machine  # noqa: E402
+
+SCRIPT = os.path.abspath(__file__)
+REPO_ROOT = os.path.dirname(os.path.dirname(SCRIPT))
+RESULT_TAG = "BENCH_ATARI_TRAIN_RESULT "
+SKIP_TAG = "BENCH_ATARI_TRAIN_SKIP "
+ENV = "atari:pong"
+
+# name: (table, description, python package it needs beyond rlfast's, rlfast option it needs)
+CONTENDERS = {
+    "rlfast-cpu": ("ppo", "rlfast PPO, cpu sampler (the default)", None),
+    "rlfast-serial": ("ppo", "rlfast PPO, serial sampler", None),
+    "rlfast-gpu": ("ppo", "rlfast PPO, gpu sampler (action server in the master)", None),
+    "rlfast-alternating": ("ppo", "rlfast PPO, alternating sampler", None),
+    "rlfast-overlap": ("ppo", "rlfast PPO, cpu sampler, runner.overlap=True", None),
+    "rlfast-bf16": ("ppo", "rlfast PPO, cpu sampler, agent.autocast='bf16'", None),
+    "sb3": ("ppo", "Stable-Baselines3 PPO, CnnPolicy, SubprocVecEnv", "stable_baselines3"),
+    "cleanrl-envpool": ("ppo", "CleanRL-style PPO loop on EnvPool", "envpool"),
+    "rlfast-dqn": ("dqn", "rlfast DQN, synchronous runner, cpu sampler", None),
+    "rlfast-dqn-async": ("dqn", "rlfast DQN, asynchronous runner (throttled), cpu sampler",
+                         None),
+    "sb3-dqn": ("dqn", "Stable-Baselines3 DQN, CnnPolicy, SubprocVecEnv", "stable_baselines3"),
+    "rlfast-random": ("random", "rlfast cpu sampler, random agent, no learning", None),
+}
+DEFAULT_CONTENDERS = [n for n, c in CONTENDERS.items() if c[0] != "random"]
+# The options being added to rlfast: a child failing on them is "not available", not an error.
+UNAVAILABLE_MARKERS = {"rlfast-overlap": "unexpected keyword argument 'overlap'",
+                       "rlfast-bf16": "unexpected keyword argument 'autocast'"}
+RLFAST_PPO_SAMPLER = {"rlfast-cpu": "cpu", "rlfast-serial": "serial", "rlfast-gpu": "gpu",
+                      "rlfast-alternating": "alternating", "rlfast-overlap": "cpu",
+                      "rlfast-bf16": "cpu", "rlfast-random": "cpu"}
+
+# The one PPO workload (rlfast's algo keyword names; the peers get the same values).
+PPO_HP = dict(discount=0.99, learning_rate=2.5e-4, value_loss_coeff=0.5,
+              entropy_loss_coeff=0.01, clip_grad_norm=0.5, gae_lambda=0.95, minibatches=4,
+              epochs=4, ratio_clip=0.1, linear_lr_schedule=True, normalize_advantage=True)
+NATURE_CNN = dict(channels=(32, 64, 64), kernel_sizes=(8, 4, 3), strides=(4, 2, 1),
+                  paddings=(0, 0, 0))
+HUGE_STEPS = 10 ** 12  # "train forever": the window ends the run
+
+
+# ---- the measurement window ------------------------------------------------------------------
+
+class Window:
+    """Opens ``warmup`` s after the first boundary with an update (with ``need_updates``
+    False: the first boundary), closes ``seconds`` after it opened; ``observe`` is called at
+    every iteration boundary with the cumulative env steps and gradient updates and returns
+    True once the window is closed."""
+
+    def __init__(self, warmup: float, seconds: float, need_updates: bool = True):
+        self.warmup, self.seconds, self.need_updates = warmup, seconds, need_updates
+        self.clock = self.start = self.end = None
+
+    def observe(self, steps: int, updates: int) -> bool:
+        if self.end is not None:
+            return True
+        now = time.perf_counter()
+        if self.clock is None:
+            if updates > 0 or not self.need_updates:
+                self.clock = now
+            return False
+        if self.start is None:
+            if now - self.clock >= self.warmup:
+                self.start = (now, steps, updates)
+            return False
+        if now - self.start[0] >= self.seconds:
+            self.end = (now, steps, updates)
+            return True
+        return False
+
+    def result(self) -> dict:
+        if self.end is None:
+            raise RuntimeError("the run ended before its measurement window closed")
+        seconds = self.end[0] - self.start[0]
+        steps, updates = self.end[1] - self.start[1], self.end[2] - self.start[2]
+        return dict(steps_per_s=steps / seconds, updates_per_s=updates / seconds,
+                    seconds=seconds, steps=steps, updates=updates)
+
+
+def _report(figures: dict) -> None:
+    print(RESULT_TAG + json.dumps(figures), flush=True)
+
+
+# ---- rlfast --------------------------------------------------------------------------------------
+
+def _rlfast_affinity(built, args: argparse.Namespace) -> dict:
+    """The affinity ``build_experiment`` picked; ``--device`` decides where the master's agent
+    lives (the default already puts the gpu/alternating samplers' agent on GPU 0 when CUDA is
+    there; ``--device cuda`` also trains the cpu/serial samplers' agent there)."""
+    return dict(built.affinity, cuda_idx=0 if args.device == "cuda" else None)
+
+
+def _ppo_config(name: str, args: argparse.Namespace) -> dict:
+    from rlfast.experiments.presets import get_preset
+
+    config = get_preset("ppo", ENV)
+    config["env"]["obs_type"] = "84x84"
+    config["agent"]["model_kwargs"] = dict(fc_sizes=512, **NATURE_CNN)
+    config["sampler"].update(batch_T=args.steps_per_env, batch_B=args.envs, eval_n_envs=0,
+                             eval_max_steps=None, max_decorrelation_steps=0)
+    config["algo"].update(PPO_HP)
+    if name == "rlfast-overlap":
+        config["runner"]["overlap"] = True
+    if name == "rlfast-bf16":
+        config["agent"]["autocast"] = "bf16"
+    return config
+
+
+def _dqn_settings(args: argparse.Namespace) -> dict:
+    """The rlfast DQN config of the bench and what SB3 must do to match its replay ratio."""
+    from rlfast.experiments.presets import get_preset
+
+    config = get_preset("dqn", ENV)
+    config["env"]["obs_type"] = "84x84"
+    config["agent"]["model_kwargs"] = dict(config["agent"].get("model_kwargs", {}),
+                                           fc_sizes=512, dueling=False, **NATURE_CNN)
+    config["sampler"].update(batch_B=args.dqn_envs, eval_n_envs=0, eval_max_steps=None,
+                             max_decorrelation_steps=0)
+    config["algo"].update(min_steps_learn=args.dqn_learning_starts,
+                          replay_size=args.dqn_replay_size)
+    algo = config["algo"]
+    T, B = config["sampler"]["batch_T"], config["sampler"]["batch_B"]
+    # DQN.initialize: updates per sampler iteration of T x B env steps.
+    per_itr = max(1, round(algo["replay_ratio"] * T * B / algo["batch_size"]))
+    return dict(config=config, batch_T=T, batch_B=B, updates_per_itr=per_itr,
+                updates_per_step=per_itr / (T * B), batch_size=algo["batch_size"],
+                replay_ratio=algo["replay_ratio"],
+                target_update_steps=round(algo["target_update_interval"] * T * B / per_itr),
+                learning_rate=algo["learning_rate"], discount=algo["discount"],
+                clip_grad_norm=algo["clip_grad_norm"], eps_steps=algo["eps_steps"],
+                eps_final=config["agent"]["eps_final"])
+
+
+def _timed_runner(base: type, window: Window) -> type:
+    class Timed(base):
+        """Stops at the first log row after the measurement window closed."""
+
+        def log_and_snapshot(self, itr: int) -> None:
+            super().log_and_snapshot(itr)
+            if window.observe((itr + 1) * self.itr_batch_size, self.algo.update_counter):
+                self.stop_requested = True
+
+    return Timed
+
+
+def _train_rlfast(runner) -> None:
+    from rlfast.utils.logging import logger_context
+
+    with tempfile.TemporaryDirectory() as log_dir:
+        with logger_context(log_dir, 0, "bench_atari_train", {}, snapshot_mode="none",
+                            override_prefix=True):
+            runner.train()
+
+
+def child_rlfast_ppo(name: str, args: argparse.Namespace) -> dict:
+    from rlfast.experiments.presets import build_experiment
+    from rlfast.runners import MinibatchRl
+
+    config = _ppo_config(name, args)
+    sampler = RLFAST_PPO_SAMPLER[name]
+    built = build_experiment("ppo", ENV, config, sampler=sampler, seed=args.seed)
+    window = Window(args.warmup, args.seconds)
+    extra = {k: v for k, v in config["runner"].items() if k not in ("n_steps",
+                                                                    "log_interval_steps")}
+    batch = args.envs * args.steps_per_env
+    runner = _timed_runner(MinibatchRl, window)(
+        algo=built.algo, agent=built.agent, sampler=built.sampler, seed=args.seed,
+        affinity=_rlfast_affinity(built, args), n_steps=HUGE_STEPS, log_interval_steps=batch,
+        progress_bar=False, **extra)
+    _train_rlfast(runner)
+    return dict(window.result(), envs=args.envs, sampler=sampler, **extra)
+
+
+def child_rlfast_random(args: argparse.Namespace) -> dict:
+    """The cpu sampler with a random agent: sampling alone, as scripts/bench_sampler.py
+    measures it, on the PPO contenders' environments and affinity."""
+    from rlfast.agents import RandomAgent
+    from rlfast.experiments.presets import build_experiment
+
+    built = build_experiment("ppo", ENV, _ppo_config("rlfast-cpu", args), sampler="cpu",
+                             seed=args.seed)
+    sampler, agent = built.sampler, RandomAgent()
+    affinity = _rlfast_affinity(built, args)
+    sampler.initialize(agent=agent, affinity=affinity, seed=args.seed + 1)
+    agent.to_device(affinity.get("cuda_idx"))
+    window = Window(args.warmup, args.seconds, need_updates=False)
+    try:
+        itr = 0
+        while True:
+            agent.sample_mode(itr)
+            sampler.obtain_samples(itr)
+            itr += 1
+            if window.observe(itr * sampler.batch_spec.size, 0):
+                break
+    finally:
+        sampler.shutdown()
+    return dict(window.result(), envs=args.envs)
+
+
+def child_rlfast_dqn(name: str, args: argparse.Namespace) -> dict:
+    from rlfast.experiments.presets import build_experiment, default_async_affinity
+    from rlfast.runners import AsyncRl, MinibatchRl
+
+    settings = _dqn_settings(args)
+    config = settings["config"]
+    asynchronous = name == "rlfast-dqn-async"
+    built = build_experiment("dqn", ENV, config, sampler="cpu", seed=args.seed,
+                             runner="async" if asynchronous else "sync")
+    window = Window(args.warmup, args.seconds)
+    batch = settings["batch_T"] * settings["batch_B"]
+    common = dict(algo=built.algo, agent=built.agent, sampler=built.sampler, seed=args.seed,
+                  n_steps=HUGE_STEPS, log_interval_steps=batch * max(1, 256 // batch),
+                  progress_bar=False)
+    if asynchronous:
+        affinity = default_async_affinity("cpu")  # what build_experiment gave AsyncRlEval
+        if args.device != "cuda":
+            affinity["optimizer"][0]["cuda_idx"] = None
+        runner = _timed_runner(AsyncRl, window)(affinity=affinity, **config["async"],
+                                                **common)
+    else:
+        runner = _timed_runner(MinibatchRl, window)(affinity=_rlfast_affinity(built, args),
+                                                    **common)
+    _train_rlfast(runner)
+    return dict(window.result(), envs=settings["batch_B"],
+                updates_per_itr=built.algo.updates_per_optimize)
+
+
+# ---- Stable-Baselines3 ------------------------------------------------------------------------
+
+def _sb3_pong(**kwargs):
+    """PongNoFrameskip-v4 (frame skip 1, no sticky actions: SB3's AtariWrapper skips 4),
+    registered in whichever process makes it (SubprocVecEnv's workers)."""
+    import ale_py
+    import gymnasium
+
+    gymnasium.register_envs(ale_py)
+    return gymnasium.make("PongNoFrameskip-v4", **kwargs)
+
+
+def _sb3_env(n_envs: int, seed: int):
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import SubprocVecEnv, VecFrameStack
+
+    # AtariWrapper: 30 no-op starts, max-and-skip 4, end of life = end of episode, fire reset,
+    # 84x84 grayscale, rewards clipped to their sign.
+    env = make_atari_env(_sb3_pong, n_envs=n_envs, seed=seed, vec_env_cls=SubprocVecEnv,
+                         wrapper_kwargs=dict(terminal_on_life_loss=True, clip_reward=True))
+    return VecFrameStack(env, n_stack=4)
+
+
+def _sb3_clock(window: Window, per_rollout_start: bool, updates_of):
+    """An SB3 callback feeding the window: at rollout starts (PPO: iteration boundaries, the
+    previous iteration's training done) or at every vector step (DQN); stops training once
+    the window closed."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Clock(BaseCallback):
+        closed = False
+
+        def _on_rollout_start(self) -> None:
+            if per_rollout_start:
+                self.closed = window.observe(self.model.num_timesteps, updates_of(self.model))
+
+        def _on_step(self) -> bool:
+            if not per_rollout_start:
+                self.closed = window.observe(self.model.num_timesteps, updates_of(self.model))
+            return not self.closed
+
+    return Clock()
+
+
+def child_sb3_ppo(args: argparse.Namespace) -> dict:
+    import torch
+    from stable_baselines3 import PPO
+
+    n_envs, T = args.envs, args.steps_per_env
+    batch = n_envs * T
+    env = _sb3_env(n_envs, args.seed)
+    lr = PPO_HP["learning_rate"]
+    model = PPO("CnnPolicy", env, learning_rate=lambda remaining: lr * remaining,
+                n_steps=T, batch_size=batch // PPO_HP["minibatches"],
+                n_epochs=PPO_HP["epochs"], gamma=PPO_HP["discount"],
+                gae_lambda=PPO_HP["gae_lambda"], clip_range=PPO_HP["ratio_clip"],
+                ent_coef=PPO_HP["entropy_loss_coeff"], vf_coef=PPO_HP["value_loss_coeff"],
+                max_grad_norm=PPO_HP["clip_grad_norm"], normalize_advantage=True,
+                seed=args.seed, device=args.device, verbose=0)
+    window = Window(args.warmup, args.seconds)
+    per_itr = PPO_HP["epochs"] * PPO_HP["minibatches"]
+    # SB3 counts epochs in _n_updates; gradient steps are epochs x minibatches.
+    clock = _sb3_clock(window, True,
+                       lambda m: m._n_updates // PPO_HP["epochs"] * per_itr)
+    try:
+        model.learn(total_timesteps=HUGE_STEPS, callback=clock)
+    finally:
+        env.close()
+    return dict(window.result(), envs=n_envs, torch_threads=torch.get_num_threads())
+
+
+def child_sb3_dqn(args: argparse.Namespace) -> dict:
+    from stable_baselines3 import DQN
+
+    s = _dqn_settings(args)
+    env = _sb3_env(s["batch_B"], args.seed)
+    model = DQN("CnnPolicy", env, learning_rate=s["learning_rate"],
+                buffer_size=args.dqn_replay_size, learning_starts=args.dqn_learning_starts,
+                batch_size=s["batch_size"], gamma=s["discount"],
+                train_freq=(s["batch_T"], "step"), gradient_steps=s["updates_per_itr"],
+                target_update_interval=s["target_update_steps"],
+                exploration_fraction=s["eps_steps"] / HUGE_STEPS,
+                exploration_final_eps=s["eps_final"], max_grad_norm=s["clip_grad_norm"],
+                # one copy of each frame stack instead of two (SB3's memory saver)
+                optimize_memory_usage=True,
+                replay_buffer_kwargs=dict(handle_timeout_termination=False),
+                seed=args.seed, device=args.device, verbose=0)
+    window = Window(args.warmup, args.seconds)
+    clock = _sb3_clock(window, False, lambda m: m._n_updates)
+    try:
+        model.learn(total_timesteps=HUGE_STEPS, callback=clock)
+    finally:
+        env.close()
+    return dict(window.result(), envs=s["batch_B"])
+
+
+# ---- CleanRL-style PPO on EnvPool ------------------------------------------------------------
+
+def child_cleanrl_envpool(args: argparse.Namespace) -> dict:
+    """PPO as CleanRL's ppo_atari_envpool runs it, written from its algorithm: rollout of
+    T steps x N envs with per-step inference, GAE, then epochs of shuffled minibatches with
+    normalized advantages, clipped surrogate, clipped value loss and entropy bonus."""
+    import envpool
+    import numpy as np
+    import torch
+    from torch import nn
+    from torch.distributions import Categorical
+
+    device = torch.device("cuda" if args.device == "cuda" else "cpu")
+    torch.manual_seed(args.seed)
+    np.random.seed(args.seed)
+    n_envs, T = args.envs, args.steps_per_env
+    envs = envpool.make("Pong-v5", env_type="gymnasium", num_envs=n_envs, seed=args.seed,
+                        episodic_life=True, reward_clip=True, repeat_action_probability=0.0,
+                        frame_skip=4, stack_num=4, img_height=84, img_width=84,
+                        gray_scale=True, noop_max=30)
+    obs_shape = envs.single_observation_space.shape if hasattr(
+        envs, "single_observation_space") else envs.observation_space.shape
+    n_actions = envs.action_space.n
+
+    def ortho(layer: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
+        return layer
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(
+                ortho(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
+                ortho(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+                ortho(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+                nn.Flatten(), ortho(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
+            self.pi = ortho(nn.Linear(512, n_actions), 0.01)
+            self.v = ortho(nn.Linear(512, 1), 1.0)
+
+        def value(self, obs):
+            return self.v(self.body(obs / 255.0)).squeeze(-1)
+
+        def act(self, obs, action=None):
+            hidden = self.body(obs / 255.0)
+            dist = Categorical(logits=self.pi(hidden))
+            if action is None:
+                action = dist.sample()
+            return action, dist.log_prob(action), dist.entropy(), self.v(hidden).squeeze(-1)
+
+    net = Net().to(device)
+    lr = PPO_HP["learning_rate"]
+    optimizer = torch.optim.Adam(net.parameters(), lr=lr, eps=1e-5)
+    gamma, lam, clip = PPO_HP["discount"], PPO_HP["gae_lambda"], PPO_HP["ratio_clip"]
+    batch = n_envs * T
+    minibatch = batch // PPO_HP["minibatches"]
+    n_iterations = HUGE_STEPS // batch
+
+    obs_buf = torch.zeros((T, n_envs) + tuple(obs_shape), device=device)
+    actions = torch.zeros((T, n_envs), dtype=torch.long, device=device)
+    logprobs = torch.zeros((T, n_envs), device=device)
+    rewards = torch.zeros((T, n_envs), device=device)
+    dones = torch.zeros((T, n_envs), device=device)
+    values = torch.zeros((T, n_envs), device=device)
+
+    obs, _ = envs.reset()
+    next_obs = torch.as_tensor(obs, device=device, dtype=torch.float32)
+    next_done = torch.zeros(n_envs, device=device)
+    window = Window(args.warmup, args.seconds)
+    steps = updates = 0
+    for iteration in range(1, n_iterations + 1):
+        for group in optimizer.param_groups:  # linear annealing
+            group["lr"] = lr * (1.0 - (iteration - 1.0) / n_iterations)
+        for t in range(T):
+            steps += n_envs
+            obs_buf[t] = next_obs
+            dones[t] = next_done
+            with torch.no_grad():
+                action, logprob, _, value = net.act(next_obs)
+            actions[t], logprobs[t], values[t] = action, logprob, value
+            obs, reward, terminated, truncated, _ = envs.step(action.cpu().numpy())
+            rewards[t] = torch.as_tensor(reward, device=device, dtype=torch.float32)
+            next_obs = torch.as_tensor(obs, device=device, dtype=torch.float32)
+            next_done = torch.as_tensor(np.logical_or(terminated, truncated), device=device,
+                                        dtype=torch.float32)
+        with torch.no_grad():  # generalized advantage estimation
+            next_value = net.value(next_obs)
+            advantages = torch.zeros_like(rewards)
+            running = torch.zeros(n_envs, device=device)
+            for t in reversed(range(T)):
+                if t == T - 1:
+                    not_done, following = 1.0 - next_done, next_value
+                else:
+                    not_done, following = 1.0 - dones[t + 1], values[t + 1]
+                delta = rewards[t] + gamma * following * not_done - values[t]
+                running = delta + gamma * lam * not_done * running
+                advantages[t] = running
+            returns = advantages + values
+        b_obs = obs_buf.reshape((batch,) + tuple(obs_shape))
+        b_actions, b_logprobs = actions.reshape(-1), logprobs.reshape(-1)
+        b_adv, b_returns, b_values = (advantages.reshape(-1), returns.reshape(-1),
+                                      values.reshape(-1))
+        order = np.arange(batch)
+        for _ in range(PPO_HP["epochs"]):
+            np.random.shuffle(order)
+            for start in range(0, batch, minibatch):
+                idx = torch.as_tensor(order[start:start + minibatch], device=device)
+                _, new_logprob, entropy, new_value = net.act(b_obs[idx], b_actions[idx])
+                log_ratio = new_logprob - b_logprobs[idx]
+                ratio = log_ratio.exp()
+                with torch.no_grad():  # the diagnostics CleanRL logs (they sync per step)
+                    _approx_kl = ((ratio - 1) - log_ratio).mean().item()
+                    _clip_frac = ((ratio - 1.0).abs() > clip).float().mean().item()
+                adv = b_adv[idx]
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                policy_loss = torch.max(-adv * ratio,
+                                        -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
+                value_clipped = b_values[idx] + (new_value - b_values[idx]).clamp(-clip, clip)
+                value_loss = 0.5 * torch.max((new_value - b_returns[idx]) ** 2,
+                                             (value_clipped - b_returns[idx]) ** 2).mean()
+                loss = (policy_loss - PPO_HP["entropy_loss_coeff"] * entropy.mean()
+                        + PPO_HP["value_loss_coeff"] * value_loss)
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(net.parameters(), PPO_HP["clip_grad_norm"])
+                optimizer.step()
+                updates += 1
+        if window.observe(steps, updates):
+            break
+    envs.close()
+    return dict(window.result(), envs=n_envs, torch_threads=torch.get_num_threads())
+
+
+# ---- the child ------------------------------------------------------------------------------
+
+def run_child(name: str, args: argparse.Namespace) -> None:
+    need = CONTENDERS[name][2]
+    if need is not None:
+        try:
+            importlib.import_module(need)
+        except ImportError as error:
+            print(SKIP_TAG + f"{need} not importable ({error})", flush=True)
+            return
+    if name == "rlfast-random":
+        figures = child_rlfast_random(args)
+    elif name in RLFAST_PPO_SAMPLER:
+        figures = child_rlfast_ppo(name, args)
+    elif name in ("rlfast-dqn", "rlfast-dqn-async"):
+        figures = child_rlfast_dqn(name, args)
+    elif name == "sb3":
+        figures = child_sb3_ppo(args)
+    elif name == "sb3-dqn":
+        figures = child_sb3_dqn(args)
+    elif name == "cleanrl-envpool":
+        figures = child_cleanrl_envpool(args)
+    else:
+        raise SystemExit(f"unknown contender {name!r}")
+    _report(figures)
+
+
+# ---- the parent ------------------------------------------------------------------------------
+
+CHILD_ARGS = ("envs", "steps_per_env", "seconds", "warmup", "device", "seed", "dqn_envs",
+              "dqn_learning_starts", "dqn_replay_size")
+
+
+def run_contender(name: str, args: argparse.Namespace) -> tuple[str, dict | str]:
+    """One contender in a fresh child process (its own process group, killed on timeout):
+    ``("ok", figures)``, ``("skipped", reason)`` or ``("failed", output tail)``."""
+    cmd = [sys.executable, SCRIPT, "--child", name]
+    for key in CHILD_ARGS:
+        cmd += ["--" + key.replace("_", "-"), str(getattr(args, key))]
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, start_new_session=True)
+    timeout = 300 + 3 * (args.warmup + args.seconds)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except BaseException:  # a timeout or Ctrl-C: no process of the run may outlive it
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, _ = proc.communicate()
+        return "failed", f"did not finish within {timeout:.0f} s:\n{out[-3000:]}"
+    lines = out.splitlines()
+    skip = [line for line in lines if line.startswith(SKIP_TAG)]
+    if skip:
+        return "skipped", skip[-1][len(SKIP_TAG):]
+    marker = UNAVAILABLE_MARKERS.get(name)
+    if proc.returncode != 0 and marker and marker in out and "TypeError" in out:
+        return "skipped", "not available"
+    results = [line for line in lines if line.startswith(RESULT_TAG)]
+    if proc.returncode != 0 or not results:
+        return "failed", f"exit {proc.returncode}:\n{out[-3000:]}"
+    return "ok", json.loads(results[-1][len(RESULT_TAG):])
+
+
+def missing_package(name: str) -> str | None:
+    need = CONTENDERS[name][2]
+    if need is not None and importlib.util.find_spec(need) is None:
+        return f"{need} not installed"
+    return None
+
+
+def _fmt_ratio(value: float | None, base: float | None) -> str:
+    if value is None or not base:
+        return "n/a"
+    return f"{value / base:.2f}x"
+
+
+def print_tables(args, names, medians, runs, status) -> None:
+    def cell(name):
+        if name in medians:
+            return f"{medians[name]['steps_per_s']:,.0f}"
+        return status[name]
+
+    def steps(name):
+        return medians[name]["steps_per_s"] if name in medians else None
+
+    window = (f"medians of {args.rounds} round(s) of {args.seconds:g} s after {args.warmup:g} s "
+              f"warm-up, device {args.device}")
+    ppo = [n for n in names if CONTENDERS[n][0] == "ppo"]
+    if ppo:
+        print(f"\nPPO on Pong, {args.envs} envs x {args.steps_per_env} steps per batch, "
+              f"{window}")
+        print("| contender | env steps/s (median) | rounds | vs CleanRL+EnvPool | vs SB3 |")
+        print("|---|---|---|---|---|")
+        clean, sb3 = steps("cleanrl-envpool"), steps("sb3")
+        for n in ppo:
+            print(f"| {n} | {cell(n)} | {len(runs[n])} | {_fmt_ratio(steps(n), clean)} | "
+                  f"{_fmt_ratio(steps(n), sb3)} |")
+    dqn = [n for n in names if CONTENDERS[n][0] == "dqn"]
+    if dqn:
+        s = _dqn_settings(args)
+        print(f"\nDQN on Pong, {s['batch_B']} envs x {s['batch_T']} steps per sampler "
+              f"iteration, {window}")
+        print("| contender | env steps/s (median) | rounds | vs SB3 DQN | updates per env step |")
+        print("|---|---|---|---|---|")
+        base = steps("sb3-dqn")
+        for n in dqn:
+            m = medians.get(n)
+            upd = f"{m['updates_per_s'] / m['steps_per_s']:.3f}" if m and m["steps_per_s"] else "n/a"
+            print(f"| {n} | {cell(n)} | {len(runs[n])} | {_fmt_ratio(steps(n), base)} | {upd} |")
+        print(f"Matched replay ratio: rlfast DQN replay_ratio {s['replay_ratio']:g} x "
+              f"{s['batch_B']} envs x {s['batch_T']} steps / batch {s['batch_size']} = "
+              f"{s['updates_per_itr']} updates per {s['batch_B'] * s['batch_T']} env steps "
+              f"({s['updates_per_step']:.3f}/step); SB3 DQN train_freq={s['batch_T']} vector "
+              f"steps x {s['batch_B']} envs, gradient_steps={s['updates_per_itr']}, "
+              f"batch_size={s['batch_size']}, target_update_interval="
+              f"{s['target_update_steps']} env steps; both learning_starts/min_steps_learn="
+              f"{args.dqn_learning_starts}, replay {args.dqn_replay_size:,}")
+    if "rlfast-random" in names:
+        base = steps("rlfast-random")
+        print(f"\nSampling alone (rlfast cpu sampler, random agent, no learning): "
+              f"{cell('rlfast-random')} env steps/s")
+        if base:
+            shares = ", ".join(f"{n} {steps(n) / base:.0%}" for n in ppo
+                               if n.startswith("rlfast-") and n in medians)
+            print(f"Training throughput as a share of it: {shares}")
+    print("\nContenders: " + "; ".join(f"{n}: {CONTENDERS[n][1]}" for n in names))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=None, help="default 3 (--quick: 1)")
+    parser.add_argument("--seconds", type=float, default=None, help="default 60 (--quick: 2)")
+    parser.add_argument("--warmup", type=float, default=None, help="default 20 (--quick: 1)")
+    parser.add_argument("--envs", type=int, default=None,
+                        help="PPO environments for every contender (default 8, --quick 4)")
+    parser.add_argument("--steps-per-env", type=int, default=None,
+                        help="PPO steps per env per batch (default 128, --quick 16)")
+    parser.add_argument("--dqn-envs", type=int, default=None,
+                        help="DQN environments (default: the dqn preset's batch_B, 16; "
+                        "--quick 4)")
+    parser.add_argument("--dqn-learning-starts", type=int, default=None,
+                        help="env steps before DQN learns, both libraries (default 5000; "
+                        "--quick 200)")
+    parser.add_argument("--dqn-replay-size", type=int, default=None,
+                        help="DQN replay size, both libraries (default 50000; --quick 5000)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--contenders", nargs="+", default=None, choices=list(CONTENDERS),
+                        metavar="NAME", help="a subset of: " + " ".join(CONTENDERS))
+    parser.add_argument("--random-agent", action="store_true",
+                        help="also measure the rlfast cpu sampler with a random agent")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny batches, one round of a few seconds (smoke test)")
+    parser.add_argument("--json", default=None, help="also write the figures here")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    q = args.quick
+    for key, full, quick in (("rounds", 3, 1), ("seconds", 60.0, 2.0), ("warmup", 20.0, 1.0),
+                             ("envs", 8, 4), ("steps_per_env", 128, 16),
+                             ("dqn_learning_starts", 5000, 200),
+                             ("dqn_replay_size", 50_000, 5000)):
+        if getattr(args, key) is None:
+            setattr(args, key, quick if q else full)
+    if args.dqn_envs is None:
+        args.dqn_envs = 4 if q else _preset_dqn_envs()
+    if args.child:
+        run_child(args.child, args)
+        return
+    if args.envs < 1 or args.steps_per_env < 1 or (args.envs * args.steps_per_env) % 4:
+        parser.error("--envs x --steps-per-env must be a positive multiple of 4 "
+                     "(4 minibatches)")
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            parser.error("--device cuda needs a GPU")
+    names = list(args.contenders or DEFAULT_CONTENDERS)
+    if args.random_agent and "rlfast-random" not in names:
+        names.append("rlfast-random")
+    print(f"Machine: {machine()}", flush=True)
+    status: dict[str, str] = {}
+    for n in names:
+        reason = missing_package(n)
+        if reason:
+            status[n] = f"skipped ({reason})"
+            print(f"{n}: skipped ({reason})", flush=True)
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    failed = False
+    for round_ in range(args.rounds):
+        order = names if round_ % 2 == 0 else names[::-1]
+        for n in order:
+            if n in status:
+                continue
+            outcome, payload = run_contender(n, args)
+            if outcome == "ok":
+                runs[n].append(payload)
+                print(f"round {round_ + 1}: {n}: {payload['steps_per_s']:,.0f} env steps/s, "
+                      f"{payload['updates_per_s']:,.1f} updates/s", flush=True)
+            elif outcome == "skipped":
+                status[n] = f"skipped ({payload})"
+                print(f"round {round_ + 1}: {n}: skipped ({payload})", flush=True)
+            else:
+                status[n] = "failed"
+                failed = True
+                print(f"round {round_ + 1}: {n}: FAILED {payload}", file=sys.stderr,
+                      flush=True)
+                print(f"round {round_ + 1}: {n}: failed (output on stderr)", flush=True)
+    medians = {n: dict(steps_per_s=statistics.median(r["steps_per_s"] for r in runs[n]),
+                       updates_per_s=statistics.median(r["updates_per_s"] for r in runs[n]),
+                       envs=runs[n][0]["envs"])
+               for n in names if runs[n] and n not in status}
+    print_tables(args, names, medians, runs, status)
+    if args.json:
+        settings = {k: getattr(args, k) for k in CHILD_ARGS + ("rounds", "quick")}
+        with open(args.json, "w") as f:
+            json.dump(dict(machine=machine(), settings=settings, ppo_hyperparameters=PPO_HP,
+                           contenders={n: CONTENDERS[n][1] for n in names},
+                           medians=medians, runs=runs, status=status), f, indent=1)
+    if failed:
+        sys.exit(1)
+
+
+def _preset_dqn_envs() -> int:
+    from rlfast.experiments.presets import get_preset
+
+    return get_preset("dqn", ENV)["sampler"]["batch_B"]
+
+
+if __name__ == "__main__":
+    main()
