@@ -96,7 +96,8 @@ PRESETS["ppo"]["atari"] = dict(
              repeat_action_probability=0.0, horizon=27_000),
     algo=dict(discount=0.99, learning_rate=2.5e-4, value_loss_coeff=0.5,
               entropy_loss_coeff=0.01, clip_grad_norm=0.5, gae_lambda=0.95, minibatches=4,
-              epochs=4, ratio_clip=0.1, linear_lr_schedule=True, normalize_advantage=True),
+              epochs=4, ratio_clip=0.1, linear_lr_schedule=True, normalize_advantage=True,
+              optim_kwargs=dict(fused=True)),  # one-kernel Adam: see build_optimizer
     sampler=dict(batch_T=128, batch_B=8, **_ATARI_SAMPLER),
     runner=dict(n_steps=10_000_000, log_interval_steps=100_000),
 )
@@ -128,7 +129,8 @@ _ATARI_DQN_ALGO = dict(discount=0.99, batch_size=32, min_steps_learn=50_000, del
                        replay_size=1_000_000, replay_ratio=8, target_update_tau=1.0,
                        target_update_interval=312, n_step_return=1, learning_rate=2.5e-4,
                        clip_grad_norm=10.0, eps_steps=1_000_000, double_dqn=False,
-                       prioritized_replay=False, frame_buffer=True)
+                       prioritized_replay=False, frame_buffer=True,
+                       optim_kwargs=dict(fused=True))  # one-kernel Adam: see build_optimizer
 _ATARI_DQN_AGENT = dict(model_kwargs=dict(dueling=False), eps_init=1.0, eps_final=0.01,
                         eps_eval=0.001, recurrent=False)
 _RUN_CLASSIC = dict(n_steps=100_000, log_interval_steps=10_000)

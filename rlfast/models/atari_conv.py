@@ -85,5 +85,8 @@ def conv_features(conv: Conv2dModel, image: torch.Tensor, image_shape: tuple, dt
             f"{model_name}: image of shape {tuple(image.shape)} must end in image_shape "
             f"{image_shape} after leading dims [], [B] or [T, B]."
         )
-    img = scale_image(image, dtype)
-    return conv(img.reshape(T * B, *image_shape)).reshape(T * B, -1), lead_dim, T, B
+    image = image.reshape(T * B, *image_shape)
+    if conv._use_channels_last(image.device):  # lay out the uint8 pixels (a quarter of the
+        image = image.contiguous(memory_format=torch.channels_last)  # float bytes) once
+    img = scale_image(image, dtype)  # keeps the memory format
+    return conv(img).reshape(T * B, -1), lead_dim, T, B

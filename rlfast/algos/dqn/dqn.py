@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from rlfast.algos.base import RLAlgorithm
+from rlfast.algos.utils import build_optimizer
 from rlfast.replays import make_replay_buffer
 from rlfast.utils.buffer import buffer_to
 from rlfast.utils.checks import check_fraction, check_int
@@ -140,8 +141,8 @@ class DQN(RLAlgorithm):
     def optim_initialize(self, rank: int = 0) -> None:
         """Build the optimizer over the agent's parameters (restoring a given state)."""
         self.rank = rank
-        self.optimizer = self.OptimCls(self.agent.parameters(), lr=self.learning_rate,
-                                       **self.optim_kwargs)
+        self.optimizer = build_optimizer(self.OptimCls, self.agent.parameters(),
+                                         lr=self.learning_rate, **self.optim_kwargs)
         if self.initial_optim_state_dict is not None:
             self.optimizer.load_state_dict(self.initial_optim_state_dict)
 

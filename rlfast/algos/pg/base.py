@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from rlfast.algos.base import RLAlgorithm
-from rlfast.algos.utils import (discount_return, generalized_advantage_estimation,
-                                valid_from_done)
+from rlfast.algos.utils import (build_optimizer, discount_return,
+                                generalized_advantage_estimation, valid_from_done)
 from rlfast.utils.distributed import global_mean_std
 from rlfast.utils.tensor import valid_mean
 
@@ -74,8 +74,8 @@ class PolicyGradientAlgo(RLAlgorithm):
         self.batch_spec = batch_spec
         self.mid_batch_reset = mid_batch_reset
         self.world_size, self.rank = world_size, rank
-        self.optimizer = self.OptimCls(agent.parameters(), lr=self.learning_rate,
-                                       **self.optim_kwargs)
+        self.optimizer = build_optimizer(self.OptimCls, agent.parameters(),
+                                         lr=self.learning_rate, **self.optim_kwargs)
         if self.initial_optim_state_dict is not None:
             self.optimizer.load_state_dict(self.initial_optim_state_dict)
 
