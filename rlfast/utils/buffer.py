@@ -154,6 +154,12 @@ def buffer_copy_(dst: Any, src: Any) -> Any:
         for d, s in zip(dst, src):
             buffer_copy_(d, s)
         return dst
+    if _is_structure(src):
+        raise ValueError("buffer_copy_: the buffers differ in structure (a leaf against a "
+                         "tuple)")
+    if tuple(dst.shape) != tuple(src.shape):
+        raise ValueError(f"buffer_copy_: shapes differ: {tuple(dst.shape)} against "
+                         f"{tuple(src.shape)}")
     if isinstance(dst, torch.Tensor):
         dst.copy_(torch.as_tensor(src))
     else:

@@ -62,7 +62,8 @@ class PgAgent(BaseAgent):
         super().__init__(ModelCls=ModelCls, model_kwargs=model_kwargs,
                          initial_model_state_dict=initial_model_state_dict)
         self.greedy_eval = greedy_eval
-        if autocast is not None and autocast not in self.AUTOCAST_DTYPES:
+        if autocast is not None and (not isinstance(autocast, str)
+                                     or autocast not in self.AUTOCAST_DTYPES):
             raise ValueError(f"{type(self).__name__}: autocast must be None (float32) or one of "
                              f"{sorted(self.AUTOCAST_DTYPES)}; got {autocast!r}")
         self.autocast = autocast
