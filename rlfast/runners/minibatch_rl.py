@@ -43,11 +43,11 @@ class MinibatchRlBase(abc.ABC):
 
     Threads follow the work. On the CPU the master runs ``sample_torch_threads`` torch threads
     (default 1) while the sampler collects a batch (its workers need the cores) and
-    ``master_torch_threads`` while the algorithm optimizes; by default that is every core of
-    ``master_cpus`` (all available cores when none are given), because the synchronous
-    samplers' workers are idle then. Measured on 2 cores, a PPO minibatch of 256 trains in
-    0.71x the one-thread time with the Nature CNN and 0.6x-0.9x with MLPs of 64 to 400 units.
-    With the agent on a GPU the master's threads are left as they are unless given.
+    ``master_torch_threads`` while the algorithm optimizes (0: every core of ``master_cpus``,
+    or of the machine when none are given). By default a convolutional model optimizes on
+    every core, because the synchronous samplers' workers are idle then, and other models on
+    the sampling count (see ``_choose_optimize_threads`` for the measurements). With the agent
+    on a GPU the master's threads are left as they are unless given.
 
     ``overlap=True`` (on-policy algorithms: PPO, A2C) overlaps sampling with learning: while
     the learner trains on batch k, the sampler collects batch k+1 in a background thread with
@@ -56,7 +56,9 @@ class MinibatchRlBase(abc.ABC):
     agent infos record). The learner trains a private copy of the agent
     (``agent.training_twin()``), published to the sampling agent between batches; the
     iterations' policy lag is logged as ``PolicyLag`` (updates of ``optimize_agent``) and
-    ``PolicyLagGradientSteps``. The default, False, keeps the exact synchronous schedule.
+    ``PolicyLagGradientSteps``. One torch thread count serves the whole overlapped loop (it
+    is a process-wide setting): ``master_torch_threads`` if given, else the sampling count.
+    The default, False, keeps the exact synchronous schedule.
     """
 
     def __init__(self, algo: RLAlgorithm, agent: BaseAgent, sampler: BaseSampler,
@@ -104,6 +106,7 @@ class MinibatchRlBase(abc.ABC):
             traj_info_kwargs=self.get_traj_info_kwargs(), rank=self.rank,
             world_size=self.world_size)
         self.itr_batch_size = self.sampler.batch_spec.size * self.world_size
+        self._choose_optimize_threads()
         n_itr = self.get_n_itr()
         self.agent.to_device(self.affinity.get("cuda_idx"))
         if self.overlap:  # the learner trains a private copy; the sampler keeps this agent
@@ -158,14 +161,36 @@ class MinibatchRlBase(abc.ABC):
         if sample is None and on_cpu:
             sample = 1
         optimize = self.affinity.get("master_torch_threads")
+        self._all_master_cores = len(cpus) if cpus else len(available_cpus())
         if optimizer_only:
             sample = optimize = optimize or (1 if on_cpu else None)
-        elif optimize == 0 or (optimize is None and on_cpu):
-            optimize = len(cpus) if cpus else len(available_cpus())
+        elif optimize == 0:
+            optimize = self._all_master_cores
         self._sample_threads = int(sample) if sample else torch.get_num_threads()
-        self._optimize_threads = int(optimize) if optimize else self._sample_threads
+        # None on the CPU: decided once the model is built (_choose_optimize_threads).
+        self._optimize_threads = (int(optimize) if optimize
+                                  else None if on_cpu else self._sample_threads)
         if self._sample_threads != torch.get_num_threads():
             torch.set_num_threads(self._sample_threads)
+
+    def _choose_optimize_threads(self) -> None:
+        """The default optimizing thread count on the CPU (no ``master_torch_threads``):
+        every core of the master's for a convolutional model when the workers are idle
+        during updates (no overlap), else the sampling count.
+
+        Measured on 2 cores: a Nature CNN minibatch trains in 0.71x the one-thread time on
+        two threads, and keeps most of that gain on a loaded machine (its operations are
+        milliseconds long). MLPs of 64-400 units gain less on an idle machine (0.6x-0.9x)
+        and lose badly on a loaded one: their operations take microseconds, and each waits
+        at a barrier for a helper thread the OS may not schedule for a whole time slice (a
+        PPO CartPole run took 30-50x longer with two threads while other jobs held the
+        cores). Under overlap the workers sample during the updates and need the cores."""
+        if self._optimize_threads is not None:
+            return
+        convolutional = any(isinstance(m, torch.nn.modules.conv._ConvNd)
+                            for m in _modules(self.agent))
+        self._optimize_threads = (self._all_master_cores if convolutional and not self.overlap
+                                  else self._sample_threads)
 
     def shutdown(self) -> None:
         """Stop the progress bar and the sampler (joining its workers).
@@ -338,8 +363,8 @@ class MinibatchRlBase(abc.ABC):
         sampling, learner = self.sampling_agent, self.agent
         batches = _BatchThread(self.sampler)
         self._overlap_batches = batches
-        # Threads: the learner's count holds all along (torch's thread count is one setting
-        # for the whole process), the sampler's workers run beside it.
+        # Threads: torch's count is one setting for the whole process, so the learner's
+        # holds all along (by default the sampling count: the workers run beside it).
         torch.set_num_threads(self._optimize_threads)
         sampling.sample_mode(0)
         samples, traj_infos = self.sampler.obtain_samples(0)
@@ -451,6 +476,15 @@ class MinibatchRlBase(abc.ABC):
     def final_result(self) -> dict:
         """The summary ``train`` returns: at least ``final_return``, ``n_itr`` and
         ``cum_steps``."""
+
+
+def _modules(agent: Any) -> list:
+    """Every submodule of the agent's models (its ``model`` and any other module it holds)."""
+    found = []
+    for value in vars(agent).values():
+        if isinstance(value, torch.nn.Module):
+            found.extend(value.modules())
+    return found
 
 
 class _BatchThread:
