@@ -14,8 +14,10 @@ training episode, rewards clipped, no sticky actions; the Nature CNN (conv 32 8x
 
 - ``rlfast-cpu``, ``rlfast-serial``, ``rlfast-gpu``, ``rlfast-alternating``: the ``ppo``
   preset on ``atari:pong`` with the sampler of that name and the affinity ``build_experiment``
-  picks (what ``rlfast train`` runs); the gpu/alternating samplers serve actions from the
-  master (on the CPU when there is no GPU);
+  picks (what ``rlfast train`` runs), its ``cuda_idx`` set by ``--device``: with ``cuda`` the
+  master's agent (training; the gpu/alternating samplers' action server too) is on GPU 0,
+  with ``cpu`` (the default) everything runs on the CPU, the gpu/alternating samplers
+  serving actions from the master's CPU;
 - ``rlfast-overlap``: cpu sampler, ``runner.overlap=True`` (sampling the next batch while the
   algorithm trains on the last);
 - ``rlfast-bf16``: cpu sampler, ``agent.autocast="bf16"``;
@@ -41,10 +43,14 @@ sampling allows, to which each rlfast PPO row is compared (its share of it).
 Every run is one child process (``--child NAME``). Its clock starts at the first iteration
 boundary after the first gradient update; the measurement window opens at the first boundary
 ``--warmup`` s later and closes at the first boundary ``--seconds`` after that (boundaries:
-rlfast's log rows, one per PPO iteration and about every 256 env steps for DQN; SB3 PPO's
-rollout starts; SB3 DQN's vector steps; the CleanRL loop's iterations), so model construction,
-environment start-up and the first update are never timed. Env steps/s counts agent steps
-(frames / 4) of every environment; updates/s gradient steps. Medians over rounds.
+rlfast's log rows, one per PPO iteration and about every 256 env steps for DQN; SB3's
+rollout starts, every ``n_steps`` (PPO) or ``train_freq`` (DQN) vector steps; the CleanRL
+loop's iterations), so model construction, environment start-up and the first update are
+never timed. Env steps/s counts agent steps
+(frames / 4) of every environment; updates/s gradient steps. Medians over rounds. Each round's
+line also gives the CPU the run used over its window (in cores, its processes and threads)
+and the CPU other processes took meanwhile: on a shared machine, rounds with much of the
+latter are suspect (the spread over rounds is printed below the tables).
 
 A contender whose package is missing (stable_baselines3, envpool) is reported as skipped, as
 are ``rlfast-overlap`` and ``rlfast-bf16`` while this rlfast lacks the option (its child fails
@@ -112,6 +118,24 @@ HUGE_STEPS = 10 ** 12  # "train forever": the window ends the run
 
 # ---- the measurement window ------------------------------------------------------------------
 
+def _cpu_point() -> tuple[float, float]:
+    """(CPU seconds of the whole machine, CPU seconds of this process and its descendants):
+    their difference over the window is the load other processes put on the machine."""
+    import psutil
+
+    tree = 0.0
+    me = psutil.Process()
+    for proc in [me] + me.children(recursive=True):
+        try:
+            t = proc.cpu_times()
+            tree += t.user + t.system
+        except psutil.Error:
+            pass
+    machine_t = psutil.cpu_times()
+    busy = sum(machine_t) - machine_t.idle - getattr(machine_t, "iowait", 0.0)
+    return busy, tree
+
+
 class Window:
     """Opens ``warmup`` s after the first boundary with an update (with ``need_updates``
     False: the first boundary), closes ``seconds`` after it opened; ``observe`` is called at
@@ -132,10 +156,10 @@ class Window:
             return False
         if self.start is None:
             if now - self.clock >= self.warmup:
-                self.start = (now, steps, updates)
+                self.start = (now, steps, updates, _cpu_point())
             return False
         if now - self.start[0] >= self.seconds:
-            self.end = (now, steps, updates)
+            self.end = (now, steps, updates, _cpu_point())
             return True
         return False
 
@@ -144,8 +168,11 @@ class Window:
             raise RuntimeError("the run ended before its measurement window closed")
         seconds = self.end[0] - self.start[0]
         steps, updates = self.end[1] - self.start[1], self.end[2] - self.start[2]
+        (busy0, own0), (busy1, own1) = self.start[3], self.end[3]
         return dict(steps_per_s=steps / seconds, updates_per_s=updates / seconds,
-                    seconds=seconds, steps=steps, updates=updates)
+                    seconds=seconds, steps=steps, updates=updates,
+                    cpu_own=(own1 - own0) / seconds,
+                    cpu_other=max(0.0, (busy1 - busy0) - (own1 - own0)) / seconds)
 
 
 def _report(figures: dict) -> None:
@@ -319,22 +346,19 @@ def _sb3_env(n_envs: int, seed: int):
     return VecFrameStack(env, n_stack=4)
 
 
-def _sb3_clock(window: Window, per_rollout_start: bool, updates_of):
-    """An SB3 callback feeding the window: at rollout starts (PPO: iteration boundaries, the
-    previous iteration's training done) or at every vector step (DQN); stops training once
-    the window closed."""
+def _sb3_clock(window: Window, updates_of):
+    """An SB3 callback feeding the window at rollout starts (iteration boundaries: PPO's
+    rollout of ``n_steps``, DQN's ``train_freq`` steps, the previous training done); it stops
+    training once the window closed."""
     from stable_baselines3.common.callbacks import BaseCallback
 
     class Clock(BaseCallback):
         closed = False
 
         def _on_rollout_start(self) -> None:
-            if per_rollout_start:
-                self.closed = window.observe(self.model.num_timesteps, updates_of(self.model))
+            self.closed = window.observe(self.model.num_timesteps, updates_of(self.model))
 
         def _on_step(self) -> bool:
-            if not per_rollout_start:
-                self.closed = window.observe(self.model.num_timesteps, updates_of(self.model))
             return not self.closed
 
     return Clock()
@@ -358,8 +382,7 @@ def child_sb3_ppo(args: argparse.Namespace) -> dict:
     window = Window(args.warmup, args.seconds)
     per_itr = PPO_HP["epochs"] * PPO_HP["minibatches"]
     # SB3 counts epochs in _n_updates; gradient steps are epochs x minibatches.
-    clock = _sb3_clock(window, True,
-                       lambda m: m._n_updates // PPO_HP["epochs"] * per_itr)
+    clock = _sb3_clock(window, lambda m: m._n_updates // PPO_HP["epochs"] * per_itr)
     try:
         model.learn(total_timesteps=HUGE_STEPS, callback=clock)
     finally:
@@ -384,7 +407,7 @@ def child_sb3_dqn(args: argparse.Namespace) -> dict:
                 replay_buffer_kwargs=dict(handle_timeout_termination=False),
                 seed=args.seed, device=args.device, verbose=0)
     window = Window(args.warmup, args.seconds)
-    clock = _sb3_clock(window, False, lambda m: m._n_updates)
+    clock = _sb3_clock(window, lambda m: m._n_updates)
     try:
         model.learn(total_timesteps=HUGE_STEPS, callback=clock)
     finally:
@@ -570,12 +593,14 @@ def run_contender(name: str, args: argparse.Namespace) -> tuple[str, dict | str]
     timeout = 300 + 3 * (args.warmup + args.seconds)
     try:
         out, _ = proc.communicate(timeout=timeout)
-    except BaseException:  # a timeout or Ctrl-C: no process of the run may outlive it
+    except BaseException as error:  # a timeout or Ctrl-C: no process of the run may outlive it
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         out, _ = proc.communicate()
+        if not isinstance(error, subprocess.TimeoutExpired):
+            raise
         return "failed", f"did not finish within {timeout:.0f} s:\n{out[-3000:]}"
     lines = out.splitlines()
     skip = [line for line in lines if line.startswith(SKIP_TAG)]
@@ -607,7 +632,7 @@ def print_tables(args, names, medians, runs, status) -> None:
     def cell(name):
         if name in medians:
             return f"{medians[name]['steps_per_s']:,.0f}"
-        return status[name]
+        return status.get(name, "no figures")
 
     def steps(name):
         return medians[name]["steps_per_s"] if name in medians else None
@@ -634,7 +659,8 @@ def print_tables(args, names, medians, runs, status) -> None:
         base = steps("sb3-dqn")
         for n in dqn:
             m = medians.get(n)
-            upd = f"{m['updates_per_s'] / m['steps_per_s']:.3f}" if m and m["steps_per_s"] else "n/a"
+            upd = (f"{m['updates_per_s'] / m['steps_per_s']:.3f}" if m and m["steps_per_s"]
+                   else "n/a")
             print(f"| {n} | {cell(n)} | {len(runs[n])} | {_fmt_ratio(steps(n), base)} | {upd} |")
         print(f"Matched replay ratio: rlfast DQN replay_ratio {s['replay_ratio']:g} x "
               f"{s['batch_B']} envs x {s['batch_T']} steps / batch {s['batch_size']} = "
@@ -652,14 +678,19 @@ def print_tables(args, names, medians, runs, status) -> None:
             shares = ", ".join(f"{n} {steps(n) / base:.0%}" for n in ppo
                                if n.startswith("rlfast-") and n in medians)
             print(f"Training throughput as a share of it: {shares}")
+    spread = [f"{n} {min(r['steps_per_s'] for r in runs[n]):,.0f}-"
+              f"{max(r['steps_per_s'] for r in runs[n]):,.0f}" for n in names
+              if n in medians and len(runs[n]) > 1]
+    if spread:
+        print("\nSpread over rounds (env steps/s, min-max): " + ", ".join(spread))
     print("\nContenders: " + "; ".join(f"{n}: {CONTENDERS[n][1]}" for n in names))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=None, help="default 3 (--quick: 1)")
-    parser.add_argument("--seconds", type=float, default=None, help="default 60 (--quick: 2)")
-    parser.add_argument("--warmup", type=float, default=None, help="default 20 (--quick: 1)")
+    parser.add_argument("--seconds", type=float, default=None, help="default 60 (--quick: 1.5)")
+    parser.add_argument("--warmup", type=float, default=None, help="default 20 (--quick: 0.5)")
     parser.add_argument("--envs", type=int, default=None,
                         help="PPO environments for every contender (default 8, --quick 4)")
     parser.add_argument("--steps-per-env", type=int, default=None,
@@ -684,7 +715,7 @@ def main() -> None:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     q = args.quick
-    for key, full, quick in (("rounds", 3, 1), ("seconds", 60.0, 2.0), ("warmup", 20.0, 1.0),
+    for key, full, quick in (("rounds", 3, 1), ("seconds", 60.0, 1.5), ("warmup", 20.0, 0.5),
                              ("envs", 8, 4), ("steps_per_env", 128, 16),
                              ("dqn_learning_starts", 5000, 200),
                              ("dqn_replay_size", 50_000, 5000)):
@@ -695,6 +726,8 @@ def main() -> None:
     if args.child:
         run_child(args.child, args)
         return
+    if args.rounds < 1 or args.seconds <= 0 or args.warmup < 0:
+        parser.error("--rounds must be >= 1, --seconds > 0 and --warmup >= 0")
     if args.envs < 1 or args.steps_per_env < 1 or (args.envs * args.steps_per_env) % 4:
         parser.error("--envs x --steps-per-env must be a positive multiple of 4 "
                      "(4 minibatches)")
@@ -723,7 +756,9 @@ def main() -> None:
             if outcome == "ok":
                 runs[n].append(payload)
                 print(f"round {round_ + 1}: {n}: {payload['steps_per_s']:,.0f} env steps/s, "
-                      f"{payload['updates_per_s']:,.1f} updates/s", flush=True)
+                      f"{payload['updates_per_s']:,.1f} updates/s (CPU: this run "
+                      f"{payload['cpu_own']:.2f} cores, other processes "
+                      f"{payload['cpu_other']:.2f})", flush=True)
             elif outcome == "skipped":
                 status[n] = f"skipped ({payload})"
                 print(f"round {round_ + 1}: {n}: skipped ({payload})", flush=True)
@@ -735,6 +770,7 @@ def main() -> None:
                 print(f"round {round_ + 1}: {n}: failed (output on stderr)", flush=True)
     medians = {n: dict(steps_per_s=statistics.median(r["steps_per_s"] for r in runs[n]),
                        updates_per_s=statistics.median(r["updates_per_s"] for r in runs[n]),
+                       cpu_other=statistics.median(r["cpu_other"] for r in runs[n]),
                        envs=runs[n][0]["envs"])
                for n in names if runs[n] and n not in status}
     print_tables(args, names, medians, runs, status)
