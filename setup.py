@@ -20,6 +20,8 @@ setup(
     extras_require={
         "test": ["pytest>=7", "tensorboard>=2.10"],  # tensorboard: exercise the optional writer
         "tensorboard": ["tensorboard>=2.10"],
+        # The peers scripts/bench_*.py compare against; never imported by rlfast itself.
+        "bench": ["stable-baselines3>=2.0", "envpool>=0.8"],
     },
     entry_points={"console_scripts": ["rlfast=rlfast.cli:main"]},
 )

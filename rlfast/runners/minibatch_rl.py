@@ -57,7 +57,7 @@ class MinibatchRlBase(abc.ABC):
     (``agent.training_twin()``), published to the sampling agent between batches; the
     iterations' policy lag is logged as ``PolicyLag`` (updates of ``optimize_agent``) and
     ``PolicyLagGradientSteps``. One torch thread count serves the whole overlapped loop (it
-    is a process-wide setting): ``master_torch_threads`` if given, else the sampling count.
+    is a process-wide setting): the optimizing one.
     The default, False, keeps the exact synchronous schedule.
     """
 
@@ -175,8 +175,7 @@ class MinibatchRlBase(abc.ABC):
 
     def _choose_optimize_threads(self) -> None:
         """The default optimizing thread count on the CPU (no ``master_torch_threads``):
-        every core of the master's for a convolutional model when the workers are idle
-        during updates (no overlap), else the sampling count.
+        every core of the master's for a convolutional model, else the sampling count.
 
         Measured on 2 cores: a Nature CNN minibatch trains in 0.71x the one-thread time on
         two threads, and keeps most of that gain on a loaded machine (its operations are
@@ -184,12 +183,14 @@ class MinibatchRlBase(abc.ABC):
         and lose badly on a loaded one: their operations take microseconds, and each waits
         at a barrier for a helper thread the OS may not schedule for a whole time slice (a
         PPO CartPole run took 30-50x longer with two threads while other jobs held the
-        cores). Under overlap the workers sample during the updates and need the cores."""
+        cores). Under overlap too: sampling is a small share of the work next to a
+        convolutional learner (PPO on Pong on 2 cores: the overlapped learner on one thread
+        kept 1.2 cores busy and ran at 0.67x the synchronous speed)."""
         if self._optimize_threads is not None:
             return
         convolutional = any(isinstance(m, torch.nn.modules.conv._ConvNd)
                             for m in _modules(self.agent))
-        self._optimize_threads = (self._all_master_cores if convolutional and not self.overlap
+        self._optimize_threads = (self._all_master_cores if convolutional
                                   else self._sample_threads)
 
     def shutdown(self) -> None:

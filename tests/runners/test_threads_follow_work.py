@@ -2,7 +2,7 @@
 with ``sample_torch_threads`` torch threads (default 1) and optimizes with
 ``master_torch_threads`` (``0``: every core of ``master_cpus``, or every available core). By
 default a convolutional model optimizes on every core and any other model (an MLP) on the
-sampling count; under overlap the sampling count too. The caller's thread count and cpu
+sampling count; under overlap one count (the optimizing one) serves the whole loop. The caller's thread count and cpu
 affinity come back after ``train()``, also when the run fails.
 
 The thread counts are read where the work happens: inside ``algo.optimize_agent`` (a PPO
@@ -137,8 +137,8 @@ def test_default_mlp_run_optimizes_on_the_sampling_count(sampler, caller_threads
 
 
 @pytest.mark.parametrize("affinity, optimize", [
-    (None, 1),  # the workers sample during the updates: the sampling count
-    (dict(master_torch_threads=0), len(available_cpus())),  # given: kept
+    (None, len(available_cpus())),  # a convolutional learner: every core
+    (dict(master_torch_threads=1), 1),  # given: kept
 ])
 def test_overlapped_conv_run_keeps_one_count_all_along(affinity, optimize, caller_threads):
     runner = _runner("cpu", affinity, model="conv", overlap=True)
