@@ -62,13 +62,16 @@ def atari_conv(
     return conv, conv.conv_out_size(h, w)
 
 
-def scale_image(image: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Pixels in [0, 255] (uint8, or any dtype) to ``dtype`` in [0, 1].
+def scale_image(image: torch.Tensor, dtype: torch.dtype,
+                memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
+    """Pixels in [0, 255] (uint8, or any dtype) to ``dtype`` in [0, 1], laid out in
+    ``memory_format`` (default: the image's own).
 
-    A uint8 image is converted and then scaled in place, so only one new tensor is made; an
-    image already of ``dtype`` is scaled out of place, never modifying the caller's tensor.
+    A uint8 image is converted (and laid out) in one pass and then scaled in place, so only
+    one new tensor is made; an image already of ``dtype`` and layout is scaled out of place,
+    never modifying the caller's tensor.
     """
-    converted = image.to(dtype)
+    converted = image.to(dtype, memory_format=memory_format)
     if converted is image:
         return converted.mul(1.0 / 255)
     return converted.mul_(1.0 / 255)
@@ -86,7 +89,7 @@ def conv_features(conv: Conv2dModel, image: torch.Tensor, image_shape: tuple, dt
             f"{image_shape} after leading dims [], [B] or [T, B]."
         )
     image = image.reshape(T * B, *image_shape)
-    if conv._use_channels_last(image.device):  # lay out the uint8 pixels (a quarter of the
-        image = image.contiguous(memory_format=torch.channels_last)  # float bytes) once
-    img = scale_image(image, dtype)  # keeps the memory format
+    layout = (torch.channels_last if conv._use_channels_last(image.device)
+              else torch.preserve_format)  # converted and laid out in one pass
+    img = scale_image(image, dtype, memory_format=layout)
     return conv(img).reshape(T * B, -1), lead_dim, T, B
