@@ -1,7 +1,6 @@
 """PgAgent(autocast="bf16"): forward passes under torch.autocast in bfloat16, outputs back in
 float32, close to the float32 agent's with the same weights; gradients reach the float32
 parameters; the presets' ``agent.autocast`` and ``runner.overlap`` keys."""
-import functools
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ from rlfast.experiments.config import apply_overrides
 from rlfast.experiments.presets import build_experiment, get_preset
 
 from tests.algos import _pg_batch as pg
+from tests.agents._spaces import spaces_of
 
 BF16_TOL = 2e-2
 
@@ -20,20 +20,6 @@ AGENTS = {
     "categorical": (CategoricalPgAgent, dict(hidden_sizes=[16]), "cartpole"),
     "atari": (AtariFfAgent, dict(fc_sizes=16), "pong"),
 }
-
-
-@functools.lru_cache(maxsize=None)
-def spaces_of(key):
-    if key == "pong":
-        pytest.importorskip("ale_py")
-        from rlfast.envs import AtariEnv
-        env = AtariEnv(game="pong")
-        try:
-            return env.spaces
-        finally:
-            env.close()
-    from rlfast.envs import make
-    return make("CartPole-v1").spaces
 
 
 def pair(name):

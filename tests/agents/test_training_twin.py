@@ -1,7 +1,6 @@
 """BaseAgent.training_twin() and publish_to(): a learner's private copy of a sampling agent,
 trained without touching the sampler's (shared-memory) parameters, then published back in
 place."""
-import functools
 
 import pytest
 import torch
@@ -9,6 +8,7 @@ import torch.distributed as dist
 
 from rlfast.agents import (AtariFfAgent, CategoricalPgAgent, DqnAgent, MujocoFfAgent,
                            RecurrentCategoricalPgAgent)
+from tests.agents._spaces import spaces_of
 
 # name -> (factory, spaces key, observation kind, discrete actions, recurrent)
 AGENTS = {
@@ -23,20 +23,6 @@ AGENTS = {
                   "cartpole", True, True),
     "dqn": (lambda: DqnAgent(model_kwargs=dict(hidden_sizes=[8])), "cartpole", True, False),
 }
-
-
-@functools.lru_cache(maxsize=None)
-def spaces_of(key):
-    if key == "pong":
-        pytest.importorskip("ale_py")
-        from rlfast.envs import AtariEnv
-        env = AtariEnv(game="pong")
-        try:
-            return env.spaces
-        finally:
-            env.close()
-    from rlfast.envs import make
-    return make({"cartpole": "CartPole-v1", "pendulum": "Pendulum-v1"}[key]).spaces
 
 
 @pytest.fixture(autouse=True)
