@@ -365,7 +365,7 @@ class MinibatchRlBase(abc.ABC):
         batches = _BatchThread(self.sampler)
         self._overlap_batches = batches
         # Threads: torch's count is one setting for the whole process, so the learner's
-        # holds all along (by default the sampling count: the workers run beside it).
+        # holds all along (background batches and evaluations run under it too).
         torch.set_num_threads(self._optimize_threads)
         sampling.sample_mode(0)
         samples, traj_infos = self.sampler.obtain_samples(0)
