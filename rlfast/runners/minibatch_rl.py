@@ -155,7 +155,8 @@ class MinibatchRlBase(abc.ABC):
                 proc.cpu_affinity(list(cpus))  # validated above: these cores exist
                 self._previous_cpus = previous
         # Threads follow the work (see the class docstring): one while the workers sample,
-        # every core of the master's while they are idle and the algorithm optimizes.
+        # the optimizing count (for a convolutional model every core of the master's, see
+        # _choose_optimize_threads) while they are idle and the algorithm optimizes.
         on_cpu = self.affinity.get("cuda_idx") is None
         sample = self.affinity.get("sample_torch_threads")
         if sample is None and on_cpu:
