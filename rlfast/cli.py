@@ -13,7 +13,7 @@ import tempfile
 from rlfast.experiments.config import ConfigError, apply_overrides
 from rlfast.experiments.presets import (ATARI_PREFIX, PRESETS, RUNNERS, SAMPLERS,
                                        build_experiment, check_runner, default_sampler,
-                                       get_preset)
+                                       get_preset, run_params)
 from rlfast.runners import MinibatchRlBase, TrainingInterrupted
 from rlfast.runners.interrupts import signal_name
 from rlfast.utils.distributed import BACKENDS, DistEnv, launch_env
@@ -248,10 +248,10 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
                               world_size=None if dist_env is not None else world_size,
                               backend=getattr(args, "backend", None), distributed=distributed)
     runner.progress_bar = not args.no_progress
-    log_params = dict(algo=args.algo, env=args.env, sampler=args.sampler, seed=args.seed,
-                      affinity=args.affinity, runner=runner_kind, config=config,
-                      world_size=world_size, backend=getattr(args, "backend", None),
-                      launcher=dist_env.launcher if dist_env is not None else None)
+    log_params = run_params(args.algo, args.env, config, args.sampler, args.seed,
+                            affinity=args.affinity, runner=runner_kind, world_size=world_size,
+                            backend=getattr(args, "backend", None),
+                            launcher=dist_env.launcher if dist_env is not None else None)
     return TrainRun(args=args, config=config, runner=runner, log_params=log_params,
                     exp_dir=exp_dir, dist_env=dist_env)
 

@@ -98,3 +98,38 @@ class RLAlgorithm(abc.ABC):
     def load_optim_state_dict(self, state_dict: dict) -> None:
         """Restore the optimizer's state from :meth:`optim_state_dict`'s output."""
         self.optimizer.load_state_dict(state_dict)
+
+    # ---- resume ------------------------------------------------------------------------------
+    learn_after_itr = 0  # a run resumed without its replay learns again from this iteration
+
+    def state_dict(self) -> dict:
+        """The algorithm's counters and schedules beyond the optimizer (which
+        :meth:`optim_state_dict` holds): the update counter, a learning-rate scheduler's
+        position, and the iteration learning pauses until after a resume without replay.
+        Schedules driven by the iteration (epsilon, PER beta) need nothing saved."""
+        state = dict(update_counter=int(self.update_counter),
+                     learn_after_itr=int(self.learn_after_itr))
+        scheduler = getattr(self, "lr_scheduler", None)
+        if scheduler is not None:
+            state["lr_scheduler"] = scheduler.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (after ``initialize``)."""
+        self.update_counter = int(state["update_counter"])
+        self.learn_after_itr = int(state.get("learn_after_itr", 0))
+        scheduler = getattr(self, "lr_scheduler", None)
+        if scheduler is not None and "lr_scheduler" in state:
+            scheduler.load_state_dict(dict(state["lr_scheduler"]))
+
+    def resume_without_replay(self, itr: int) -> None:
+        """A run resumes at iteration ``itr`` with an empty replay buffer (its content was
+        not saved): learning waits until the buffer again holds ``min_steps_learn`` steps,
+        as at the start of a run. Algorithms without replay have nothing to refill."""
+        min_itr_learn = getattr(self, "min_itr_learn", 0)
+        self.learn_after_itr = int(itr) + int(min_itr_learn)
+
+    def learning(self, itr: int) -> bool:
+        """Whether iteration ``itr`` trains (replay algorithms: past ``min_itr_learn`` and
+        any refill after a resume without replay)."""
+        return itr >= getattr(self, "min_itr_learn", 0) and itr >= self.learn_after_itr

@@ -52,5 +52,27 @@ class Env(ABC):
         """Seed the environment's randomness; the base environment has none, so this does
         nothing. Subclasses with stochastic dynamics override it."""
 
+    def render(self) -> Any:
+        """The current frame as an RGB ``uint8`` array ``(height, width, 3)``, for watching an
+        agent and recording videos (``rlfast watch``). Environments that draw frames override
+        it; this one has no picture, so it says so."""
+        raise TypeError(f"{type(self).__name__} does not render frames; rlfast watch needs an "
+                        f"environment with an RGB render (a gymnasium environment made with "
+                        f"render_mode='rgb_array', or atari:<game>)")
+
+    def get_state(self) -> dict | None:
+        """Everything needed to continue this environment exactly where it is (mid-episode
+        included), as plain data a snapshot can hold: numbers, strings, bytes, numpy arrays
+        and lists, tuples and dicts of them. None (this base implementation): the state
+        cannot be captured, and a resumed run starts new, reseeded episodes in this
+        environment instead. Environments that can be continued override both methods."""
+        return None
+
+    def set_state(self, state: dict) -> None:
+        """Restore what :meth:`get_state` returned (the environment was built with the same
+        arguments)."""
+        raise TypeError(f"{type(self).__name__} cannot restore a saved state (its get_state "
+                        f"returns None)")
+
     def close(self) -> None:
         """Release resources (windows, emulators, subprocesses); nothing to release here."""

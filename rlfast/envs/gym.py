@@ -19,6 +19,7 @@ from gymnasium.utils import RecordConstructorArgs
 from gymnasium.wrappers import TimeLimit
 
 from rlfast.envs.base import Env, EnvSpaces, EnvStep
+from rlfast.envs.state import gym_env_state, set_gym_env_state
 from rlfast.spaces.gym_wrapper import GymSpaceWrapper
 from rlfast.utils.collections import NamedTupleSchema
 
@@ -275,6 +276,29 @@ class GymEnvWrapper(Env):
         self._pending_seed = None if seed is None else int(seed)
         if seed is not None:
             self.env.action_space.seed(int(seed))
+
+    def render(self) -> np.ndarray:
+        """The gymnasium environment's frame; it must have been made with
+        ``render_mode="rgb_array"`` (``rlfast watch`` does so)."""
+        mode = getattr(self.env, "render_mode", None)
+        if mode != "rgb_array":
+            raise ValueError(f"{self._name} was made with render_mode={mode!r}; frames need "
+                             f"render_mode='rgb_array' (pass it in the env kwargs)")
+        return np.asarray(self.env.render())
+
+    def get_state(self) -> dict | None:
+        """The plain-data state of the gymnasium environment and its wrappers (see
+        ``rlfast.envs.state``), with the seed still to apply; None when the environment
+        holds state that is not plain data (MuJoCo, Box2D, frame-stacking wrappers)."""
+        layers = gym_env_state(self.env)
+        if layers is None:
+            return None
+        return dict(layers=layers, pending_seed=self._pending_seed)
+
+    def set_state(self, state: dict) -> None:
+        """Restore :meth:`get_state`'s output into an environment made the same way."""
+        set_gym_env_state(self.env, state["layers"])
+        self._pending_seed = state["pending_seed"]
 
     @property
     def horizon(self) -> int | None:

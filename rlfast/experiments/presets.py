@@ -430,6 +430,23 @@ def _algo(algo_name: str, algo_cfg: dict) -> RLAlgorithm:
     return ALGOS[algo_name](**algo_cfg)
 
 
+def run_params(algo: str, env: str, config: dict, sampler: str, seed: int,
+               affinity: str | None = None, runner: str = "sync", world_size: int = 1,
+               backend: str | None = None, launcher: str | None = None) -> dict:
+    """What a run records in ``params.json`` so that ``rlfast resume``, ``rlfast eval`` and
+    ``rlfast watch`` can rebuild it: the preset name, environment id, the fully resolved
+    ``config``, sampler, seed, affinity code (a string or None), runner kind, and the
+    distributed settings. ``rlfast train`` logs exactly this; a launch script that builds
+    its run with :func:`build_experiment` logs it too (``logger_context(...,
+    log_params=run_params(...))``) to make its runs resumable."""
+    if affinity is not None and not isinstance(affinity, str):
+        raise TypeError(f"run_params: affinity is the affinity code string (or None); got "
+                        f"{type(affinity).__name__}")
+    return dict(algo=algo, env=env, sampler=sampler, seed=seed, affinity=affinity,
+                runner=runner, config=config, world_size=world_size, backend=backend,
+                launcher=launcher)
+
+
 def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "cpu",
                      seed: int | None = None, affinity: dict | list | None = None,
                      runner: str = "sync", world_size: int | None = None,

@@ -16,6 +16,8 @@ import psutil
 import torch
 
 from rlfast.runners.interrupts import SigtermGuard, TrainingInterrupted, signal_name
+from rlfast.runners.snapshots import (RESUME_SEED_STRIDE, build_snapshot, check_resumable,
+                                      replay_sidecars, restore_snapshot)
 from rlfast.utils.checks import check_int
 from rlfast.utils.launching.affinity import validate_affinity
 from rlfast.utils.buffer import buffer_copy_, buffer_method
@@ -59,12 +61,16 @@ class MinibatchRlBase(abc.ABC):
     ``PolicyLagGradientSteps``. One torch thread count serves the whole overlapped loop (it
     is a process-wide setting): the optimizing one.
     The default, False, keeps the exact synchronous schedule.
+
+    Snapshots hold everything a continued run needs (see ``rlfast.runners.snapshots``);
+    ``snapshot_replay=True`` also saves the replay buffer beside each. ``resume_from``
+    makes the next ``train()`` continue from a snapshot instead of starting afresh.
     """
 
     def __init__(self, algo: RLAlgorithm, agent: BaseAgent, sampler: BaseSampler,
                  n_steps: int, seed: int | None = None, affinity: dict | None = None,
                  log_interval_steps: int = 100_000, progress_bar: bool = True,
-                 overlap: bool = False):
+                 overlap: bool = False, snapshot_replay: bool = False):
         owner = type(self).__name__
         if not isinstance(overlap, bool):
             raise TypeError(f"{owner}: overlap must be True or False; got {overlap!r}")
@@ -78,6 +84,10 @@ class MinibatchRlBase(abc.ABC):
         self.log_interval_steps = log_interval_steps
         self.progress_bar = progress_bar
         self.overlap = overlap
+        self.snapshot_replay = bool(snapshot_replay)  # replay buffer saved beside snapshots
+        self.resume_count = 0  # how many times this run was resumed (0: a fresh run)
+        self._resume: tuple[Mapping, str | None] | None = None
+        self._start_itr = 0
         self.sampling_agent = agent  # the agent the sampler acts with (a twin trains: overlap)
         self.rank, self.world_size = 0, 1
         self.stop_requested = False
@@ -118,6 +128,18 @@ class MinibatchRlBase(abc.ABC):
                              mid_batch_reset=self.sampler.mid_batch_reset, examples=examples,
                              world_size=self.world_size, rank=self.rank)
         self.initialize_logging()
+        self._start_itr = 0
+        if self._resume is not None:
+            snapshot, snapshot_dir = self._resume
+            start = int(snapshot["itr"]) + 1
+            if start >= n_itr:
+                raise ValueError(
+                    f"the snapshot is at {start * self.itr_batch_size} steps and the run "
+                    f"trains to n_steps={self.n_steps}: nothing is left to do; give a larger "
+                    f"total (rlfast resume --steps N)")
+            self._start_itr = restore_snapshot(self, snapshot, snapshot_dir)
+            logger.log(f"Resumed from iteration {start - 1} ({start * self.itr_batch_size} "
+                       f"steps); training to {self.n_steps} steps")
         return n_itr
 
     def _check_overlap(self) -> None:
@@ -134,8 +156,25 @@ class MinibatchRlBase(abc.ABC):
                              f"{type(self.sampler).__name__}")
 
     def sampler_seed(self) -> int:
-        """The seed the sampler gets: ``seed + 1``."""
-        return self.seed + 1
+        """The seed the sampler gets: ``seed + 1`` (a resumed run whose environments start
+        afresh adds ``RESUME_SEED_STRIDE`` per resume, so as not to replay the first
+        episodes)."""
+        return self.seed + 1 + RESUME_SEED_STRIDE * self.resume_count
+
+    @property
+    def sampler_restores_state(self) -> bool:
+        """Whether the sampler can continue its environments from a snapshot (the serial
+        sampler); others start new episodes on resume."""
+        return bool(getattr(self.sampler, "restores_state", False))
+
+    def resume_from(self, snapshot: Mapping[str, Any], snapshot_dir: str | None = None) -> None:
+        """Make the next ``train()`` continue the run ``snapshot`` was taken from (a dict from
+        ``load_snapshot``; ``snapshot_dir``: where its sidecar files, such as the replay
+        buffer, lie). The runner must be built as the run was (same algorithm, agent,
+        sampler and batch shape); ``n_steps`` may be larger, to train on."""
+        check_resumable(snapshot)
+        self._resume = (snapshot, snapshot_dir)
+        self.resume_count = int(snapshot.get("resume_count", 0)) + 1
 
     def _set_master_affinity(self, optimizer_only: bool = False) -> None:
         """Pin the master to ``master_cpus`` and set its torch threads (see the class
@@ -239,17 +278,29 @@ class MinibatchRlBase(abc.ABC):
     # ---- snapshots ---------------------------------------------------------------------------
     def get_itr_snapshot(self, itr: int) -> dict:
         """What a snapshot after iteration ``itr`` holds: iteration, environment steps so
-        far, agent and optimizer state, enough to inspect or resume the run."""
-        return dict(itr=itr, cum_steps=(itr + 1) * self.itr_batch_size,
-                    agent_state_dict=self.agent.state_dict(),
-                    optimizer_state_dict=self.algo.optim_state_dict())
+        far, agent and optimizer state, and everything else a resumed run needs (see
+        ``rlfast.runners.snapshots``)."""
+        return build_snapshot(self, itr)
 
     def save_itr_snapshot(self, itr: int) -> None:
-        """Hand the snapshot of iteration ``itr`` to the logger, which saves it (or not)
-        according to the run's snapshot mode."""
-        logger.log("saving snapshot...")
-        logger.save_itr_params(itr, self.get_itr_snapshot(itr))
+        """Hand the snapshot of iteration ``itr`` (and the replay buffer, with
+        ``snapshot_replay``) to the logger, which saves it (or not) according to the run's
+        snapshot mode."""
+        if logger.get_snapshot_dir() is not None and logger.get_snapshot_mode() != "none":
+            logger.log("saving snapshot...")
+            logger.save_itr_params(itr, self.get_itr_snapshot(itr),
+                                   sidecars=replay_sidecars(self))
         self._snapshot_itrs_done = itr + 1
+
+    def runner_state(self) -> dict:
+        """The runner's own counters, saved in snapshots: training time and completed
+        trajectories (subclasses add what their log rows are computed from)."""
+        return dict(cum_time=self._cum_time, cum_completed_trajs=self._cum_completed_trajs)
+
+    def load_runner_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`runner_state`'s output (after ``initialize_logging``)."""
+        self._cum_time = float(state["cum_time"])
+        self._cum_completed_trajs = int(state["cum_completed_trajs"])
 
     # ---- diagnostics -------------------------------------------------------------------------
     def initialize_logging(self) -> None:
@@ -332,7 +383,7 @@ class MinibatchRlBase(abc.ABC):
         if self.overlap:
             self._run_loop_overlapped(n_itr)
             return
-        for itr in range(n_itr):
+        for itr in range(self._start_itr, n_itr):
             with logger.prefix(f"itr #{itr} "):
                 self.agent.sample_mode(itr)
                 samples, traj_infos = self.sampler.obtain_samples(itr)
@@ -368,12 +419,13 @@ class MinibatchRlBase(abc.ABC):
         # Threads: torch's count is one setting for the whole process, so the learner's
         # holds all along (background batches and evaluations run under it too).
         torch.set_num_threads(self._optimize_threads)
-        sampling.sample_mode(0)
-        samples, traj_infos = self.sampler.obtain_samples(0)
+        first = self._start_itr
+        sampling.sample_mode(first)
+        samples, traj_infos = self.sampler.obtain_samples(first)
         batch = buffer_method(samples, "clone")  # the learner's copy, refilled in place
-        sampled_after = (0, 0)  # (iterations, gradient steps) behind the batch's parameters
-        published = (0, getattr(self.algo, "update_counter", 0))
-        for itr in range(n_itr):
+        sampled_after = (first, getattr(self.algo, "update_counter", 0))  # the batch's params
+        published = sampled_after
+        for itr in range(first, n_itr):
             with logger.prefix(f"itr #{itr} "):
                 if itr + 1 < n_itr:
                     sampling.sample_mode(itr + 1)
@@ -418,7 +470,9 @@ class MinibatchRlBase(abc.ABC):
         with SigtermGuard() as sigterm:
             try:
                 n_itr = self.startup()
-                self.before_loop()
+                self.itrs_done = self._snapshot_itrs_done = self._start_itr
+                if self._start_itr == 0:  # a resumed run logged its first rows already
+                    self.before_loop()
                 self._start_progress()
                 self._run_loop(n_itr)
                 sigterm.defer()  # the loop is over: SIGTERM must not cut the shutdown short
@@ -563,6 +617,18 @@ class MinibatchRl(MinibatchRlBase):
     def _traj_infos_for_log(self) -> Iterable[Mapping[str, Any]]:
         return self._traj_window
 
+    def runner_state(self) -> dict:
+        """Also the window of recent training trajectories and the last logged return."""
+        return dict(super().runner_state(), traj_window=[dict(t) for t in self._traj_window],
+                    new_completed=self._new_completed, last_return=self.last_return)
+
+    def load_runner_state(self, state: Mapping[str, Any]) -> None:
+        super().load_runner_state(state)
+        self._traj_window.clear()
+        self._traj_window.extend(state["traj_window"])
+        self._new_completed = int(state["new_completed"])
+        self.last_return = float(state["last_return"])
+
     def before_loop(self) -> None:
         """Nothing: online tracking needs no evaluation before training."""
 
@@ -599,6 +665,16 @@ class MinibatchRlEval(MinibatchRlBase):
         super().initialize_logging()
         self.last_eval_return = float("nan")
         self.eval_returns: list[tuple[int, float]] = []
+
+    def runner_state(self) -> dict:
+        """Also every evaluation so far and the last one's return."""
+        return dict(super().runner_state(), eval_returns=[list(e) for e in self.eval_returns],
+                    last_eval_return=self.last_eval_return)
+
+    def load_runner_state(self, state: Mapping[str, Any]) -> None:
+        super().load_runner_state(state)
+        self.eval_returns = [(int(steps), float(ret)) for steps, ret in state["eval_returns"]]
+        self.last_eval_return = float(state["last_eval_return"])
 
     def evaluate_agent(self, itr: int) -> tuple[list, float]:
         """Run the sampler's evaluation with the agent in eval mode; return the completed

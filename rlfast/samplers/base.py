@@ -6,6 +6,8 @@ import functools
 import math
 from typing import Any, Callable
 
+import numpy as np
+
 from rlfast.agents.base import BaseAgent
 
 from rlfast.samplers.buffer import build_samples_buffer
@@ -228,6 +230,20 @@ class BaseSampler(abc.ABC):
     def evaluate_agent(self, itr: int) -> list:
         """Run the evaluation environments; return the completed trajectory infos."""
 
+    def state_dict(self) -> dict | None:
+        """What a resumed run needs to continue this sampler's environments exactly where
+        they are (their states, the agent inputs and the running trajectories), or None
+        when that cannot be captured: the environments then start new episodes on resume,
+        reseeded. The serial sampler captures it when every environment can
+        (``Env.get_state``); parallel samplers keep their environments in worker processes
+        and return None."""
+        return None
+
+    def load_state_dict(self, state: dict | None) -> None:
+        """Restore :meth:`state_dict`'s output after ``initialize`` (None: nothing)."""
+        if state is not None:
+            raise ValueError(f"{type(self).__name__} cannot restore environment states")
+
     def shutdown(self) -> None:
         """Release the environments and any worker processes (safe to call twice)."""
 
@@ -235,3 +251,27 @@ class BaseSampler(abc.ABC):
     def batch_size(self) -> int:
         """Environment steps per batch, ``T * B``."""
         return self.batch_spec.size
+
+
+def plain_tree(value: Any) -> Any:
+    """A copy of a (nested) namedtuple / namedarraytuple of arrays as nested dicts of arrays,
+    which ``weights_only`` snapshots can hold (namedtuple classes they cannot)."""
+    if hasattr(value, "_fields"):
+        return {name: plain_tree(getattr(value, name)) for name in value._fields}
+    return np.array(value, copy=True)
+
+
+def copy_plain_tree_(dest: Any, plain: Any, where: str = "") -> None:
+    """Copy :func:`plain_tree`'s output back into the arrays of ``dest`` in place."""
+    if hasattr(dest, "_fields"):
+        if set(dest._fields) != set(plain):
+            raise ValueError(f"saved fields {sorted(plain)} differ from {sorted(dest._fields)}"
+                             f"{' in ' + where if where else ''}")
+        for name in dest._fields:
+            copy_plain_tree_(getattr(dest, name), plain[name], f"{where}.{name}".lstrip("."))
+        return
+    source = np.asarray(plain)
+    if source.shape != np.shape(dest):
+        raise ValueError(f"saved array {where or 'value'} has shape {source.shape}, the "
+                         f"sampler's {np.shape(dest)}: was the run resumed with other settings?")
+    dest[...] = source

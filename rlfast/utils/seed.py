@@ -2,6 +2,8 @@
 
 ``set_seed`` seeds Python's ``random``, numpy's global RNG and torch (CPU and, when
 present, every CUDA device) in one call, so a run is reproducible from one integer.
+``get_rng_state`` / ``set_rng_state`` save and restore all of those generators (snapshots
+hold them, so a resumed run draws the numbers the uninterrupted one would have drawn).
 ``make_seed`` draws a fresh seed from timing jitter, giving different values to
 processes started at the same moment.
 """
@@ -17,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-__all__ = ["set_seed", "make_seed"]
+__all__ = ["set_seed", "make_seed", "get_rng_state", "set_rng_state"]
 
 _MAX_SEED = 2 ** 32 - 1  # numpy's global RNG accepts seeds in [0, 2**32 - 1]
 
@@ -55,3 +57,30 @@ def make_seed() -> int:
         digest.update((time.perf_counter_ns() - start).to_bytes(8, "little", signed=True))
     digest.update(acc.to_bytes(4, "little"))
     return int.from_bytes(digest.digest(), "little") % 10001
+
+
+def get_rng_state() -> dict:
+    """The state of every generator ``set_seed`` seeds, as plain data and tensors (what a
+    ``weights_only`` snapshot can hold): Python's ``random``, numpy's global RNG, torch's
+    CPU generator and, when CUDA is initialized, every device's."""
+    version, internal, gauss = random.getstate()
+    state = dict(python=(version, list(internal), gauss), numpy=np.random.get_state(),
+                 torch=torch.get_rng_state())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what :func:`get_rng_state` returned. CUDA states are restored when this
+    process has as many devices; otherwise they are left seeded as they are."""
+    missing = [k for k in ("python", "numpy", "torch") if k not in state]
+    if missing:
+        raise ValueError(f"RNG state lacks {', '.join(missing)}")
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np.random.set_state(tuple(state["numpy"]))
+    torch.set_rng_state(state["torch"].cpu())
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):
+        torch.cuda.set_rng_state_all([s.cpu() for s in cuda])

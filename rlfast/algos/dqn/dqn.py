@@ -189,7 +189,7 @@ class DQN(RLAlgorithm):
         opt_info = OptInfo(loss=[], gradNorm=[], tdAbsErr=[])
         if samples is not None:
             self.replay_buffer.append_samples(self.samples_to_buffer(samples))
-        if itr < self.min_itr_learn:
+        if not self.learning(itr):
             return opt_info
         for _ in range(self.updates_per_optimize):
             batch = self.replay_buffer.sample_batch(self.replay_batch_size)

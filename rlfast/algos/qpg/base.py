@@ -195,7 +195,7 @@ class QpgAlgoBase(RLAlgorithm):
         priorities and targets updated as configured. Returns ``OptInfoCls`` of lists."""
         if samples is not None:
             self.replay_buffer.append_samples(self.samples_to_buffer(samples))
-        if itr < self.min_itr_learn:
+        if not self.learning(itr):
             return self.OptInfoCls(*([] for _ in self.OptInfoCls._fields))
         diagnostics = []
         for _ in range(self.updates_per_optimize):

@@ -16,7 +16,7 @@ from typing import Any
 
 import cv2
 import numpy as np
-from ale_py import Action, ALEInterface, LoggerMode, roms
+from ale_py import Action, ALEInterface, ALEState, LoggerMode, roms
 
 from rlfast.envs.traj_info import TrajInfo
 from rlfast.envs.base import Env, EnvStep
@@ -227,6 +227,42 @@ class AtariEnv(Env):
         self._rng = np.random.default_rng(seed)
         self.ale.setInt("random_seed", int(self._rng.integers(0, 2**31 - 1)))
         self.ale.loadROM(self._rom_path)
+
+    def render(self) -> np.ndarray:
+        """The full-colour screen, ``(210, 160, 3)`` uint8 (observations are grayscale and
+        downsampled; this is what a person would see)."""
+        if self.ale is None:
+            raise RuntimeError(f"AtariEnv({self.game!r}) was closed; make a new one")
+        return self.ale.getScreenRGB()
+
+    def get_state(self) -> dict:
+        """The emulator (ALE state with its random generator, as bytes), the no-op RNG, the
+        frame stack and the episode counters: enough to continue the game exactly."""
+        if self.ale is None:
+            raise RuntimeError(f"AtariEnv({self.game!r}) was closed; make a new one")
+        return dict(ale=self.ale.cloneState(include_rng=True).serialize(),
+                    rng=self._rng.bit_generator.state, ring=self._ring.copy(),
+                    raw_prev=self._raw_prev.copy(), raw_last=self._raw_last.copy(),
+                    newest=self._newest, lives=self._lives, step_count=self._step_count,
+                    start_noops=self.start_noops)
+
+    def set_state(self, state: dict) -> None:
+        """Restore :meth:`get_state`'s output into an AtariEnv of the same game and
+        settings (the arrays are copied in place)."""
+        if self.ale is None:
+            raise RuntimeError(f"AtariEnv({self.game!r}) was closed; make a new one")
+        if state["ring"].shape != self._ring.shape:
+            raise ValueError(f"saved AtariEnv frame stack has shape {state['ring'].shape}, "
+                             f"this one {self._ring.shape}: made with other settings?")
+        self.ale.restoreState(ALEState(state["ale"]))
+        self._rng.bit_generator.state = state["rng"]
+        self._ring[...] = state["ring"]
+        self._raw_prev[...] = state["raw_prev"]
+        self._raw_last[...] = state["raw_last"]
+        self._newest = int(state["newest"])
+        self._lives = int(state["lives"])
+        self._step_count = int(state["step_count"])
+        self.start_noops = int(state["start_noops"])
 
     @property
     def horizon(self) -> int | None:

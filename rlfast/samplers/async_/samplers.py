@@ -25,6 +25,7 @@ class AsyncSerialSampler(SerialSampler):
 
     is_async = True
     agent_in_sampler_process = True
+    restores_state = False  # its environments live in the sampler process, not the master
 
 
 class AsyncCpuSampler(ParallelSamplerBase):

@@ -4,7 +4,8 @@ from __future__ import annotations
 from rlfast.agents.base import BaseAgent
 from rlfast.samplers.collections import Samples
 from rlfast.utils.collections import AttrDict
-from rlfast.samplers.base import EVAL_ENV_SEED_OFFSET, BaseSampler, make_envs
+from rlfast.samplers.base import (EVAL_ENV_SEED_OFFSET, BaseSampler, copy_plain_tree_,
+                                  make_envs, plain_tree)
 from rlfast.samplers.parallel.cpu.collectors import CpuResetCollector
 from rlfast.samplers.serial.collectors import SerialEvalCollector
 
@@ -15,6 +16,7 @@ class SerialSampler(BaseSampler):
 
     DefaultCollectorCls = CpuResetCollector
     DefaultEvalCollectorCls = SerialEvalCollector
+    restores_state = True  # state_dict / load_state_dict continue the environments exactly
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -75,6 +77,47 @@ class SerialSampler(BaseSampler):
         if self.eval_n_envs == 0:
             raise ValueError("evaluate_agent() needs eval_n_envs > 0 in the sampler")
         return self.eval_collector.collect_evaluation(itr)
+
+    def state_dict(self) -> dict | None:
+        """Every environment's state (training and evaluation), the agent inputs, the
+        running trajectory infos and the collector's wait-reset flags: a run resumed from it
+        steps on exactly as the uninterrupted run would. None when some environment cannot
+        be captured (``Env.get_state`` returned None) or the agent is recurrent (its
+        per-environment state lives in the agent)."""
+        if getattr(self.agent, "recurrent", False):
+            return None
+        envs = [env.get_state() for env in self.envs]
+        eval_envs = [env.get_state() for env in self.eval_envs]
+        if any(state is None for state in envs + eval_envs):
+            return None
+        return dict(envs=envs, eval_envs=eval_envs,
+                    agent_inputs=plain_tree(self.agent_inputs),
+                    traj_infos=[dict(info) for info in self.traj_infos],
+                    need_reset=self.collector.need_reset.copy(),
+                    need_env_reset=self.collector.need_env_reset.copy())
+
+    def load_state_dict(self, state: dict | None) -> None:
+        """Restore :meth:`state_dict`'s output into the environments and buffers built by
+        ``initialize`` (with the same settings)."""
+        if state is None:
+            return
+        for kind, envs in (("training", self.envs), ("evaluation", self.eval_envs)):
+            saved = state["envs" if kind == "training" else "eval_envs"]
+            if len(saved) != len(envs):
+                raise ValueError(f"the snapshot holds {len(saved)} {kind} environments, this "
+                                 f"sampler {len(envs)}: resume with the run's batch_B and "
+                                 f"eval_n_envs")
+            for env, env_state in zip(envs, saved):
+                env.set_state(env_state)
+        copy_plain_tree_(self.agent_inputs, state["agent_inputs"], "agent_inputs")
+        infos = []
+        for saved in state["traj_infos"]:
+            info = self.TrajInfoCls()
+            info.update(saved)
+            infos.append(info)
+        self.traj_infos = infos
+        self.collector.need_reset[:] = state["need_reset"]
+        self.collector.need_env_reset[:] = state["need_env_reset"]
 
     def shutdown(self) -> None:
         """Close every environment."""

@@ -117,7 +117,8 @@ def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
                    log_params: Mapping[str, Any] | None = None,
                    snapshot_mode: str = "none", override_prefix: bool = False,
                    use_summary_writer: bool = False, snapshot_gap: int = 1,
-                   overwrite: bool = False) -> Iterator[str]:
+                   overwrite: bool = False,
+                   resume: Mapping[str, int] | None = None) -> Iterator[str]:
     """Direct the logger at one experiment directory for the duration of a run.
 
     Without ``override_prefix`` the experiment directory is
@@ -137,6 +138,13 @@ def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
     replaces its snapshots; with ``overwrite=True`` the earlier run's files are deleted
     (``remove_run_files``) and the new run starts clean. A context nested in one that
     already logs to the same directory continues that run and is not refused.
+
+    ``resume=dict(itr=k, cum_steps=n)`` continues the run already in the directory from
+    its snapshot of iteration ``k``: ``debug.log`` is appended to, ``progress.csv`` keeps
+    its rows up to iteration ``k`` and continues under the same header (rows logged after
+    that snapshot, whose iterations are about to be redone, are dropped), ``params.json``
+    is rewritten with ``log_params`` (the caller adds the record of the resume), and a
+    TensorBoard writer purges the events after step ``n`` from the earlier event files.
     """
     exp_dir = experiment_dir(log_dir, run_ID, override_prefix)
     if log_params is not None and not isinstance(log_params, Mapping):
@@ -147,7 +155,10 @@ def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
 
     text_path = os.path.join(exp_dir, "debug.log")
     tabular_path = os.path.join(exp_dir, "progress.csv")
-    if text_path not in logger.get_text_outputs():  # not a context nested in this run's own
+    if resume is not None:
+        if not find_run_files(exp_dir):
+            raise FileNotFoundError(f"{exp_dir} holds no run to resume")
+    elif text_path not in logger.get_text_outputs():  # not nested in this run's own context
         earlier = find_run_files(exp_dir)
         if earlier and not overwrite:
             raise ExistingRunError(
@@ -166,7 +177,12 @@ def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
     writer = None
     try:
         logger.add_text_output(text_path)
-        logger.add_tabular_output(tabular_path)
+        if resume is not None:
+            last_itr = int(resume["itr"])
+            logger.add_tabular_output(tabular_path, append=True,
+                                      keep_row=lambda row: _row_itr(row) <= last_itr)
+        else:
+            logger.add_tabular_output(tabular_path)
         logger.set_snapshot_dir(exp_dir)
         logger.set_snapshot_mode(snapshot_mode)
         logger.set_snapshot_gap(snapshot_gap)
@@ -175,7 +191,8 @@ def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
         params["run_ID"] = run_ID
         logger.log_parameters_lite(os.path.join(exp_dir, "params.json"), params)
         if writer_class is not None:
-            writer = writer_class(log_dir=exp_dir)
+            purge = None if resume is None else int(resume["cum_steps"]) + 1
+            writer = writer_class(log_dir=exp_dir, purge_step=purge)
             logger.set_tf_summary_writer(writer)
         yield exp_dir
     finally:
@@ -190,6 +207,15 @@ def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
         logger.set_snapshot_mode(snap_mode)
         logger.set_snapshot_gap(snap_gap)
         logger.set_tf_summary_writer(prev_writer)
+
+
+def _row_itr(row: Mapping[str, str]) -> float:
+    """The ``Diagnostics/Iteration`` of a progress.csv row (-1 when blank or unreadable:
+    such rows, like the pre-training evaluation, are kept on resume)."""
+    try:
+        return float(row.get("Diagnostics/Iteration") or -1)
+    except ValueError:
+        return -1.0
 
 
 def add_exp_param(param_name: str, param_val: Any, exp_dir: str | os.PathLike | None = None,

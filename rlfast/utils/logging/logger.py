@@ -231,11 +231,14 @@ def record_tabular_misc_stat(key: str, values: Any, placement: str = "back") -> 
         record_tabular(full, float(value))
 
 
-def add_tabular_output(file_name: str | os.PathLike) -> None:
-    """Append one CSV row per ``dump_tabular`` to ``file_name`` (truncated on open)."""
+def add_tabular_output(file_name: str | os.PathLike, append: bool = False,
+                       keep_row: Any = None) -> None:
+    """Append one CSV row per ``dump_tabular`` to ``file_name``: a new file (truncated on
+    open), or with ``append`` the rows already there continued (a resumed run; rows for
+    which ``keep_row(row)`` is False are dropped first, see ``TabularCsvFile``)."""
     path = os.path.abspath(os.fspath(file_name))
     if path not in _tabular_files:
-        _tabular_files[path] = TabularCsvFile(path)
+        _tabular_files[path] = TabularCsvFile(path, append=append, keep_row=keep_row)
 
 
 def remove_tabular_output(file_name: str | os.PathLike) -> None:
@@ -339,7 +342,8 @@ def get_snapshot_gap() -> int:
     return _snapshot_gap
 
 
-def save_itr_params(itr: int, params: Mapping[str, Any]) -> str | None:
+def save_itr_params(itr: int, params: Mapping[str, Any],
+                    sidecars: Mapping[str, Any] | None = None) -> str | None:
     """Save ``params`` (a dict, e.g. model and optimizer state) per the snapshot mode.
 
     Mode "last" overwrites ``params.pkl``; "all" writes ``itr_{itr}.pkl``; "gap" writes
@@ -350,6 +354,13 @@ def save_itr_params(itr: int, params: Mapping[str, Any]) -> str | None:
     A snapshot with a NaN or inf in any float tensor or array is not written:
     ``rlfast.utils.finite.NonFiniteError`` names the bad entries and the file on disk keeps
     its last good content. Returns the path written, or None.
+
+    ``sidecars`` maps a file suffix (``"replay.npz"``) to a function writing into an open
+    binary file: each is written atomically *before* the snapshot, as
+    ``<snapshot file>.<itr>.<suffix>``, and the snapshot names it under ``sidecar_files``.
+    Only once the snapshot itself is in place are older sidecars of that snapshot file
+    deleted, so a save killed at any point leaves the previous snapshot with its own
+    sidecars intact.
     """
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a dict of snapshot entries, got {type(params).__name__}.")
@@ -378,8 +389,31 @@ def save_itr_params(itr: int, params: Mapping[str, Any]) -> str | None:
         raise NonFiniteError(
             f"refusing to save snapshot {path} (iteration {itr}): NaN or inf in {named}{more}; "
             f"the snapshot file on disk keeps its last good content")
+    written = {}
+    for suffix, write in (sidecars or {}).items():
+        side = f"{file_name}.{itr}.{suffix}"
+        atomic_write(os.path.join(_snapshot_dir, side), write)
+        written[suffix] = side
+    if written:
+        snapshot["sidecar_files"] = written
     snapshot[SNAPSHOT_DIGEST_KEY] = snapshot_digest(snapshot)
-    return atomic_write(path, lambda f: torch.save(snapshot, f))
+    result = atomic_write(path, lambda f: torch.save(snapshot, f))
+    for suffix, side in written.items():
+        _remove_old_sidecars(file_name, suffix, keep=side)
+    return result
+
+
+def _remove_old_sidecars(file_name: str, suffix: str, keep: str) -> None:
+    """Delete ``<file_name>.<n>.<suffix>`` files other than ``keep`` (their snapshot was
+    replaced)."""
+    head, tail = f"{file_name}.", f".{suffix}"
+    for name in os.listdir(_snapshot_dir):
+        if name != keep and name.startswith(head) and name.endswith(tail) \
+                and name[len(head):-len(tail)].isdigit():
+            try:
+                os.unlink(os.path.join(_snapshot_dir, name))
+            except FileNotFoundError:
+                pass
 
 
 def log_parameters_lite(log_file: str | os.PathLike, params: Any) -> None:

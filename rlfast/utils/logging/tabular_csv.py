@@ -39,16 +39,32 @@ def to_cell(value: Any) -> Any:
 class TabularCsvFile:
     """One CSV output: header from the first row, expanded in place when keys appear.
 
-    The file is truncated when opened (one file per run, as in rllab). Later rows missing
-    some header keys get empty cells; rows with new keys trigger an atomic rewrite of the
-    file with the union of the keys (in first-seen order).
+    The file is truncated when opened (one file per run, as in rllab), unless ``append``:
+    then the rows already in it are kept and new rows continue them under the same header
+    (a resumed run). ``keep_row`` (with ``append``): a predicate on each existing row (a
+    dict of strings); the rows it rejects, logged after the snapshot a run resumes from and
+    so about to be redone, are dropped in one atomic rewrite. Later rows missing some header
+    keys get empty cells; rows with new keys trigger an atomic rewrite of the file with the
+    union of the keys (in first-seen order).
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, append: bool = False, keep_row: Any = None):
         self.path = os.path.abspath(os.fspath(path))
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self.fieldnames: list[str] = []
-        self._file = open(self.path, "w", newline="", encoding="utf-8")
+        self.dropped_rows = 0
+        if append and os.path.isfile(self.path):
+            with open(self.path, "r", newline="", encoding="utf-8") as f:
+                reader = csv.DictReader(f)
+                rows = list(reader)
+                self.fieldnames = list(reader.fieldnames or [])
+            kept = rows if keep_row is None else [r for r in rows if keep_row(r)]
+            self.dropped_rows = len(rows) - len(kept)
+            if self.dropped_rows:
+                self._rewrite(self.fieldnames, kept)
+            self._file = open(self.path, "a", newline="", encoding="utf-8")
+        else:
+            self._file = open(self.path, "w", newline="", encoding="utf-8")
 
     @property
     def closed(self) -> bool:
@@ -76,19 +92,23 @@ class TabularCsvFile:
         with open(self.path, "r", newline="", encoding="utf-8") as f:
             old_rows = list(csv.DictReader(f))
         fieldnames = self.fieldnames + new_keys
+        try:
+            self._rewrite(fieldnames, old_rows)
+        finally:
+            self._file = open(self.path, "a", newline="", encoding="utf-8")
+        self.fieldnames = fieldnames
+
+    def _rewrite(self, fieldnames: list[str], rows: list[dict]) -> None:
+        """Atomically replace the file with ``fieldnames`` and ``rows``."""
 
         def write_all(f):
             writer = csv.DictWriter(f, fieldnames=fieldnames, restval="")
             writer.writeheader()
-            for old in old_rows:
+            for old in rows:
                 writer.writerow({k: ("" if v is None else v) for k, v in old.items()
                                  if k is not None})
 
-        try:
-            atomic_write(self.path, write_all, binary=False)
-        finally:
-            self._file = open(self.path, "a", newline="", encoding="utf-8")
-        self.fieldnames = fieldnames
+        atomic_write(self.path, write_all, binary=False)
 
     def close(self) -> None:
         if not self._file.closed:

@@ -1,0 +1,78 @@
+"""What a finished (or interrupted) run directory holds, read back for resume, eval and watch.
+
+``rlfast train`` writes ``params.json`` (the algorithm, environment, sampler, seed, runner,
+affinity code and the fully resolved ``config``) and snapshots: ``params.pkl`` (snapshot
+mode "last") or ``itr_<n>.pkl`` ("all", "gap"). These helpers find and check them, with
+errors that say what is missing and how the directory was expected to look.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+__all__ = ["RunDirError", "read_run_params", "latest_snapshot", "snapshot_files"]
+
+_ITR_SNAPSHOT = re.compile(r"^itr_(\d+)\.pkl$")
+# The keys ``rlfast train`` records that rebuilding the experiment needs.
+REQUIRED_PARAMS = ("algo", "env", "config", "seed", "sampler")
+
+
+class RunDirError(ValueError):
+    """A directory is not a run that rlfast can read back (no params.json, no snapshot, or a
+    params.json that does not describe an rlfast experiment)."""
+
+
+def read_run_params(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """The ``params.json`` of a run made by ``rlfast train`` (or a launch script that logs
+    the same keys), checked to hold ``algo``, ``env``, ``config``, ``seed`` and
+    ``sampler``."""
+    run_dir = os.fspath(run_dir)
+    if not os.path.isdir(run_dir):
+        raise RunDirError(f"{run_dir} is not a directory")
+    path = os.path.join(run_dir, "params.json")
+    if not os.path.isfile(path):
+        raise RunDirError(f"{run_dir} holds no params.json: not a run directory written by "
+                          f"rlfast train (it writes params.json, progress.csv, debug.log and "
+                          f"params.pkl)")
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            params = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise RunDirError(f"{path} cannot be read as JSON: {e}") from e
+    if not isinstance(params, dict):
+        raise RunDirError(f"{path} holds a {type(params).__name__}, not the dict rlfast writes")
+    missing = [k for k in REQUIRED_PARAMS if k not in params]
+    if missing:
+        raise RunDirError(f"{path} lacks {', '.join(missing)}: the run was not started by "
+                          f"rlfast train (a launch script must log "
+                          f"rlfast.experiments.presets.run_params(...) to be resumable)")
+    if not isinstance(params["config"], dict):
+        raise RunDirError(f"{path}: config is a {type(params['config']).__name__}, not a dict")
+    return params
+
+
+def snapshot_files(run_dir: str | os.PathLike) -> list[str]:
+    """The run's snapshot files, oldest first: ``itr_<n>.pkl`` by n, then ``params.pkl``."""
+    run_dir = os.fspath(run_dir)
+    try:
+        names = os.listdir(run_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    itrs = sorted((int(m.group(1)), n) for n in names if (m := _ITR_SNAPSHOT.match(n)))
+    found = [os.path.join(run_dir, n) for _, n in itrs]
+    if "params.pkl" in names:
+        found.append(os.path.join(run_dir, "params.pkl"))
+    return found
+
+
+def latest_snapshot(run_dir: str | os.PathLike) -> str:
+    """The path of the run's newest snapshot: ``params.pkl`` if present (mode "last"), else
+    the ``itr_<n>.pkl`` with the largest n."""
+    found = snapshot_files(run_dir)
+    if not found:
+        raise RunDirError(f"{os.fspath(run_dir)} holds no snapshot (params.pkl or itr_<n>.pkl): "
+                          f"the run was started with --snapshot-mode none, or stopped before "
+                          f"its first log interval")
+    return found[-1]
