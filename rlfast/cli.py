@@ -63,8 +63,27 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--affinity", default=None, metavar="CODE",
                        help="hardware affinity code (rlfast.utils.launching), e.g. "
                             "0slt_2cpu_0gpu_0hto; without a slot token, slot 0 is used")
-    train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.add_argument("--snapshot-replay", action="store_true",
+                       help="also save the replay buffer beside each snapshot (.npz), so that "
+                            "rlfast resume continues replay-based runs exactly")
+    add_console_arguments(train)
+    from rlfast.experiments.playback import add_eval_parser, add_watch_parser
+    from rlfast.experiments.plot import add_plot_parser
+    from rlfast.experiments.resume import add_resume_parser
+    add_resume_parser(sub)
+    add_eval_parser(sub)
+    add_watch_parser(sub)
+    add_plot_parser(sub)
     return parser
+
+
+def add_console_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--no-progress`` and ``--verbose``, shared by train and resume."""
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print every log line and the full diagnostics table of each "
+                             "log interval (by default one summary line per interval; the "
+                             "tables always go to debug.log and progress.csv)")
 
 
 @dataclasses.dataclass
@@ -78,6 +97,7 @@ class TrainRun:
     log_params: dict
     exp_dir: str
     dist_env: DistEnv | None = None  # the launcher's (torchrun / srun) identity of this rank
+    resume: dict | None = None  # rlfast resume: dict(itr=, cum_steps=) of the snapshot
 
     @property
     def is_logging_rank(self) -> bool:
@@ -248,10 +268,13 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
                               world_size=None if dist_env is not None else world_size,
                               backend=getattr(args, "backend", None), distributed=distributed)
     runner.progress_bar = not args.no_progress
+    runner.snapshot_replay = bool(getattr(args, "snapshot_replay", False))
     log_params = run_params(args.algo, args.env, config, args.sampler, args.seed,
                             affinity=args.affinity, runner=runner_kind, world_size=world_size,
                             backend=getattr(args, "backend", None),
                             launcher=dist_env.launcher if dist_env is not None else None)
+    log_params.update(snapshot_mode=args.snapshot_mode,
+                      snapshot_replay=bool(getattr(args, "snapshot_replay", False)))
     return TrainRun(args=args, config=config, runner=runner, log_params=log_params,
                     exp_dir=exp_dir, dist_env=dist_env)
 
@@ -301,9 +324,11 @@ def run_train(run: TrainRun) -> dict:
         return run.runner.train()
     context = logger_context(run.exp_dir, 0, f"{args.algo}_{args.env}", run.log_params,
                              snapshot_mode=args.snapshot_mode, override_prefix=True,
-                             overwrite=getattr(args, "overwrite", False))
+                             overwrite=getattr(args, "overwrite", False), resume=run.resume,
+                             console="tables" if getattr(args, "verbose", False) else "lines")
     with context as exp_dir:
-        logger.log(f"rlfast train {args.algo} {args.env}: logging to {exp_dir}")
+        verb = "resume" if run.resume is not None else "train"
+        logger.log(f"rlfast {verb} {args.algo} {args.env}: logging to {exp_dir}", console=True)
         result = run.runner.train()
     scored = [(steps, ret) for steps, ret in result["eval_returns"] if ret == ret]  # not NaN
     print(f"Logs: {exp_dir}")
@@ -336,11 +361,16 @@ def main(argv: list[str] | None = None) -> int:
     128 + the signal number: 143 for SIGTERM, 130 for Ctrl-C.
     """
     args = _parser().parse_args(argv)
-    if args.command != "train":
-        return 0
+    if args.command in _TOOLS:
+        module, function = _TOOLS[args.command]
+        return getattr(importlib.import_module(module), function)(args)
     try:
         try:
-            run = configure_train(args)
+            if args.command == "resume":
+                from rlfast.experiments.resume import configure_resume
+                run = configure_resume(args)
+            else:
+                run = configure_train(args)
         except (ConfigError, ValueError) as e:
             return _config_error(e)
         try:
@@ -352,6 +382,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlfast: interrupted ({signal_name(signum)})", file=sys.stderr)
         return 128 + int(signum)
     return 0
+
+
+# Subcommands that train nothing: (module, function taking the parsed args, returning status).
+_TOOLS = dict(eval=("rlfast.experiments.playback", "eval_main"),
+              watch=("rlfast.experiments.playback", "watch_main"),
+              plot=("rlfast.experiments.plot", "plot_main"))
 
 
 def _config_error(error: Exception) -> int:

@@ -5,6 +5,7 @@ import abc
 import math
 import queue
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -139,7 +140,7 @@ class MinibatchRlBase(abc.ABC):
                     f"total (rlfast resume --steps N)")
             self._start_itr = restore_snapshot(self, snapshot, snapshot_dir)
             logger.log(f"Resumed from iteration {start - 1} ({start * self.itr_batch_size} "
-                       f"steps); training to {self.n_steps} steps")
+                       f"steps); training to {self.n_steps} steps", console=True)
         return n_itr
 
     def _check_overlap(self) -> None:
@@ -349,6 +350,9 @@ class MinibatchRlBase(abc.ABC):
             logger.record_tabular("CumCompletedTrajs", self._cum_completed_trajs)
             logger.record_tabular("CumUpdates", getattr(self.algo, "update_counter", 0))
             logger.record_tabular("EvalTime (s)", eval_time)
+            rate = steps / max(self._cum_time, 1e-9)
+            logger.record_tabular("ETA (s)", max(self.n_itr * self.itr_batch_size - steps, 0)
+                                  / max(rate, 1e-9))
             if self.overlap:
                 lags = np.asarray(self._lags or [(0, 0)], dtype=np.float64)
                 logger.record_tabular("PolicyLag", float(lags[:, 0].mean()))
@@ -357,7 +361,7 @@ class MinibatchRlBase(abc.ABC):
         self._log_infos(traj_infos)
         logger.dump_tabular(with_prefix=False)
         self._last_time = time.time()
-        if itr < self.n_itr - 1 and self.progress_bar:
+        if itr < self.n_itr - 1 and self._show_progress():
             self._pbar = ProgBarCounter(self.log_interval_itrs)
 
     def _log_infos(self, traj_infos: Iterable[Mapping[str, Any]] | None = None) -> None:
@@ -375,8 +379,13 @@ class MinibatchRlBase(abc.ABC):
     def _traj_infos_for_log(self) -> Iterable[Mapping[str, Any]]:
         return []
 
+    def _show_progress(self) -> bool:
+        """The bar is drawn when asked for and stderr is a terminal (in a log file it would
+        be noise)."""
+        return bool(self.progress_bar) and _stderr_is_terminal()
+
     def _start_progress(self) -> None:
-        if self.progress_bar:
+        if self._show_progress():
             self._pbar = ProgBarCounter(self.log_interval_itrs)
 
     def _run_loop(self, n_itr: int) -> None:
@@ -487,7 +496,7 @@ class MinibatchRlBase(abc.ABC):
             logger.log("Training complete.")
             self.shutdown()
         if sigterm.received is not None:  # it came after the loop: pass it on to the caller
-            logger.log(f"{signal_name(sigterm.received)} received after training completed.")
+            logger.log(f"{signal_name(sigterm.received)} received after training completed.", console=True)
             raise TrainingInterrupted(sigterm.received)
         return self.final_result()
 
@@ -501,7 +510,7 @@ class MinibatchRlBase(abc.ABC):
         how = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal_name(signum)
         steps = self.itrs_done * getattr(self, "itr_batch_size", 0)
         logger.log(f"Training interrupted by {how} after {self.itrs_done} iterations "
-                   f"({steps} steps); stopping.", with_prefix=False)
+                   f"({steps} steps); stopping.", with_prefix=False, console=True)
         try:
             if self._final_snapshot_due():
                 self.save_itr_snapshot(self.itrs_done - 1)
@@ -532,6 +541,21 @@ class MinibatchRlBase(abc.ABC):
     def final_result(self) -> dict:
         """The summary ``train`` returns: at least ``final_return``, ``n_itr`` and
         ``cum_steps``."""
+
+
+def _nan_to_none(value: float) -> float | None:
+    return None if value != value else float(value)
+
+
+def _none_to_nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed
+        return False
 
 
 def _modules(agent: Any) -> list:
@@ -620,14 +644,14 @@ class MinibatchRl(MinibatchRlBase):
     def runner_state(self) -> dict:
         """Also the window of recent training trajectories and the last logged return."""
         return dict(super().runner_state(), traj_window=[dict(t) for t in self._traj_window],
-                    new_completed=self._new_completed, last_return=self.last_return)
+                    new_completed=self._new_completed, last_return=_nan_to_none(self.last_return))
 
     def load_runner_state(self, state: Mapping[str, Any]) -> None:
         super().load_runner_state(state)
         self._traj_window.clear()
         self._traj_window.extend(state["traj_window"])
         self._new_completed = int(state["new_completed"])
-        self.last_return = float(state["last_return"])
+        self.last_return = _none_to_nan(state["last_return"])
 
     def before_loop(self) -> None:
         """Nothing: online tracking needs no evaluation before training."""
@@ -665,16 +689,26 @@ class MinibatchRlEval(MinibatchRlBase):
         super().initialize_logging()
         self.last_eval_return = float("nan")
         self.eval_returns: list[tuple[int, float]] = []
+        self._train_returns: list[float] = []  # training episodes since the last row
+
+    def add_traj_infos(self, traj_infos: TrajInfos) -> None:
+        """Count completed training trajectories and keep their returns for the next row's
+        ``TrainReturn``."""
+        super().add_traj_infos(traj_infos)
+        self._train_returns.extend(float(t["Return"]) for t in traj_infos)
 
     def runner_state(self) -> dict:
         """Also every evaluation so far and the last one's return."""
-        return dict(super().runner_state(), eval_returns=[list(e) for e in self.eval_returns],
-                    last_eval_return=self.last_eval_return)
+        # NaN (an evaluation that completed no episode) is saved as None: snapshots refuse
+        # non-finite numbers, which elsewhere mean diverged weights.
+        return dict(super().runner_state(),
+                    eval_returns=[[steps, _nan_to_none(ret)] for steps, ret in self.eval_returns],
+                    last_eval_return=_nan_to_none(self.last_eval_return))
 
     def load_runner_state(self, state: Mapping[str, Any]) -> None:
         super().load_runner_state(state)
-        self.eval_returns = [(int(steps), float(ret)) for steps, ret in state["eval_returns"]]
-        self.last_eval_return = float(state["last_eval_return"])
+        self.eval_returns = [(int(steps), _none_to_nan(ret)) for steps, ret in state["eval_returns"]]
+        self.last_eval_return = _none_to_nan(state["last_eval_return"])
 
     def evaluate_agent(self, itr: int) -> tuple[list, float]:
         """Run the sampler's evaluation with the agent in eval mode; return the completed
@@ -705,6 +739,9 @@ class MinibatchRlEval(MinibatchRlBase):
     def _log_eval_row(self, itr: int, traj_infos: TrajInfos, eval_time: float,
                       steps_override: int | None = None) -> None:
         logger.record_tabular("Diagnostics/NumEvalTrajs", len(traj_infos))
+        logger.record_tabular("Diagnostics/TrainReturn", float(np.mean(self._train_returns))
+                              if self._train_returns else float("nan"))
+        self._train_returns.clear()
         if steps_override is not None:
             # The pre-training evaluation: no steps or time have elapsed yet.
             logger.record_tabular("Diagnostics/Iteration", -1)
@@ -714,6 +751,7 @@ class MinibatchRlEval(MinibatchRlBase):
             logger.record_tabular("Diagnostics/CumCompletedTrajs", 0)
             logger.record_tabular("Diagnostics/CumUpdates", 0)
             logger.record_tabular("Diagnostics/EvalTime (s)", eval_time)
+            logger.record_tabular("Diagnostics/ETA (s)", float("nan"))
             self._log_infos(traj_infos)
             logger.dump_tabular(with_prefix=False)
             self._last_time = time.time()
@@ -728,7 +766,7 @@ class MinibatchRlEval(MinibatchRlBase):
         self._log_eval_row(itr, traj_infos, eval_time)
         if self.stop_return is not None and self.last_eval_return >= self.stop_return:
             logger.log(f"Evaluation return {self.last_eval_return:.2f} reached stop_return "
-                       f"{self.stop_return}: stopping after {(itr + 1) * self.itr_batch_size} steps")
+                       f"{self.stop_return}: stopping after {(itr + 1) * self.itr_batch_size} steps", console=True)
             self.stop_requested = True
 
     def final_result(self) -> dict:

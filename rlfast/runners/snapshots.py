@@ -99,19 +99,19 @@ def restore_snapshot(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
             load_replay_file(buffer, path)
             logger.log(f"Resumed replay buffer from {path} ({buffer.storage.n_appended} steps "
                        f"appended so far)" if hasattr(buffer, "storage") else
-                       f"Resumed replay buffer from {path}")
+                       f"Resumed replay buffer from {path}", console=True)
         else:
             runner.algo.resume_without_replay(itr + 1)
             logger.log(f"Replay buffer not in the snapshot (save it with --snapshot-replay): "
                        f"learning resumes at iteration {runner.algo.learn_after_itr}, once "
-                       f"replay holds min_steps_learn steps again")
+                       f"replay holds min_steps_learn steps again", console=True)
     sampler_state = snapshot.get("sampler_state")
     if sampler_state is not None and runner.sampler_restores_state:
         runner.sampler.load_state_dict(sampler_state)
     else:
         logger.log("Environments start new episodes (their state was not saved, or this "
                    "sampler cannot restore it); the continued run is not step-for-step the "
-                   "uninterrupted one")
+                   "uninterrupted one", console=True)
     runner.load_runner_state(snapshot["runner_state"])
     set_rng_state(snapshot["rng_state"])
     return itr + 1

@@ -105,7 +105,7 @@ def main() -> int:
         return 0
     failed = [r for r in results if r.returncode != 0]
     print(f"{len(results) - len(failed)} of {len(results)} runs succeeded. Results:\n"
-          f"  python scripts/launch/sweep_results.py {os.path.join(log_root, title)}")
+          f"  rlfast plot {os.path.join(log_root, title)}")
     return 1 if failed else 0
 
 

@@ -13,7 +13,7 @@ log directory and run_ID (= seed). Results land in
 ``LOG_ROOT/ppo_cartpole_lr/lr_<rate>/run_<ID>/progress.csv``; LOG_ROOT defaults to
 ``data/local/<yyyymmdd>`` (or ``$RLFAST_DATA_DIR/local/<yyyymmdd>``). Summarise with::
 
-    python scripts/launch/sweep_results.py LOG_ROOT/ppo_cartpole_lr
+    rlfast plot LOG_ROOT/ppo_cartpole_lr
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def main() -> int:
         exp_dir = os.path.relpath(exp_dir)
     print(f"\n{len(results) - len(failed)} of {len(results)} runs succeeded in "
           f"{time.time() - start:.0f} s ({affinity_code}). Results:\n"
-          f"  python scripts/launch/sweep_results.py "
+          f"  rlfast plot "
           f"{exp_dir}")
     return 1 if failed else 0
 

@@ -9,15 +9,20 @@ Usage::
 The sampler follows the slot's affinity: ``alternating`` when the code has ``1alt``, ``gpu``
 when the slot has a GPU, else ``cpu``; the agent goes to the slot's ``cuda_idx`` (CPU when
 None). LOG_DIR's ``variant.json`` is merged into ``get_preset(ALGO, "atari:GAME")``; results go
-to ``LOG_DIR/run_<RUN_ID>`` with the last snapshot kept. The seed is RUN_ID.
+to ``LOG_DIR/run_<RUN_ID>`` with the last snapshot kept. The seed is RUN_ID. ``params.json``
+holds ``run_params(...)``, so ``rlfast resume LOG_DIR/run_<RUN_ID>`` can continue the run (as
+a Slurm sweep's requeued jobs do). SIGTERM stops the run after a final snapshot; the script
+then exits with 143 (130 for Ctrl-C).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
-from rlfast.experiments.presets import build_experiment, get_preset
+from rlfast.experiments.presets import build_experiment, get_preset, run_params
+from rlfast.runners import TrainingInterrupted
 from rlfast.utils.launching import affinity_from_code, load_variant, update_config
 from rlfast.utils.logging import logger_context
 
@@ -47,8 +52,9 @@ def build_and_train(slot_affinity_code: str, log_dir: str, run_ID: int, algo: st
     runner.progress_bar = False  # stdout goes to a file under the launcher
     print(f"{algo} on {env_id}: {sampler} sampler, {n_workers} workers, "
           f"cuda_idx={affinity.get('cuda_idx')}", flush=True)
+    params = run_params(algo, env_id, config, sampler, run_ID, affinity=slot_affinity_code)
     with logger_context(os.path.join(log_dir, f"run_{run_ID}"), run_ID, f"{algo}_{game}",
-                        config, override_prefix=True, snapshot_mode="last"):
+                        params, override_prefix=True, snapshot_mode="last"):
         runner.train()
 
 
@@ -60,4 +66,11 @@ if __name__ == "__main__":
     parser.add_argument("--algo", default="ppo")
     parser.add_argument("--game", default="pong")
     args = parser.parse_args()
-    build_and_train(args.slot_affinity_code, args.log_dir, args.run_ID, args.algo, args.game)
+    try:
+        build_and_train(args.slot_affinity_code, args.log_dir, args.run_ID, args.algo,
+                        args.game)
+    except KeyboardInterrupt as interrupt:  # the runner saved its snapshot and stopped
+        signum = (interrupt.signum if isinstance(interrupt, TrainingInterrupted)
+                  else signal.SIGINT)
+        print(f"interrupted by signal {signum}", file=sys.stderr)
+        sys.exit(128 + int(signum))

@@ -10,13 +10,21 @@ master and sampler workers are pinned to that slot's CPUs. LOG_DIR holds the run
 ``variant.json`` (written by the launcher), which is merged into the PPO CartPole preset;
 results go to ``LOG_DIR/run_<RUN_ID>`` (progress.csv, debug.log, params.json, last
 snapshot). The seed is RUN_ID, so run k of every variant sees the same seed.
+
+``params.json`` holds ``run_params(...)`` (preset, environment, resolved config, sampler,
+seed, SLOT_CODE), so ``rlfast resume LOG_DIR/run_<RUN_ID>`` can continue the run from its
+last snapshot: a Slurm sweep's requeued jobs do (``run_experiments(..., backend="slurm")``).
+SIGTERM (Slurm preemption, ``timeout``) stops the run after a final snapshot; the script
+then exits with 143 (130 for Ctrl-C).
 """
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
-from rlfast.experiments.presets import build_experiment, get_preset
+from rlfast.experiments.presets import build_experiment, get_preset, run_params
+from rlfast.runners import TrainingInterrupted
 from rlfast.utils.launching import affinity_from_code, load_variant, update_config
 from rlfast.utils.logging import logger_context
 
@@ -37,12 +45,19 @@ def build_and_train(slot_affinity_code: str, log_dir: str, run_ID: int) -> None:
     runner = build_experiment(ALGO, ENV_ID, config, sampler="cpu", seed=run_ID,
                               affinity=affinity)
     runner.progress_bar = False  # stdout goes to a file under the launcher
+    params = run_params(ALGO, ENV_ID, config, "cpu", run_ID, affinity=slot_affinity_code)
     with logger_context(os.path.join(log_dir, f"run_{run_ID}"), run_ID, "ppo_cartpole",
-                        config, override_prefix=True, snapshot_mode="last"):
+                        params, override_prefix=True, snapshot_mode="last"):
         runner.train()
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 4:
         sys.exit(__doc__)
-    build_and_train(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    try:
+        build_and_train(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    except KeyboardInterrupt as interrupt:  # the runner saved its snapshot and stopped
+        signum = (interrupt.signum if isinstance(interrupt, TrainingInterrupted)
+                  else signal.SIGINT)
+        print(f"interrupted by signal {signum}", file=sys.stderr)
+        sys.exit(128 + int(signum))

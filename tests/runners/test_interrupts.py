@@ -140,7 +140,7 @@ def test_gap_mode_final_snapshot_only_on_a_gap_iteration(tmp_path):
 def test_snapshot_error_during_interrupt_propagates_after_shutdown(tmp_path, monkeypatch):
     runner, shutdowns = _runner(_sigterm_at(2))
 
-    def refuse(itr, params):
+    def refuse(itr, params, sidecars=None):
         raise FloatingPointError("non-finite weights in snapshot")
 
     monkeypatch.setattr(minibatch_rl.logger, "save_itr_params", refuse)

@@ -84,8 +84,8 @@ class SerialSampler(BaseSampler):
         steps on exactly as the uninterrupted run would. None when some environment cannot
         be captured (``Env.get_state`` returned None) or the agent is recurrent (its
         per-environment state lives in the agent)."""
-        if getattr(self.agent, "recurrent", False):
-            return None
+        if not self.restores_state or getattr(self.agent, "recurrent", False):
+            return None  # an async sampler's environments live in its own process
         envs = [env.get_state() for env in self.envs]
         eval_envs = [env.get_state() for env in self.eval_envs]
         if any(state is None for state in envs + eval_envs):

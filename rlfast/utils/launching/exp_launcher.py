@@ -1,4 +1,6 @@
-"""Run a sweep of experiments locally, queued over the hardware slots of one machine.
+"""Run a sweep of experiments locally, queued over the hardware slots of one machine, or
+on a Slurm cluster (``backend="slurm"``, one submitit job per run; see
+:mod:`rlfast.utils.launching.slurm`).
 
 ``run_experiments`` takes a training script, an affinity code describing the machine and
 how much of it each run gets, and the variants / log directories from ``make_variants``.
@@ -25,7 +27,7 @@ from typing import Any
 
 import psutil
 
-from rlfast.utils.checks import check_int
+from rlfast.utils.checks import check_choice, check_int
 from rlfast.utils.launching.affinity import affinity_from_code, get_n_run_slots, prepend_run_slot
 from rlfast.utils.launching.variant import save_variant
 from rlfast.utils.logging.context import get_data_dir
@@ -36,6 +38,7 @@ __all__ = ["run_experiments", "launch_experiment", "experiment_command", "RunRes
 NUM_LAUNCHED_FILE = "num_launched.txt"
 TREE_FILE = "experiments_tree.txt"
 TERMINATE_GRACE_S = 5.0
+BACKENDS = ("local", "slurm")
 
 RunResult = namedtuple("RunResult", ["log_dir", "run_ID", "slot", "returncode"])
 RunResult.__doc__ = ("One run of a sweep: its variant log dir, run_ID, run slot and exit code "
@@ -70,12 +73,16 @@ def _affinity_cpus(affinity: Any) -> list[int] | None:
 
 
 def experiment_command(script: str, slot_code: str, log_dir: str, run_ID: int,
-                       args: Sequence = (), python_executable: str | None = None) -> list[str]:
+                       args: Sequence = (), python_executable: str | None = None,
+                       pin: bool = True) -> list[str]:
     """The argv that ``launch_experiment`` runs: ``[taskset -c CPUS] python script slot_code
-    log_dir run_ID *args``; taskset is used when the slot pins CPUs and it is installed."""
+    log_dir run_ID *args``; taskset is used when ``pin`` is on, the slot pins CPUs and
+    taskset is installed (Slurm jobs pass ``pin=False``: Slurm binds them itself)."""
     python_executable = python_executable or sys.executable
     command = [python_executable, str(script), slot_code, str(log_dir), str(run_ID),
                *(str(a) for a in args)]
+    if not pin:
+        return command
     cpus = _affinity_cpus(affinity_from_code(slot_code))
     taskset = shutil.which("taskset")
     if cpus and taskset:
@@ -223,8 +230,11 @@ def run_experiments(script: str, affinity_code: str, experiment_title: str,
                     log_dirs: Sequence[str], common_args: Sequence | None = None,
                     runs_args: Sequence[Sequence] | None = None, log_root: str | None = None,
                     python_executable: str | None = None, capture_output: bool = True,
-                    dry_run: bool = False) -> list[RunResult]:
-    """Run every variant ``runs_per_setting`` times, queued over the code's run slots.
+                    dry_run: bool = False, backend: str = "local",
+                    slurm: Mapping[str, Any] | None = None,
+                    wait: bool = True) -> list[RunResult]:
+    """Run every variant ``runs_per_setting`` times, queued over the code's run slots
+    (``backend="local"``) or as one Slurm job per run (``backend="slurm"``).
 
     Run ``k`` of variant ``i`` logs under ``log_root/experiment_title/log_dirs[i]`` and gets
     argv ``SLOT_CODE LOG_DIR k *common_args *runs_args[i]``. Runs are queued run_ID-major
@@ -239,7 +249,28 @@ def run_experiments(script: str, affinity_code: str, experiment_title: str,
     are terminated, killed after a grace period, and the exception re-raised. With
     ``dry_run`` nothing is started or written: the plan (nominal slot, command) is
     printed and returned with ``returncode=None``.
+
+    ``backend="slurm"`` submits each run as its own submitit job, configured by the
+    ``slurm`` dict (partition, time, gpus_per_node, ...; see
+    :func:`rlfast.utils.launching.slurm.check_slurm_options`), each on run slot 0 of
+    ``affinity_code``; it needs ``pip install rlfast[slurm]``. It writes the same
+    bookkeeping files and ``variant.json``, prints the job ids, and returns
+    ``SlurmRunResult``s: ``RunResult``s (returncode 0 for a job that succeeded, 1 for one
+    that failed) that also carry the submitit job as ``.job``. With ``wait=False`` it
+    returns right after submitting, every ``returncode`` None (wait on ``result.job``).
+    See :func:`rlfast.utils.launching.slurm.run_slurm_sweep`.
     """
+    check_choice(backend, "backend", BACKENDS)
+    if backend == "local":
+        if slurm is not None:
+            raise ValueError("slurm options were given with backend='local'; pass "
+                             "backend='slurm' to submit the runs as Slurm jobs.")
+        if not wait:
+            raise ValueError("wait=False needs backend='slurm'; the local backend runs "
+                             "its children until they finish.")
+    elif not capture_output:
+        raise ValueError("capture_output=False is a local-backend option: Slurm jobs always "
+                         "write run_<ID>.stdout.txt / .stderr.txt in the log dir.")
     script = os.path.abspath(script)
     runs_per_setting = check_int(runs_per_setting, "runs_per_setting", minimum=1)
     if len(variants) != len(log_dirs):
@@ -263,6 +294,14 @@ def run_experiments(script: str, affinity_code: str, experiment_title: str,
     queue = deque((os.path.join(exp_dir, log_dirs[i]), i, run_ID)
                   for run_ID in range(runs_per_setting) for i in range(len(variants)))
     total = len(queue)
+
+    if backend == "slurm":
+        from rlfast.utils.launching.slurm import run_slurm_sweep  # submitit is optional
+        return run_slurm_sweep(
+            script, affinity_code, experiment_title, exp_dir,
+            [(run_dir, variants[i], run_ID, [*common_args, *runs_args[i]])
+             for run_dir, i, run_ID in queue],
+            log_dirs, slurm, python_executable=python_executable, dry_run=dry_run, wait=wait)
 
     if dry_run:
         print(f"[dry run] {total} runs of {script} over {n_slots} run slot(s) of "

@@ -118,7 +118,8 @@ def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
                    snapshot_mode: str = "none", override_prefix: bool = False,
                    use_summary_writer: bool = False, snapshot_gap: int = 1,
                    overwrite: bool = False,
-                   resume: Mapping[str, int] | None = None) -> Iterator[str]:
+                   resume: Mapping[str, int] | None = None,
+                   console: str = "lines") -> Iterator[str]:
     """Direct the logger at one experiment directory for the duration of a run.
 
     Without ``override_prefix`` the experiment directory is
@@ -145,6 +146,10 @@ def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
     that snapshot, whose iterations are about to be redone, are dropped), ``params.json``
     is rewritten with ``log_params`` (the caller adds the record of the resume), and a
     TensorBoard writer purges the events after step ``n`` from the earlier event files.
+
+    ``console``: what reaches the terminal meanwhile (see ``logger.set_console_mode``):
+    ``"lines"`` (default) one summary line per log row, ``"tables"`` the full tables and
+    every log line.
     """
     exp_dir = experiment_dir(log_dir, run_ID, override_prefix)
     if log_params is not None and not isinstance(log_params, Mapping):
@@ -168,14 +173,17 @@ def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
             remove_run_files(exp_dir)
     os.makedirs(exp_dir, exist_ok=True)
 
+    check_choice(console, "console", logger.CONSOLE_MODES)
     previous = (logger.get_snapshot_dir(), logger.get_snapshot_mode(),
                 logger.get_snapshot_gap(), logger.get_tf_summary_writer())
+    previous_console = logger.get_console_mode()
     # Only remove on exit the outputs this context added (an enclosing context may
     # already log to the same files).
     added_text = text_path not in logger.get_text_outputs()
     added_tabular = tabular_path not in logger.get_tabular_outputs()
     writer = None
     try:
+        logger.set_console_mode(console)
         logger.add_text_output(text_path)
         if resume is not None:
             last_itr = int(resume["itr"])
@@ -207,6 +215,7 @@ def logger_context(log_dir: str | os.PathLike, run_ID: int | str, name: str,
         logger.set_snapshot_mode(snap_mode)
         logger.set_snapshot_gap(snap_gap)
         logger.set_tf_summary_writer(prev_writer)
+        logger.set_console_mode(previous_console)
 
 
 def _row_itr(row: Mapping[str, str]) -> float:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from rlfast.utils.checks import check_choice, check_int
+from rlfast.utils.logging.console import HEADER_EVERY, summary_header, summary_line
 from rlfast.utils.logging.serialization import atomic_write, json_safe
 # load_snapshot and SnapshotCorruptError are re-exported: logger.load_snapshot(path) reads
 # back what logger.save_itr_params wrote.
@@ -56,6 +57,9 @@ _disable_prefix = False
 _tf_summary_writer: Any = None
 _dump_count = 0
 _muted = False  # ranks other than 0 of a distributed run write nothing
+CONSOLE_MODES = ("tables", "lines")
+_console_mode = "tables"  # "lines": one summary line per dump on stdout, tables to files
+_summary_count = 0  # summary lines printed since the console mode was set
 
 
 def set_muted(muted: bool) -> None:
@@ -72,10 +76,26 @@ def get_muted() -> bool:
 
 # ----------------------------------------------------------------------------- text
 
-def _write_line(line: str, color: str | None = None) -> None:
+def set_console_mode(mode: str) -> None:
+    """What reaches stdout. ``"tables"`` (the logger's own default): every ``log`` line and
+    every ``dump_tabular`` table. ``"lines"`` (``logger_context``'s default, and
+    ``rlfast train`` without ``--verbose``): one summary line per ``dump_tabular`` (see
+    ``rlfast.utils.logging.console``) and only the ``log`` lines marked ``console=True``;
+    everything else still goes to the text outputs (``debug.log``)."""
+    global _console_mode, _summary_count
+    _console_mode = check_choice(mode, "console mode", CONSOLE_MODES)
+    _summary_count = 0
+
+
+def get_console_mode() -> str:
+    return _console_mode
+
+
+def _write_line(line: str, color: str | None = None, to_stdout: bool = True) -> None:
     """Print one finished line to stdout (colored if asked) and every text output."""
-    shown = f"\x1b[{_COLORS[color]}m{line}\x1b[0m" if color is not None else line
-    print(shown, flush=True)
+    if to_stdout:
+        shown = f"\x1b[{_COLORS[color]}m{line}\x1b[0m" if color is not None else line
+        print(shown, flush=True)
     for f in _text_files.values():
         f.write(line + "\n")
         f.flush()
@@ -92,19 +112,21 @@ def _format(s: Any, with_prefix: bool, with_timestamp: bool) -> str:
 
 
 def log(s: Any, with_prefix: bool = True, with_timestamp: bool = True,
-        color: str | None = None) -> None:
+        color: str | None = None, console: bool = False) -> None:
     """Print ``s`` to stdout and append it to every text output (e.g. ``debug.log``).
 
     The current prefix (see ``push_prefix``) and a timestamp are prepended unless
     disabled. ``color`` (one of ``gray, red, green, yellow, blue, magenta, cyan, white,
     crimson``) colors only the terminal copy. Nothing is written while
-    ``set_log_tabular_only(True)`` is in effect.
+    ``set_log_tabular_only(True)`` is in effect. In the ``"lines"`` console mode the line
+    reaches stdout only with ``console=True`` (it always reaches the text outputs).
     """
     if color is not None:
         check_choice(color, "color", sorted(_COLORS))
     if _log_tabular_only or _muted:
         return
-    _write_line(_format(s, with_prefix, with_timestamp), color)
+    _write_line(_format(s, with_prefix, with_timestamp), color,
+                to_stdout=console or _console_mode == "tables")
 
 
 def add_text_output(file_name: str | os.PathLike) -> None:
@@ -283,7 +305,7 @@ def dump_tabular(with_prefix: bool = True, with_timestamp: bool = True) -> None:
     numeric value with ``step`` = the recorded ``Diagnostics/CumSteps`` or else the
     number of previous dumps. Does nothing if nothing was recorded.
     """
-    global _dump_count
+    global _dump_count, _summary_count
     if _muted:
         _tabular.clear()
         return
@@ -293,8 +315,14 @@ def dump_tabular(with_prefix: bool = True, with_timestamp: bool = True) -> None:
     key_w = max(len(k) for k, _ in rows)
     val_w = max(len(v) for _, v in rows)
     rule = "-" * key_w + "  " + "-" * val_w
+    tables = _console_mode == "tables"
     for line in [rule] + [f"{k:<{key_w}}  {v:>{val_w}}" for k, v in rows] + [rule]:
-        _write_line(_format(line, with_prefix, with_timestamp))
+        _write_line(_format(line, with_prefix, with_timestamp), to_stdout=tables)
+    if not tables:
+        if _summary_count % HEADER_EVERY == 0:
+            print(summary_header(), flush=True)
+        print(summary_line(_tabular), flush=True)
+        _summary_count += 1
     for out in _tabular_files.values():
         out.write_row(_tabular)
     if _tf_summary_writer is not None:
@@ -447,3 +475,4 @@ def reset() -> None:
     _tf_summary_writer = None
     _dump_count = 0
     _muted = False
+    set_console_mode("tables")

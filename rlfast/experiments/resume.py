@@ -1,0 +1,153 @@
+"""``rlfast resume RUN_DIR``: continue a run from its last snapshot.
+
+The run is rebuilt from what it recorded in ``params.json`` (algorithm, environment,
+sampler, seed, affinity code and the fully resolved config, not today's preset, which may
+have changed since), its newest snapshot is loaded (``weights_only``, digest checked), and
+training continues from the iteration after it up to ``--steps`` total environment steps
+(default: the run's original total). The run directory is continued, never replaced:
+``debug.log`` and ``progress.csv`` are appended to (rows logged after the snapshot, whose
+iterations are redone, are dropped), snapshots keep their names, and ``params.json`` gains a
+record of every resume under ``resumes``.
+
+Changing the configuration on resume (``--set``, ``--n-envs``, ``--sampler``,
+``--affinity``) is refused unless ``--force``; forced changes are recorded in that resume's
+entry in ``params.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import os
+from typing import Any
+
+from rlfast.experiments.config import ConfigError, apply_overrides
+from rlfast.experiments.presets import RUNNERS, SAMPLERS, build_experiment
+from rlfast.experiments.run_dir import latest_snapshot, read_run_params
+
+__all__ = ["add_resume_parser", "configure_resume", "config_changes"]
+
+
+def add_resume_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``resume`` subcommand."""
+    from rlfast.cli import add_console_arguments
+
+    resume = subparsers.add_parser(
+        "resume", help="continue a run from its last snapshot",
+        description="Continue the run in RUN_DIR from its newest snapshot, appending to its "
+                    "logs, up to --steps total environment steps (default: its original "
+                    "total).")
+    resume.add_argument("run_dir", help="the run directory (holds params.json and params.pkl "
+                                        "or itr_<n>.pkl)")
+    resume.add_argument("--steps", type=int, default=None,
+                        help="total environment steps to train to (default: the run's "
+                             "original total)")
+    resume.add_argument("--snapshot", default=None, metavar="PATH",
+                        help="resume from this snapshot file instead of the newest")
+    resume.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="change a config value (needs --force)")
+    resume.add_argument("--n-envs", type=int, default=None,
+                        help="change batch_B (needs --force; environments restart)")
+    resume.add_argument("--sampler", choices=SAMPLERS, default=None,
+                        help="change the sampler (needs --force)")
+    resume.add_argument("--affinity", default=None, metavar="CODE",
+                        help="change the affinity code (needs --force)")
+    resume.add_argument("--force", action="store_true",
+                        help="accept configuration changes; they are recorded in params.json")
+    resume.add_argument("--snapshot-replay", default=None, action=argparse.BooleanOptionalAction,
+                        help="save the replay buffer with each snapshot (default: as the run "
+                             "did)")
+    add_console_arguments(resume)
+    return resume
+
+
+def config_changes(old: Any, new: Any, prefix: str = "") -> dict[str, list]:
+    """``{dotted key: [old, new]}`` for every value that differs between two configs."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        changes: dict[str, list] = {}
+        for key in sorted(set(old) | set(new), key=str):
+            changes.update(config_changes(old.get(key), new.get(key), f"{prefix}{key}."))
+        return changes
+    if old != new:
+        return {prefix.rstrip("."): [old, new]}
+    return {}
+
+
+def configure_resume(args: argparse.Namespace) -> Any:
+    """Rebuild the run in ``args.run_dir``, load its snapshot into the runner, and return
+    a ``TrainRun`` that ``rlfast.cli.run_train`` continues. Raises ``ConfigError`` for a
+    directory that holds no resumable run, a snapshot that does not load, an unforced
+    configuration change, or a total that is already reached."""
+    from rlfast.cli import TrainRun, affinity_for_run
+    from rlfast.runners.snapshots import check_resumable
+    from rlfast.utils.logging.snapshot import load_snapshot
+
+    run_dir = os.path.abspath(args.run_dir)
+    params = read_run_params(run_dir)
+    runner_kind = params.get("runner") or "sync"
+    if runner_kind not in RUNNERS:
+        raise ConfigError(f"{run_dir}: params.json names runner {runner_kind!r}; expected one "
+                          f"of {', '.join(RUNNERS)}")
+    if runner_kind != "sync" or int(params.get("world_size") or 1) > 1:
+        raise ConfigError(
+            f"{run_dir} was trained with the {runner_kind} runner on "
+            f"{params.get('world_size') or 1} rank(s); rlfast resume continues single-process "
+            f"synchronous runs (the default runner)")
+    snapshot_path = os.path.abspath(args.snapshot) if args.snapshot else latest_snapshot(run_dir)
+    try:
+        snapshot = load_snapshot(snapshot_path)
+    except FileNotFoundError as e:
+        raise ConfigError(f"no snapshot file {snapshot_path}") from e
+    check_resumable(snapshot, where=f"snapshot {snapshot_path}")
+
+    old_config = params["config"]
+    config = apply_overrides(copy.deepcopy(old_config), args.overrides)
+    if args.n_envs is not None:
+        config["sampler"]["batch_B"] = args.n_envs
+    original_steps = int(old_config["runner"]["n_steps"])
+    config["runner"]["n_steps"] = int(args.steps) if args.steps is not None else original_steps
+    if config["runner"]["n_steps"] < 1:
+        raise ConfigError(f"--steps must be >= 1; got {args.steps}")
+    changes = {k: v for k, v in config_changes(old_config, config).items()
+               if k != "runner.n_steps"}
+    sampler = args.sampler or params["sampler"]
+    affinity_code = args.affinity if args.affinity is not None else params.get("affinity")
+    if sampler != params["sampler"]:
+        changes["sampler"] = [params["sampler"], sampler]
+    if affinity_code != params.get("affinity"):
+        changes["affinity"] = [params.get("affinity"), affinity_code]
+    if changes and not args.force:
+        listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
+        raise ConfigError(f"resuming {run_dir} with a changed configuration ({listed}); pass "
+                          f"--force to accept it (it is recorded in params.json)")
+    done_steps = int(snapshot.get("cum_steps", 0))
+    if config["runner"]["n_steps"] <= done_steps:
+        raise ConfigError(f"{run_dir} already trained {done_steps} steps (snapshot "
+                          f"{os.path.basename(snapshot_path)}), and the run's total is "
+                          f"{config['runner']['n_steps']}: pass a larger --steps to train on")
+
+    affinity = affinity_for_run(affinity_code, runner_kind)
+    runner = build_experiment(params["algo"], params["env"], config, sampler=sampler,
+                              seed=params["seed"], affinity=affinity, runner=runner_kind)
+    runner.progress_bar = not args.no_progress
+    snapshot_replay = (params.get("snapshot_replay", False) if args.snapshot_replay is None
+                       else bool(args.snapshot_replay))
+    runner.snapshot_replay = snapshot_replay
+    runner.resume_from(snapshot, os.path.dirname(snapshot_path))
+
+    log_params = {k: v for k, v in params.items() if k not in ("name", "run_ID")}
+    log_params.update(config=config, sampler=sampler, affinity=affinity_code,
+                      snapshot_replay=snapshot_replay)
+    record = dict(time=datetime.datetime.now().isoformat(timespec="seconds"),
+                  snapshot=os.path.basename(snapshot_path), from_itr=int(snapshot["itr"]),
+                  from_steps=done_steps, to_steps=config["runner"]["n_steps"])
+    if changes:
+        record["forced_changes"] = changes
+    log_params["resumes"] = list(params.get("resumes", [])) + [record]
+    run_args = argparse.Namespace(
+        algo=params["algo"], env=params["env"], seed=params["seed"], sampler=sampler,
+        snapshot_mode=params.get("snapshot_mode", "last"), overwrite=False,
+        no_progress=args.no_progress, verbose=args.verbose, log_dir=run_dir)
+    return TrainRun(args=run_args, config=config, runner=runner, log_params=log_params,
+                    exp_dir=run_dir, resume=dict(itr=int(snapshot["itr"]),
+                                                 cum_steps=done_steps))

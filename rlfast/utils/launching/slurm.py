@@ -1,0 +1,520 @@
+"""Sweeps on a Slurm cluster: every run of ``run_experiments(..., backend="slurm")`` is its own
+submitit job, requeued and resumed from its last snapshot when Slurm preempts it or its time
+runs out.
+
+Each job runs a :class:`SweepRun`: the same ``python SCRIPT SLOT_CODE LOG_DIR RUN_ID *ARGS``
+command the local launcher runs (SLOT_CODE is the sweep's affinity code with run slot 0
+prepended: every job gets a whole allocation of that shape), as a child process whose output
+is appended to ``LOG_DIR/run_<ID>.stdout.txt`` / ``.stderr.txt``. Before Slurm ends a job it
+sends submitit's signal (USR2 by default); submitit then calls :meth:`SweepRun.checkpoint`,
+which stops the training child with SIGTERM (rlfast runners save a final snapshot and exit with
+143), and submitit requeues a copy with ``resume=True`` that runs
+``python -m rlfast resume LOG_DIR/run_<ID>`` (or starts the run afresh when it has no snapshot
+yet). The training script must log resumable params (``rlfast.experiments.presets.run_params``;
+see ``scripts/launch/train_ppo_cartpole.py``).
+
+submitit is an optional dependency: ``pip install rlfast[slurm]``.
+"""
+from __future__ import annotations
+
+import ctypes
+import datetime
+import importlib
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psutil
+
+from rlfast.utils.checks import check_choice, check_int, check_positive
+from rlfast.utils.launching.affinity import prepend_run_slot
+from rlfast.utils.launching.exp_launcher import (NUM_LAUNCHED_FILE, TREE_FILE, RunResult,
+                                                 _ChildWatcher, _stderr_tail, _tree_text,
+                                                 _write_atomic, experiment_command)
+from rlfast.utils.launching.variant import save_variant
+from rlfast.utils.logging.context import remove_run_files
+
+try:  # SweepRun must be a Checkpointable where submitit is installed; the rest checks later.
+    from submitit.helpers import Checkpointable as _JobBase
+except ImportError:  # pragma: no cover - exercised by running without submitit
+    _JobBase = object
+
+__all__ = ["run_slurm_sweep", "SweepRun", "SlurmRunResult", "RunFailedError",
+           "check_slurm_options", "parse_time_minutes", "submitit_parameters",
+           "require_submitit", "SLURM_KEYS"]
+
+# The keys of ``run_experiments(..., slurm=...)`` and what they set.
+SLURM_KEYS = {
+    "partition": "Slurm partition (--partition)",
+    "time": "time limit: minutes, or a Slurm time string such as '12:00:00' or '1-00:00:00'",
+    "gpus_per_node": "GPUs per node (--gpus-per-node)",
+    "cpus_per_task": "CPU cores for the job's one task (--cpus-per-task)",
+    "mem_gb": "memory per node in GB (--mem)",
+    "nodes": "nodes per job (default 1); the training command starts once, on the first",
+    "account": "Slurm account (--account)",
+    "qos": "quality of service (--qos)",
+    "constraint": "node features (--constraint)",
+    "additional": "dict of any other sbatch options, e.g. {'mail-type': 'END'}",
+    "folder": "submitit's folder for job pickles and logs (default <experiment dir>/slurm/%j)",
+    "executor": "'slurm' (default) or 'local': the same jobs on this machine (for testing)",
+    "max_parallel": "at most this many jobs of the sweep's job array run at once",
+}
+EXECUTORS = ("slurm", "local")
+STOP_GRACE_S = 60.0  # SIGTERM to SIGKILL; submitit's signal comes 90 s before Slurm's kill.
+LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # the local executor kills a job at its time limit
+POLL_S = {"slurm": 10.0, "local": 0.5}  # how often a waiting sweep checks its jobs
+INSTALL_HINT = "pip install rlfast[slurm]"
+_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+PR_SET_PDEATHSIG = 1
+
+
+class RunFailedError(RuntimeError):
+    """The training command of a Slurm job exited with a non-zero status."""
+
+
+class SlurmRunResult(RunResult):
+    """A ``RunResult`` (still the same four fields: log_dir, run_ID, slot, returncode) that
+    also carries the submitit job as ``job`` (None in a dry run): ``job.job_id``,
+    ``job.result()``, ``job.paths.stdout`` for submitit's own log."""
+    job: Any = None
+
+    def __new__(cls, log_dir: str, run_ID: int, slot: int, returncode: int | None,
+                job: Any = None) -> "SlurmRunResult":
+        self = super().__new__(cls, log_dir, run_ID, slot, returncode)
+        self.job = job
+        return self
+
+
+def require_submitit() -> Any:
+    """The ``submitit`` module, or an ImportError that says how to install it."""
+    try:
+        return importlib.import_module("submitit")
+    except ImportError as e:
+        raise ImportError(f"run_experiments(backend='slurm') needs submitit, which is not "
+                          f"installed; install it with `{INSTALL_HINT}`.") from e
+
+
+def parse_time_minutes(value: int | float | str) -> int:
+    """A Slurm time limit as whole minutes (rounded up): a number of minutes, or a Slurm
+    time string ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M`` or ``D-H:M:S``."""
+    if isinstance(value, str):
+        match = _TIME.fullmatch(value.strip())
+        if match is None:
+            raise ValueError(f"slurm time {value!r} is not a Slurm time: use minutes, 'M:S', "
+                             f"'H:M:S', 'D-H', 'D-H:M' or 'D-H:M:S' (e.g. '12:00:00').")
+        days, first, second, third = match.groups()
+        parts = [int(p) for p in (first, second, third) if p is not None]
+        if days is not None:  # D-H, D-H:M or D-H:M:S
+            hours, minutes, seconds = parts + [0] * (3 - len(parts))
+            hours += 24 * int(days)
+        elif len(parts) == 3:  # H:M:S
+            hours, minutes, seconds = parts
+        else:  # M or M:S
+            hours, minutes, seconds = 0, parts[0], parts[1] if len(parts) == 2 else 0
+        minutes_total = math.ceil((3600 * hours + 60 * minutes + seconds) / 60)
+    else:
+        minutes_total = math.ceil(check_positive(value, "slurm time (minutes)"))
+    if minutes_total < 1:
+        raise ValueError(f"slurm time must be at least one minute; got {value!r}.")
+    return minutes_total
+
+
+def check_slurm_options(slurm: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Validate the ``slurm`` dict of ``run_experiments``: no unknown key (the error lists
+    the valid ones), values of the right kind, ``time`` converted to minutes and required
+    for the Slurm executor (submitit would otherwise ask Slurm for 5 minutes). Returns a
+    new dict with ``executor`` and ``nodes`` filled in."""
+    if slurm is None:
+        slurm = {}
+    if not isinstance(slurm, Mapping):
+        raise TypeError(f"slurm must be a dict of Slurm options; got {type(slurm).__name__}.")
+    unknown = sorted(set(slurm) - set(SLURM_KEYS))
+    if unknown:
+        valid = "".join(f"\n  {k}: {v}" for k, v in SLURM_KEYS.items())
+        raise ValueError(f"Unknown slurm option(s) {unknown}. Valid options:{valid}")
+    options = {k: v for k, v in slurm.items() if v is not None}
+    options["executor"] = check_choice(options.get("executor", "slurm"), "slurm executor",
+                                       EXECUTORS)
+    options["nodes"] = check_int(options.get("nodes", 1), "slurm nodes", minimum=1)
+    if "time" in options:
+        options["time"] = parse_time_minutes(options["time"])
+    elif options["executor"] == "slurm":
+        raise ValueError("slurm time is required (minutes or 'HH:MM:SS'), e.g. "
+                         "slurm=dict(time='12:00:00', ...); without it submitit asks Slurm "
+                         "for 5 minutes.")
+    for key, minimum in (("gpus_per_node", 0), ("cpus_per_task", 1), ("max_parallel", 1)):
+        if key in options:
+            options[key] = check_int(options[key], f"slurm {key}", minimum=minimum)
+    if "mem_gb" in options:
+        options["mem_gb"] = check_positive(options["mem_gb"], "slurm mem_gb")
+    for key in ("partition", "account", "qos", "constraint", "folder"):
+        if key in options and not isinstance(options[key], (str, os.PathLike)):
+            raise TypeError(f"slurm {key} must be a string; got {options[key]!r}.")
+    if "additional" in options and not isinstance(options["additional"], Mapping):
+        raise TypeError(f"slurm additional must be a dict of sbatch options; got "
+                        f"{options['additional']!r}.")
+    return options
+
+
+def submitit_parameters(options: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """``submitit.AutoExecutor.update_parameters`` keywords for checked ``options``: the
+    generic ``timeout_min``, ``gpus_per_node``, ``cpus_per_task``, ``mem_gb``, ``nodes``,
+    ``tasks_per_node`` and ``name``, and the Slurm-only ``slurm_partition``,
+    ``slurm_account``, ``slurm_qos``, ``slurm_constraint``,
+    ``slurm_additional_parameters`` and ``slurm_array_parallelism`` (which the local
+    executor ignores). A local executor without ``time`` gets a week."""
+    params: dict[str, Any] = {"name": name, "nodes": options["nodes"], "tasks_per_node": 1}
+    if "time" in options:
+        params["timeout_min"] = options["time"]
+    elif options["executor"] == "local":
+        params["timeout_min"] = LOCAL_TIMEOUT_MIN
+    for key in ("gpus_per_node", "cpus_per_task", "mem_gb"):
+        if key in options:
+            params[key] = options[key]
+    for key in ("partition", "account", "qos", "constraint"):
+        if key in options:
+            params[f"slurm_{key}"] = str(options[key])
+    if "additional" in options:
+        params["slurm_additional_parameters"] = dict(options["additional"])
+    if "max_parallel" in options:
+        params["slurm_array_parallelism"] = options["max_parallel"]
+    return params
+
+
+def _snapshot_exists(run_dir: str) -> bool:
+    """``run_dir`` holds a snapshot the logger wrote: ``params.pkl`` or ``itr_<n>.pkl``."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return False
+    return any(n == "params.pkl" or re.fullmatch(r"itr_\d+\.pkl", n) for n in names)
+
+
+def _job_env(name: str, default: str) -> str:
+    """A submitit JobEnvironment property (job_id, global_rank) inside a job, else default."""
+    try:
+        import submitit
+        return str(getattr(submitit.JobEnvironment(), name))
+    except Exception:  # not inside a submitit job
+        return default
+
+
+def _load_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # libc's, linked into Python
+    except (OSError, AttributeError):
+        return None
+
+
+def _child_setup(preempt_signum: int | None, parent_pid: int, prctl: Any):
+    """``preexec_fn`` for the training child: ignore submitit's preemption signal (Slurm
+    signals every process of the job; only the job process may act on it), and get SIGTERM
+    when the job process dies (Linux), so that the child is never orphaned."""
+    def setup() -> None:
+        if preempt_signum is not None:
+            signal.signal(preempt_signum, signal.SIG_IGN)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+            if os.getppid() != parent_pid:  # the job process died before prctl took effect
+                os._exit(143)
+    return setup
+
+
+def _preempt_signal() -> int | None:
+    try:
+        from submitit.core.job_environment import JobEnvironment
+        return int(JobEnvironment._usr_sig())
+    except Exception:  # no submitit, or an unknown SUBMITIT_PREEMPT_SIGNAL
+        return None
+
+
+def _stop_child(proc: subprocess.Popen | None, grace_s: float) -> None:
+    """SIGTERM ``proc`` (a run saves its final snapshot and stops its workers), wait up to
+    ``grace_s``, then SIGKILL it; its descendants that outlive it are killed at once.
+    Nothing happens when it has already exited."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for p in descendants:  # a run stops its own workers: any still here are strays
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(descendants, timeout=1.0)
+
+
+class SweepRun(_JobBase):
+    """One run of a sweep as a checkpointable submitit job.
+
+    Calling it runs the training command in a child process and raises ``RunFailedError``
+    (with the end of the run's stderr) when that exits non-zero, so submitit marks the job
+    failed. With ``resume`` set, or in a job Slurm itself requeued (``SLURM_RESTART_COUNT``),
+    a run directory holding a snapshot is continued with ``python -m rlfast resume RUN_DIR``,
+    and one without is started again from scratch after its old files are removed.
+    ``checkpoint`` (submitit calls it on preemption or timeout) stops the child gracefully
+    and returns the resuming copy for submitit to requeue.
+    """
+
+    def __init__(self, script: str, slot_code: str, log_dir: str, run_ID: int,
+                 args: Sequence = (), python_executable: str | None = None,
+                 resume: bool = False, stop_grace_s: float = STOP_GRACE_S) -> None:
+        self.script = str(script)
+        self.slot_code = slot_code
+        self.log_dir = str(log_dir)
+        self.run_ID = int(run_ID)
+        self.args = [str(a) for a in args]
+        self.python_executable = python_executable or sys.executable
+        self.resume = bool(resume)
+        self.stop_grace_s = float(stop_grace_s)
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def run_dir(self) -> str:
+        """Where the training script writes: ``LOG_DIR/run_<run_ID>``."""
+        return os.path.join(self.log_dir, f"run_{self.run_ID}")
+
+    def start_command(self) -> list[str]:
+        """``python SCRIPT SLOT_CODE LOG_DIR RUN_ID *ARGS`` (no taskset: Slurm binds the job)."""
+        return experiment_command(self.script, self.slot_code, self.log_dir, self.run_ID,
+                                  self.args, self.python_executable, pin=False)
+
+    def resume_command(self) -> list[str]:
+        """``python -m rlfast resume LOG_DIR/run_<run_ID>``."""
+        return [self.python_executable, "-m", "rlfast", "resume", self.run_dir]
+
+    def resumed(self) -> "SweepRun":
+        """A copy that resumes this run when it is called."""
+        return SweepRun(self.script, self.slot_code, self.log_dir, self.run_ID, self.args,
+                        self.python_executable, resume=True, stop_grace_s=self.stop_grace_s)
+
+    def _note(self, message: str) -> None:
+        """A line in the run's stdout file, where the job's starts and stops are traced."""
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        with open(os.path.join(self.log_dir, f"run_{self.run_ID}.stdout.txt"), "a",
+                  encoding="utf-8") as f:
+            f.write(f"[rlfast.slurm {stamp}] job {_job_env('job_id', '?')}: {message}\n")
+
+    def __call__(self) -> str:
+        if _job_env("global_rank", "0") != "0":
+            return self.run_dir  # other tasks of a multi-node job: the first one trains
+        os.makedirs(self.log_dir, exist_ok=True)
+        requeued = self.resume or int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
+        if requeued and _snapshot_exists(self.run_dir):
+            command, how = self.resume_command(), "resuming from the last snapshot"
+        else:
+            if requeued:
+                removed = remove_run_files(self.run_dir)
+                self._note(f"no snapshot to resume from; starting again (removed "
+                           f"{', '.join(removed) or 'nothing'})")
+            command, how = self.start_command(), "starting"
+        self._note(f"{how}: {subprocess.list2cmdline(command)}")
+        stem = os.path.join(self.log_dir, f"run_{self.run_ID}")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # The child is one process of this job, not a rank of the job's srun step: without
+        # SLURM_PROCID, rlfast (train, resume) does not take the step's tasks for its ranks.
+        env.pop("SLURM_PROCID", None)
+        setup = _child_setup(_preempt_signal(), os.getpid(), _load_prctl())
+        watcher = _ChildWatcher()  # a blocking wait during which the signal handler can run
+        try:
+            with open(f"{stem}.stdout.txt", "ab") as out, \
+                    open(f"{stem}.stderr.txt", "ab") as err:
+                self._proc = subprocess.Popen(command, stdout=out, stderr=err,
+                                              stdin=subprocess.DEVNULL, env=env,
+                                              preexec_fn=setup)
+            watcher.add(self._proc)
+            watcher.wait_any()
+        finally:  # also on KeyboardInterrupt (cancel) and on submitit's requeue exit
+            watcher.close()
+            _stop_child(self._proc, self.stop_grace_s)
+        returncode = self._proc.returncode
+        self._proc = None
+        if returncode != 0:
+            why = (" (SIGTERM: the job was cancelled or preempted; a requeued job resumes "
+                   "from the last snapshot)" if returncode in (143, -signal.SIGTERM) else "")
+            self._note(f"exited with code {returncode}")
+            raise RunFailedError(f"run_ID {self.run_ID} in {self.log_dir} exited with code "
+                                 f"{returncode}{why}; command: "
+                                 f"{subprocess.list2cmdline(command)}"
+                                 f"{_stderr_tail(self.log_dir, self.run_ID, n_lines=10)}")
+        self._note("finished")
+        return self.run_dir
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """Stop the training child gracefully (SIGTERM: final snapshot, exit 143; SIGKILL
+        after ``stop_grace_s``) and return the resuming copy for submitit to requeue."""
+        from submitit.helpers import DelayedSubmission
+        if self._proc is not None and self._proc.poll() is None:
+            self._note(f"preempted or timed out: stopping the run (SIGTERM, up to "
+                       f"{self.stop_grace_s:g} s) to requeue it")
+            _stop_child(self._proc, self.stop_grace_s)
+            self._note(f"stopped with code {self._proc.returncode}; requeueing to resume")
+        return DelayedSubmission(self.resumed())
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_proc"] = None  # a process handle does not travel to the requeued job
+        return state
+
+    def __repr__(self) -> str:
+        return (f"SweepRun(run_ID={self.run_ID}, log_dir={self.log_dir!r}, "
+                f"resume={self.resume})")
+
+
+def _error_line(error: BaseException) -> str:
+    """The ``SomeError: message`` line of a failed job's traceback (submitit wraps the job's
+    exception, traceback and all, in its own), or the error itself."""
+    lines = [line for line in str(error).splitlines()
+             if re.match(r"^[\w.]*(Error|Exception|Interrupt|Exit)\w*: ", line)]
+    return lines[-1] if lines else f"{type(error).__name__}: {str(error).strip()[:300]}"
+
+
+def _make_executor(submitit: Any, options: Mapping[str, Any], folder: str,
+                   params: Mapping[str, Any]) -> Any:
+    try:
+        executor = submitit.AutoExecutor(folder=folder, cluster=options["executor"])
+    except RuntimeError as e:  # SlurmExecutor: "Could not detect srun"
+        raise RuntimeError(f"{e} Submitting Slurm jobs needs a Slurm login node; use "
+                           f"slurm=dict(executor='local', ...) to run the same jobs on this "
+                           f"machine.") from e
+    executor.update_parameters(**params)
+    return executor
+
+
+def _cancel(jobs: Sequence[Any], local: bool) -> None:
+    """Cancel unfinished jobs; local ones are waited for (their controllers are children
+    of this process), Slurm ones are only scancel'ed."""
+    unfinished = [job for job in jobs if not job.done()]
+    for job in unfinished:
+        try:
+            job.cancel(check=False)
+        except Exception as e:  # keep cancelling the others
+            print(f"could not cancel job {job.job_id}: {e}", file=sys.stderr)
+    if local:
+        for job in unfinished:
+            process = getattr(job, "_process", None)  # LocalJob's controller process
+            if process is not None:
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def run_slurm_sweep(script: str, affinity_code: str, experiment_title: str, exp_dir: str,
+                    runs: Sequence[tuple[str, Mapping, int, Sequence]],
+                    log_dirs: Sequence[str], slurm: Mapping[str, Any] | None,
+                    python_executable: str | None = None, dry_run: bool = False,
+                    wait: bool = True) -> list[SlurmRunResult]:
+    """Submit each of ``runs`` (``(run_dir, variant, run_ID, args)``, from
+    ``run_experiments``) as a :class:`SweepRun` job, in one job array, and wait for them.
+
+    Writes ``experiments_tree.txt``, each ``variant.json`` and ``num_launched.txt`` (kept
+    up to date while waiting), prints the job ids, and returns one ``SlurmRunResult`` per
+    run in submission order: returncode 0 when the job succeeded, 1 when it failed (a
+    failure summary with the end of the run's stderr is printed on stderr, as by the local
+    backend). With ``wait=False`` it returns right after submitting (returncode None;
+    ``result.job`` is the submitit job: ``result.job.result()`` waits for it; local-executor
+    jobs are child processes of this one, which such a wait also reaps). An interrupt
+    (Ctrl-C) while waiting cancels the unfinished jobs and re-raises. ``dry_run`` prints the submitit parameters and each
+    run's command and submits nothing (it does not need submitit).
+    """
+    options = check_slurm_options(slurm)
+    executor_kind = options["executor"]
+    folder = os.path.abspath(os.fspath(options.get("folder") or
+                                       os.path.join(exp_dir, "slurm", "%j")))
+    params = submitit_parameters(options, experiment_title)
+    slot_code = prepend_run_slot(0, affinity_code)
+    jobs_to_run = [SweepRun(script, slot_code, run_dir, run_ID, args, python_executable)
+                   for run_dir, _, run_ID, args in runs]
+    total = len(jobs_to_run)
+    where = "Slurm jobs" if executor_kind == "slurm" else "local submitit jobs"
+
+    if dry_run:
+        print(f"[dry run] {total} {where} of {script}, each on run slot 0 of "
+              f"{affinity_code} ({slot_code}); experiment dir {exp_dir}; submitit folder "
+              f"{folder}\n[dry run] submitit parameters: "
+              + ", ".join(f"{k}={v!r}" for k, v in params.items()))
+        for run in jobs_to_run:
+            print(f"[dry run] run_ID {run.run_ID}  {run.log_dir}\n    "
+                  f"{subprocess.list2cmdline(run.start_command())}")
+        return [SlurmRunResult(run.log_dir, run.run_ID, 0, None) for run in jobs_to_run]
+
+    submitit = require_submitit()
+    executor = _make_executor(submitit, options, folder, params)
+    os.makedirs(exp_dir, exist_ok=True)
+    _write_atomic(os.path.join(exp_dir, TREE_FILE),
+                  f"script: {script}\naffinity code: {affinity_code} (each job runs "
+                  f"{slot_code})\nbackend: slurm ({executor_kind} executor); submitit folder: "
+                  f"{folder}\nsubmitit parameters: {params}\ntotal runs: {total}\n"
+                  f"launcher pid: {os.getpid()}\n\n" + _tree_text(experiment_title, log_dirs))
+    for run_dir, variant, _, _ in runs:
+        save_variant(variant, run_dir)
+    with executor.batch():
+        jobs = [executor.submit(run) for run in jobs_to_run]
+    for k, (job, run) in enumerate(zip(jobs, jobs_to_run)):
+        print(f"[submit {k + 1}/{total}] job {job.job_id}: run_ID {run.run_ID} of "
+              f"{os.path.relpath(run.log_dir, exp_dir)}", flush=True)
+    returncodes: dict[int, int] = {}
+
+    def record_progress() -> None:
+        failed = sum(1 for code in returncodes.values() if code)
+        lines = [f"submitted {total} / {total} runs as {where}; finished {len(returncodes)}; "
+                 f"failed {failed}; waiting {total - len(returncodes)}"]
+        states = ["waiting" if k not in returncodes else "failed" if returncodes[k] else "done"
+                  for k in range(total)]
+        lines += [f"  job {job.job_id}: run_ID {run.run_ID}  {run.log_dir}  ({state})"
+                  for job, run, state in zip(jobs, jobs_to_run, states)]
+        _write_atomic(os.path.join(exp_dir, NUM_LAUNCHED_FILE), "\n".join(lines) + "\n")
+
+    record_progress()
+    if not wait:
+        print(f"Submitted {total} jobs; not waiting (each result's .job is its submitit job).",
+              flush=True)
+        return [SlurmRunResult(run.log_dir, run.run_ID, 0, None, job)
+                for job, run in zip(jobs, jobs_to_run)]
+    index = {id(job): k for k, job in enumerate(jobs)}
+    try:
+        for job in submitit.helpers.as_completed(jobs, poll_frequency=POLL_S[executor_kind]):
+            k = index[id(job)]
+            run = jobs_to_run[k]
+            try:
+                job.results()
+                returncodes[k] = 0
+                print(f"[done] job {job.job_id}: run_ID {run.run_ID} of "
+                      f"{os.path.relpath(run.log_dir, exp_dir)}", flush=True)
+            except Exception as e:
+                returncodes[k] = 1
+                print(f"[FAILED] job {job.job_id}: run_ID {run.run_ID}; log dir {run.log_dir}"
+                      f"{_stderr_tail(run.log_dir, run.run_ID)}\n    {_error_line(e)} "
+                      f"(submitit log: {job.paths.stderr})", file=sys.stderr, flush=True)
+            record_progress()
+    except BaseException:
+        print(f"Cancelling {total - len(returncodes)} unfinished job(s)...", file=sys.stderr,
+              flush=True)
+        _cancel(jobs, local=executor_kind == "local")
+        raise
+    results = [SlurmRunResult(run.log_dir, run.run_ID, 0, returncodes[k], job)
+               for k, (job, run) in enumerate(zip(jobs, jobs_to_run))]
+    failed = [r for r in results if r.returncode]
+    if failed:
+        print(f"{len(failed)} of {total} runs failed:", file=sys.stderr)
+        for r in failed:
+            print(f"  job {r.job.job_id}: run_ID {r.run_ID}, {r.log_dir}", file=sys.stderr,
+                  flush=True)
+    return results
