@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--snapshot-replay", action="store_true",
                        help="also save the replay buffer beside each snapshot (.npz), so that "
                             "rlfast resume continues replay-based runs exactly")
+    train.add_argument("--tensorboard", action="store_true",
+                       help="also write TensorBoard event files into the log directory "
+                            "(needs pip install rlfast[tensorboard])")
     add_console_arguments(train)
     from rlfast.experiments.playback import add_eval_parser, add_watch_parser
     from rlfast.experiments.plot import add_plot_parser
@@ -274,7 +277,8 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
                             backend=getattr(args, "backend", None),
                             launcher=dist_env.launcher if dist_env is not None else None)
     log_params.update(snapshot_mode=args.snapshot_mode,
-                      snapshot_replay=bool(getattr(args, "snapshot_replay", False)))
+                      snapshot_replay=bool(getattr(args, "snapshot_replay", False)),
+                      tensorboard=bool(getattr(args, "tensorboard", False)))
     return TrainRun(args=args, config=config, runner=runner, log_params=log_params,
                     exp_dir=exp_dir, dist_env=dist_env)
 
@@ -325,6 +329,7 @@ def run_train(run: TrainRun) -> dict:
     context = logger_context(run.exp_dir, 0, f"{args.algo}_{args.env}", run.log_params,
                              snapshot_mode=args.snapshot_mode, override_prefix=True,
                              overwrite=getattr(args, "overwrite", False), resume=run.resume,
+                             use_summary_writer=bool(getattr(args, "tensorboard", False)),
                              console="tables" if getattr(args, "verbose", False) else "lines")
     with context as exp_dir:
         verb = "resume" if run.resume is not None else "train"

@@ -147,6 +147,7 @@ def configure_resume(args: argparse.Namespace) -> Any:
     run_args = argparse.Namespace(
         algo=params["algo"], env=params["env"], seed=params["seed"], sampler=sampler,
         snapshot_mode=params.get("snapshot_mode", "last"), overwrite=False,
+        tensorboard=bool(params.get("tensorboard", False)),
         no_progress=args.no_progress, verbose=args.verbose, log_dir=run_dir)
     return TrainRun(args=run_args, config=config, runner=runner, log_params=log_params,
                     exp_dir=run_dir, resume=dict(itr=int(snapshot["itr"]),

@@ -296,12 +296,17 @@ class MinibatchRlBase(abc.ABC):
     def runner_state(self) -> dict:
         """The runner's own counters, saved in snapshots: training time and completed
         trajectories (subclasses add what their log rows are computed from)."""
-        return dict(cum_time=self._cum_time, cum_completed_trajs=self._cum_completed_trajs)
+        return dict(cum_time=self._cum_time, cum_completed_trajs=self._cum_completed_trajs,
+                    opt_infos={k: [_nan_to_none(float(x)) for x in v]
+                               for k, v in self._opt_infos.items()})
 
     def load_runner_state(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`runner_state`'s output (after ``initialize_logging``)."""
         self._cum_time = float(state["cum_time"])
         self._cum_completed_trajs = int(state["cum_completed_trajs"])
+        for key, values in state.get("opt_infos", {}).items():  # gathered since the last row
+            if key in self._opt_infos:
+                self._opt_infos[key].extend(_none_to_nan(x) for x in values)
 
     # ---- diagnostics -------------------------------------------------------------------------
     def initialize_logging(self) -> None:
@@ -703,12 +708,14 @@ class MinibatchRlEval(MinibatchRlBase):
         # non-finite numbers, which elsewhere mean diverged weights.
         return dict(super().runner_state(),
                     eval_returns=[[steps, _nan_to_none(ret)] for steps, ret in self.eval_returns],
-                    last_eval_return=_nan_to_none(self.last_eval_return))
+                    last_eval_return=_nan_to_none(self.last_eval_return),
+                    train_returns=list(self._train_returns))
 
     def load_runner_state(self, state: Mapping[str, Any]) -> None:
         super().load_runner_state(state)
         self.eval_returns = [(int(steps), _none_to_nan(ret)) for steps, ret in state["eval_returns"]]
         self.last_eval_return = _none_to_nan(state["last_eval_return"])
+        self._train_returns = [float(r) for r in state.get("train_returns", [])]
 
     def evaluate_agent(self, itr: int) -> tuple[list, float]:
         """Run the sampler's evaluation with the agent in eval mode; return the completed
