@@ -476,6 +476,9 @@ def watch_main(args: argparse.Namespace) -> int:
             check_display()
         else:
             _import_video_writer(_video_format(args.video))
+            # Frames are drawn off screen: SDL (gymnasium's classic-control renderer) needs
+            # no display then, and says nothing about a missing one.
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         params, agent, make_env = load_trained_agent(args.run_dir, args.snapshot, args.device)
     except _LOAD_ERRORS as e:
         return _error(e)
