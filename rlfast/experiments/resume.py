@@ -10,8 +10,14 @@ iterations are redone, are dropped), snapshots keep their names, and ``params.js
 record of every resume under ``resumes``.
 
 Changing the configuration on resume (``--set``, ``--n-envs``, ``--sampler``,
-``--affinity``) is refused unless ``--force``; forced changes are recorded in that resume's
-entry in ``params.json``.
+``--affinity``, the number of ranks) is refused unless ``--force``; forced changes are
+recorded in that resume's entry in ``params.json``.
+
+A multi-rank (DistributedDataParallel) run resumes with its ranks spawned again, or under
+the launcher (torchrun, srun) that starts ``rlfast resume`` on every rank: every rank loads
+the snapshot (parameters, optimizer, counters); rank 0, which saved it, also continues its
+environments and replay buffer, while the other ranks start new episodes and refill theirs.
+Runs of the asynchronous runner are refused.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from typing import Any
 from rlfast.experiments.config import ConfigError, apply_overrides
 from rlfast.experiments.presets import RUNNERS, SAMPLERS, build_experiment
 from rlfast.experiments.run_dir import latest_snapshot, read_run_params
+from rlfast.utils.distributed import launch_env
 
 __all__ = ["add_resume_parser", "configure_resume", "config_changes"]
 
@@ -52,6 +59,9 @@ def add_resume_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="change the sampler (needs --force)")
     resume.add_argument("--affinity", default=None, metavar="CODE",
                         help="change the affinity code (needs --force)")
+    resume.add_argument("--world-size", type=int, default=None, metavar="N",
+                        help="ranks to spawn (default: as the run was trained; under torchrun "
+                             "or srun the launcher's)")
     resume.add_argument("--force", action="store_true",
                         help="accept configuration changes; they are recorded in params.json")
     resume.add_argument("--snapshot-replay", default=None, action=argparse.BooleanOptionalAction,
@@ -78,7 +88,7 @@ def configure_resume(args: argparse.Namespace) -> Any:
     a ``TrainRun`` that ``rlfast.cli.run_train`` continues. Raises ``ConfigError`` for a
     directory that holds no resumable run, a snapshot that does not load, an unforced
     configuration change, or a total that is already reached."""
-    from rlfast.cli import TrainRun, affinity_for_run
+    from rlfast.cli import TrainRun, _distributed_setup, affinity_for_run
     from rlfast.runners.snapshots import check_resumable
     from rlfast.utils.logging.snapshot import load_snapshot
 
@@ -88,11 +98,10 @@ def configure_resume(args: argparse.Namespace) -> Any:
     if runner_kind not in RUNNERS:
         raise ConfigError(f"{run_dir}: params.json names runner {runner_kind!r}; expected one "
                           f"of {', '.join(RUNNERS)}")
-    if runner_kind != "sync" or int(params.get("world_size") or 1) > 1:
+    if runner_kind != "sync":
         raise ConfigError(
-            f"{run_dir} was trained with the {runner_kind} runner on "
-            f"{params.get('world_size') or 1} rank(s); rlfast resume continues single-process "
-            f"synchronous runs (the default runner)")
+            f"{run_dir} was trained with the {runner_kind} runner; rlfast resume continues "
+            f"synchronous runs (the default runner, one rank or several)")
     snapshot_path = os.path.abspath(args.snapshot) if args.snapshot else latest_snapshot(run_dir)
     try:
         snapshot = load_snapshot(snapshot_path)
@@ -127,8 +136,23 @@ def configure_resume(args: argparse.Namespace) -> Any:
                           f"{config['runner']['n_steps']}: pass a larger --steps to train on")
 
     affinity = affinity_for_run(affinity_code, runner_kind)
+    # The run's ranks: spawned again by this command, or the launcher's (torchrun, srun).
+    recorded_world = int(params.get("world_size") or 1)
+    requested = args.world_size
+    if requested is None and launch_env() is None:
+        requested = recorded_world
+    dist_args = argparse.Namespace(world_size=requested)
+    dist_env, world_size = _distributed_setup(dist_args, affinity, runner_kind)
+    if world_size != recorded_world:
+        changes["world_size"] = [recorded_world, world_size]
+        if not args.force:
+            raise ConfigError(f"resuming {run_dir}, trained on {recorded_world} rank(s), on "
+                              f"{world_size}; pass --force to accept it")
+    distributed = world_size > 1 or isinstance(affinity, list)
     runner = build_experiment(params["algo"], params["env"], config, sampler=sampler,
-                              seed=params["seed"], affinity=affinity, runner=runner_kind)
+                              seed=params["seed"], affinity=affinity, runner=runner_kind,
+                              world_size=None if dist_env is not None else world_size,
+                              backend=params.get("backend"), distributed=distributed)
     runner.progress_bar = not args.no_progress
     snapshot_replay = (params.get("snapshot_replay", False) if args.snapshot_replay is None
                        else bool(args.snapshot_replay))
@@ -137,7 +161,8 @@ def configure_resume(args: argparse.Namespace) -> Any:
 
     log_params = {k: v for k, v in params.items() if k not in ("name", "run_ID")}
     log_params.update(config=config, sampler=sampler, affinity=affinity_code,
-                      snapshot_replay=snapshot_replay)
+                      snapshot_replay=snapshot_replay, world_size=world_size,
+                      launcher=dist_env.launcher if dist_env is not None else None)
     record = dict(time=datetime.datetime.now().isoformat(timespec="seconds"),
                   snapshot=os.path.basename(snapshot_path), from_itr=int(snapshot["itr"]),
                   from_steps=done_steps, to_steps=config["runner"]["n_steps"])
@@ -150,5 +175,5 @@ def configure_resume(args: argparse.Namespace) -> Any:
         tensorboard=bool(params.get("tensorboard", False)),
         no_progress=args.no_progress, verbose=args.verbose, log_dir=run_dir)
     return TrainRun(args=run_args, config=config, runner=runner, log_params=log_params,
-                    exp_dir=run_dir, resume=dict(itr=int(snapshot["itr"]),
-                                                 cum_steps=done_steps))
+                    exp_dir=run_dir, dist_env=dist_env,
+                    resume=dict(itr=int(snapshot["itr"]), cum_steps=done_steps))

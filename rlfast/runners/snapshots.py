@@ -88,10 +88,13 @@ def restore_snapshot(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
         runner.agent.publish_to(runner.sampling_agent)
     runner.algo.load_optim_state_dict(snapshot["optimizer_state_dict"])
     runner.algo.load_state_dict(snapshot["algo_state"])
+    # In a multi-rank run rank 0 alone saved the snapshot: its replay and environments are
+    # rank 0's, and the other ranks refill their buffers and start new episodes.
+    own_state = runner.rank == 0
     buffer = getattr(runner.algo, "replay_buffer", None)
     if buffer is not None:
         replay_file = (snapshot.get("sidecar_files") or {}).get(REPLAY_SUFFIX)
-        if replay_file is not None and snapshot_dir is not None:
+        if replay_file is not None and snapshot_dir is not None and own_state:
             path = os.path.join(snapshot_dir, replay_file)
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"the snapshot names replay file {path}, which is "
@@ -106,7 +109,7 @@ def restore_snapshot(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
                        f"learning resumes at iteration {runner.algo.learn_after_itr}, once "
                        f"replay holds min_steps_learn steps again", console=True)
     sampler_state = snapshot.get("sampler_state")
-    if sampler_state is not None and runner.sampler_restores_state:
+    if sampler_state is not None and runner.sampler_restores_state and own_state:
         runner.sampler.load_state_dict(sampler_state)
     else:
         logger.log("Environments start new episodes (their state was not saved, or this "

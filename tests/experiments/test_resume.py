@@ -147,3 +147,22 @@ def test_resume_refusals_are_short_errors(tmp_path, capsys):
     (run / "params.pkl").write_bytes(b"not a snapshot")
     assert main(["resume", str(run), "--steps", "4096"]) == 2
     assert "corrupt" in capsys.readouterr().err
+
+
+def test_two_rank_run_resumes_with_its_ranks_spawned_again(tmp_path):
+    """A DistributedDataParallel run (2 gloo ranks, spawned by the command) resumes: every
+    rank loads the snapshot, rank 0 continues its environments, the logs continue."""
+    run = tmp_path / "ddp"
+    _train(run, "ppo", "CartPole-v1", 4096, ["runner.log_interval_steps=2048"] + PPO_SETS[1:],
+           "--world-size", "2")
+    before = _rows(run)
+    assert main(["resume", str(run), "--steps", "8192", "--no-progress"]) == 0
+    rows = _rows(run)
+    assert rows[:len(before)] == before
+    steps = _column(rows, "Diagnostics/CumSteps")
+    assert list(steps) == [0, 2048, 4096, 6144, 8192]
+    updates = _column(rows, "Diagnostics/CumUpdates")
+    assert np.all(np.diff(updates) > 0)  # the update counter went on from the snapshot's
+    params = json.loads((run / "params.json").read_text())
+    assert params["world_size"] == 2 and params["resumes"][0]["from_steps"] == 4096
+    assert main(["resume", str(run), "--steps", "12288", "--world-size", "1"]) == 2
