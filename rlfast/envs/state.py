@@ -20,6 +20,7 @@ import numpy as np
 __all__ = ["gym_env_state", "set_gym_env_state", "is_plain"]
 
 _GENERATOR_KEY = "__numpy_generator_state__"
+_CLASS_KEY = "__class__"  # each layer's class, checked on restore
 # Attributes that are configuration, caches or references rather than state.
 _SKIPPED = frozenset({"env", "spec", "_cached_spec", "_metadata", "metadata", "_saved_kwargs",
                       "_previous_data", "_action_space", "_observation_space", "action_space",
@@ -61,8 +62,12 @@ def _layers(env: gymnasium.Env) -> list:
     return layers
 
 
+def _class_name(layer: Any) -> str:
+    return f"{type(layer).__module__}.{type(layer).__qualname__}"
+
+
 def _layer_state(layer: Any) -> dict | None:
-    state = {}
+    state = {_CLASS_KEY: _class_name(layer)}
     for name, value in vars(layer).items():
         if name in _SKIPPED:
             continue
@@ -94,11 +99,16 @@ def set_gym_env_state(env: gymnasium.Env, states: list) -> None:
     """Restore what :func:`gym_env_state` returned into an environment built the same way
     (same id, arguments and wrappers); a different wrapper chain is refused by name."""
     layers = _layers(env)
-    if len(layers) != len(states):
-        raise ValueError(f"saved environment state has {len(states)} wrapper layers, but "
-                         f"{env} has {len(layers)}: was it made with other arguments?")
+    saved = [state.get(_CLASS_KEY, "?") for state in states]
+    actual = [_class_name(layer) for layer in layers]
+    if saved != actual:
+        raise ValueError(f"saved environment state is of the wrapper chain {saved}, but the "
+                         f"environment is {actual}: was it made with another id or "
+                         f"arguments?")
     for layer, state in zip(layers, states):
         for name, value in state.items():
+            if name == _CLASS_KEY:
+                continue
             if isinstance(value, dict) and _GENERATOR_KEY in value:
                 generator = getattr(layer, name, None)
                 if not isinstance(generator, np.random.Generator):

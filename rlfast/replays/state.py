@@ -4,7 +4,9 @@ back into a freshly built buffer of the same shape (``--snapshot-replay``).
 A buffer is composed of parts (storage, sampling scheme, sum tree, frame store, time-limit
 windows), each holding numpy arrays (the ring of samples, the tree, the shared cells that
 back cursors such as ``t`` and ``full``) and a few Python scalars. :func:`replay_arrays`
-walks that composition and names every array and scalar by its attribute path
+walks that composition and names every array and private scalar (state such as the rows
+a priority tree has started; public scalars are settings, which the rebuilt buffer keeps) by
+its attribute path
 (``storage.samples.observation``, ``scheme.tree.tree``, ...); :func:`load_replay_arrays`
 copies them back *in place*, so a buffer on shared memory stays shared. Saving is
 ``numpy.savez`` into a file written atomically; loading uses ``numpy.load`` with
@@ -21,7 +23,8 @@ import numpy as np
 __all__ = ["replay_arrays", "load_replay_arrays", "save_replay_file", "load_replay_file"]
 
 _SCALAR = "scalar:"  # key prefix of Python scalars stored as 0-d arrays
-_SKIPPED = frozenset({"rw_lock"})
+# The lock of an async buffer, and the last batch's tree leaves (drawn again after a resume).
+_SKIPPED = frozenset({"rw_lock", "_last_leaves"})
 
 
 def _parts(obj: Any, prefix: str, seen: set) -> Iterator[tuple[str, Any, Any, str]]:
@@ -38,7 +41,9 @@ def _parts(obj: Any, prefix: str, seen: set) -> Iterator[tuple[str, Any, Any, st
                 yield path, obj, value, name
         elif hasattr(value, "_fields"):  # a namedarraytuple of arrays (possibly nested)
             yield from _tuple_arrays(value, path)
-        elif isinstance(value, (bool, int, float)) and not isinstance(value, type):
+        elif isinstance(value, (bool, int, float)) and name.startswith("_"):
+            # Private scalars are state (e.g. tree rows started); public ones are the
+            # buffer's settings (discount, alpha, ...), which the rebuilt buffer keeps.
             yield path, obj, value, name
         elif type(value).__module__.startswith("rlfast.replays"):
             yield from _parts(value, path + ".", seen)
@@ -109,6 +114,11 @@ def load_replay_file(buffer: Any, path: str | os.PathLike) -> None:
             load_replay_arrays(buffer, {k: npz[k] for k in npz.files}, where=path)
     except (OSError, EOFError, KeyError) as e:
         raise ValueError(f"replay file {path} is damaged or not a replay file: {e}") from e
+    except ValueError as e:
+        if path in str(e):
+            raise
+        raise ValueError(f"replay file {path} is not a replay file numpy can load without "
+                         f"pickles (it was damaged or replaced): {str(e).split('.')[0]}") from e
     except Exception as e:
         if type(e).__name__ == "BadZipFile":
             raise ValueError(f"replay file {path} is damaged: {e}") from e

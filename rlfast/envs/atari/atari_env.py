@@ -240,7 +240,7 @@ class AtariEnv(Env):
         frame stack and the episode counters: enough to continue the game exactly."""
         if self.ale is None:
             raise RuntimeError(f"AtariEnv({self.game!r}) was closed; make a new one")
-        return dict(ale=self.ale.cloneState(include_rng=True).serialize(),
+        return dict(game=self.game, ale=self.ale.cloneState(include_rng=True).serialize(),
                     rng=self._rng.bit_generator.state, ring=self._ring.copy(),
                     raw_prev=self._raw_prev.copy(), raw_last=self._raw_last.copy(),
                     newest=self._newest, lives=self._lives, step_count=self._step_count,
@@ -251,6 +251,9 @@ class AtariEnv(Env):
         settings (the arrays are copied in place)."""
         if self.ale is None:
             raise RuntimeError(f"AtariEnv({self.game!r}) was closed; make a new one")
+        if state.get("game", self.game) != self.game:
+            raise ValueError(f"saved AtariEnv state is of {state['game']!r}, this env plays "
+                             f"{self.game!r}")
         if state["ring"].shape != self._ring.shape:
             raise ValueError(f"saved AtariEnv frame stack has shape {state['ring'].shape}, "
                              f"this one {self._ring.shape}: made with other settings?")
