@@ -18,7 +18,7 @@ from rlfast.utils.launching.slurm import (SlurmRunResult, SweepRun, check_slurm_
 
 submitit = pytest.importorskip("submitit")
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SCRIPT = os.path.join(REPO, "scripts", "launch", "train_ppo_cartpole.py")
 # One run slot of one core, unpinned: the jobs of a sweep share this machine's cores.
 CODE = encode_affinity(n_cpu_core=1, n_gpu=0, hyperthread_offset=0, set_affinity=False)
