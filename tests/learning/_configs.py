@@ -42,8 +42,10 @@ def _affinity(sampler: str) -> Optional[dict]:
 
 
 def ppo_cartpole_runner(sampler: str, seed: int, n_steps: int = 100_000,
-                        log_interval_steps: int = 5_000) -> MinibatchRlEval:
-    """Feedforward PPO on CartPole-v1: 8 envs x 125 steps = 1000 steps per iteration."""
+                        log_interval_steps: int = 5_000,
+                        stop_return: Optional[float] = None) -> MinibatchRlEval:
+    """Feedforward PPO on CartPole-v1: 8 envs x 125 steps = 1000 steps per iteration.
+    ``stop_return``: end training at the first evaluation reaching it."""
     SamplerCls = _sampler_cls(sampler)
     sampler_obj = SamplerCls(EnvCls=make, env_kwargs=CARTPOLE, batch_T=125, batch_B=8,
                              max_decorrelation_steps=100, **EVAL_KWARGS)
@@ -53,7 +55,8 @@ def ppo_cartpole_runner(sampler: str, seed: int, n_steps: int = 100_000,
                value_loss_coeff=0.5, linear_lr_schedule=True)
     return MinibatchRlEval(algo=algo, agent=agent, sampler=sampler_obj, n_steps=n_steps,
                            seed=seed, affinity=_affinity(sampler),
-                           log_interval_steps=log_interval_steps, progress_bar=False)
+                           log_interval_steps=log_interval_steps, progress_bar=False,
+                           stop_return=stop_return)
 
 
 A2C_DEFAULTS = dict(discount=0.99, learning_rate=7e-4, gae_lambda=0.95, value_loss_coeff=0.5,
@@ -63,8 +66,10 @@ A2C_DEFAULTS = dict(discount=0.99, learning_rate=7e-4, gae_lambda=0.95, value_lo
 
 def a2c_cartpole_runner(seed: int, n_steps: int = 200_000, sampler: str = "serial",
                         batch_T: int = 5, batch_B: int = 16, log_interval_steps: int = 10_240,
-                        hidden_sizes=(64, 64), **algo_overrides) -> MinibatchRlEval:
-    """A2C on CartPole-v1 (one gradient step per ``batch_T * batch_B`` batch)."""
+                        hidden_sizes=(64, 64), stop_return: Optional[float] = None,
+                        **algo_overrides) -> MinibatchRlEval:
+    """A2C on CartPole-v1 (one gradient step per ``batch_T * batch_B`` batch).
+    ``stop_return``: end training at the first evaluation reaching it."""
     SamplerCls = _sampler_cls(sampler)
     sampler_obj = SamplerCls(EnvCls=make, env_kwargs=CARTPOLE, batch_T=batch_T, batch_B=batch_B,
                              max_decorrelation_steps=100, **EVAL_KWARGS)
@@ -72,7 +77,8 @@ def a2c_cartpole_runner(seed: int, n_steps: int = 200_000, sampler: str = "seria
     algo = A2C(**{**A2C_DEFAULTS, **algo_overrides})
     return MinibatchRlEval(algo=algo, agent=agent, sampler=sampler_obj, n_steps=n_steps,
                            seed=seed, affinity=_affinity(sampler),
-                           log_interval_steps=log_interval_steps, progress_bar=False)
+                           log_interval_steps=log_interval_steps, progress_bar=False,
+                           stop_return=stop_return)
 
 
 # Tuned for the shared-trunk LSTM model: its LSTM feeds both the policy and the value head, and
@@ -89,12 +95,15 @@ MASKED_PPO_DEFAULTS = dict(discount=0.9, learning_rate=1e-3, gae_lambda=0.95, mi
 def masked_cartpole_runner(recurrent: bool, seed: int, n_steps: int = 150_000,
                            sampler: str = "serial", batch_T: int = 64, batch_B: int = 8,
                            lstm_size: int = 64, hidden_sizes=(64,),
-                           log_interval_steps: int = 10_240, **algo_overrides) -> MinibatchRlEval:
+                           log_interval_steps: int = 10_240,
+                           stop_return: Optional[float] = None,
+                           **algo_overrides) -> MinibatchRlEval:
     """PPO on velocity-masked CartPole-v1. Recurrent: ``RecurrentCategoricalPgAgent`` with
     ``CategoricalPgLstmModel`` (MLP ``hidden_sizes`` -> LSTM ``lstm_size``), the wait-reset
     collector, and minibatches of whole ``batch_T``-step sequences (``minibatches`` splits the
     ``batch_B`` columns). Feedforward: ``CategoricalPgAgent`` (64x64 MLPs) with the default
-    mid-batch-reset collector. Both normalize observations and use the same PPO settings."""
+    mid-batch-reset collector. Both normalize observations and use the same PPO settings.
+    ``stop_return``: end training at the first evaluation reaching it."""
     SamplerCls = _sampler_cls(sampler)
     if recurrent:
         agent = RecurrentCategoricalPgAgent(
@@ -112,7 +121,8 @@ def masked_cartpole_runner(recurrent: bool, seed: int, n_steps: int = 150_000,
     algo = PPO(**{**MASKED_PPO_DEFAULTS, **algo_overrides})
     return MinibatchRlEval(algo=algo, agent=agent, sampler=sampler_obj, n_steps=n_steps,
                            seed=seed, affinity=_affinity(sampler),
-                           log_interval_steps=log_interval_steps, progress_bar=False)
+                           log_interval_steps=log_interval_steps, progress_bar=False,
+                           stop_return=stop_return)
 
 
 def train(runner: MinibatchRlEval, log_dir, name: str) -> dict:
@@ -136,6 +146,24 @@ def best_return(eval_returns: list, max_steps: int) -> float:
     if not values:
         raise AssertionError(f"no evaluation at or before {max_steps} steps: {eval_returns}")
     return max(values)
+
+
+def assert_evaluated_every(result: dict, interval_steps: int) -> None:
+    """The run evaluated before training (at step 0) and then at least every
+    ``interval_steps`` environment steps until it ended (at its budget, or earlier at the
+    evaluation that reached ``stop_return``)."""
+    history = describe(result)
+    steps = [s for s, _ in result["eval_returns"]]
+    assert steps and steps[0] == 0, history
+    assert all(0 < b - a <= interval_steps for a, b in zip(steps, steps[1:])), history
+    assert steps[-1] == result["cum_steps"], (result["cum_steps"], history)
+
+
+def assert_stopped_at(result: dict, reached: int) -> None:
+    """``stop_return`` ended training at the evaluation that first reached it (step
+    ``reached``): that evaluation is the last one, and no step was trained after it."""
+    assert result["eval_returns"][-1][0] == reached == result["cum_steps"], (
+        result["cum_steps"], describe(result))
 
 
 def describe(result: dict) -> str:

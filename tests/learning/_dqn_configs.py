@@ -47,10 +47,11 @@ def dqn_cartpole_runner(seed: int, n_steps: int = 100_000, categorical: bool = F
                         hidden_sizes: Sequence[int] | None = None, dueling: bool | None = None,
                         eps_final: float | None = None, n_atoms: int | None = None,
                         batch_T: int | None = None, batch_B: int | None = None,
+                        stop_return: float | None = None,
                         **algo_overrides) -> MinibatchRlEval:
     """DQN (or C51 with ``categorical=True``) on CartPole-v1 with the tuned settings above;
     keyword arguments override single settings (agent / sampler ones by name, the rest go to
-    the algorithm)."""
+    the algorithm). ``stop_return``: end training at the first evaluation reaching it."""
     if sampler not in ("serial", "cpu"):
         raise ValueError(f"sampler must be 'serial' or 'cpu', got {sampler!r}")
     agent_cfg = dict(CAT_DQN_AGENT if categorical else DQN_AGENT)
@@ -78,4 +79,5 @@ def dqn_cartpole_runner(seed: int, n_steps: int = 100_000, categorical: bool = F
         algo = DQN(**algo_cfg)
     return MinibatchRlEval(algo=algo, agent=agent, sampler=sampler_obj, n_steps=n_steps,
                            seed=seed, affinity=TWO_WORKERS if sampler == "cpu" else None,
-                           log_interval_steps=log_interval_steps, progress_bar=False)
+                           log_interval_steps=log_interval_steps, progress_bar=False,
+                           stop_return=stop_return)

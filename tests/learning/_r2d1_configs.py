@@ -48,12 +48,14 @@ _SAMPLER_KEYS = ("sampler_batch_T", "sampler_batch_B")
 
 def masked_cartpole_dqn_runner(recurrent: bool, seed: int, n_steps: int = 150_000,
                                log_interval_steps: int = 10_000,
+                               stop_return: float | None = None,
                                **overrides) -> MinibatchRlEval:
     """R2D1 (``recurrent=True``) or feedforward DQN on velocity-masked CartPole-v1 with the tuned
     settings above. ``overrides`` replace single settings: agent / model ones by name
     (``hidden_sizes``, ``lstm_size``, ``head_size``, ``dueling``, ``eps_final``), the sampler's
     as ``sampler_batch_T`` / ``sampler_batch_B``, the rest go to the algorithm. The replay holds
-    the whole run, so stored rows never wrap and sequence starts stay aligned to batches."""
+    the whole run, so stored rows never wrap and sequence starts stay aligned to batches.
+    ``stop_return``: end training at the first evaluation reaching it."""
     agent_cfg = dict(R2D1_AGENT if recurrent else DQN_AGENT)
     sampler_cfg = dict(R2D1_SAMPLER if recurrent else DQN_SAMPLER)
     algo_cfg = dict(R2D1_MASKED if recurrent else DQN_MASKED)
@@ -81,4 +83,5 @@ def masked_cartpole_dqn_runner(recurrent: bool, seed: int, n_steps: int = 150_00
         agent = DqnAgent(model_kwargs=model_kwargs, **eps)
         algo = DQN(**algo_cfg)
     return MinibatchRlEval(algo=algo, agent=agent, sampler=sampler, n_steps=n_steps, seed=seed,
-                           log_interval_steps=log_interval_steps, progress_bar=False)
+                           log_interval_steps=log_interval_steps, progress_bar=False,
+                           stop_return=stop_return)

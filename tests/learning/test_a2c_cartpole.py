@@ -3,6 +3,8 @@
 Acceptance criterion: with ``SerialSampler`` and a fixed seed, a greedy evaluation
 (``MinibatchRlEval``: 4 eval envs, up to 8 completed episodes, every 10,240 steps) at or before
 200,000 env steps has mean return >= 400.
+Training stops at that evaluation (``stop_return``): the run is deterministic, so it is the
+evaluation a full run would make (nothing after it was ever checked).
 
 Config (``_configs.a2c_cartpole_runner``): 16 envs x 5 steps = 80 steps per update, 2500
 updates; 64x64 tanh MLPs; RMSprop lr 7e-4 (alpha 0.99, eps 1e-5), grad-norm clip 0.5, GAE
@@ -16,22 +18,25 @@ batches (seed 1 peaked at 247). Each run takes ~11 s on an idle machine.
 """
 from __future__ import annotations
 
-from tests.learning._configs import a2c_cartpole_runner, describe, first_step_reaching, train
+from tests.learning._configs import (a2c_cartpole_runner, assert_evaluated_every,
+                                     assert_stopped_at, describe, first_step_reaching, train)
 
 SEED = 1
 N_STEPS = 200_000
+LOG_INTERVAL = 10_240
 THRESHOLD = 400.0
 
 
 def test_a2c_cartpole_reaches_400_within_200k_steps(tmp_path, record_property):
-    runner = a2c_cartpole_runner(seed=SEED, n_steps=N_STEPS)
+    runner = a2c_cartpole_runner(seed=SEED, n_steps=N_STEPS, log_interval_steps=LOG_INTERVAL,
+                                 stop_return=THRESHOLD)
     result = train(runner, tmp_path, "a2c_cartpole")
     evals = result["eval_returns"]
     history = describe(result)
     print(f"A2C CartPole-v1 (seed {SEED}) evals (steps:return): {history}")
 
-    assert evals[0][0] == 0, history
-    assert len([s for s, _ in evals if s <= N_STEPS]) >= 19, history
+    # Evaluated before training and at every 10,240-step interval until the run ended.
+    assert_evaluated_every(result, LOG_INTERVAL)
     assert evals[0][1] < 200, history  # the untrained policy is far from the threshold
 
     reached = first_step_reaching(evals, THRESHOLD, N_STEPS)
@@ -40,3 +45,4 @@ def test_a2c_cartpole_reaches_400_within_200k_steps(tmp_path, record_property):
     assert reached is not None, (
         f"A2C (seed {SEED}) never reached an evaluation return >= {THRESHOLD} within "
         f"{N_STEPS} steps; evals: {history}")
+    assert_stopped_at(result, reached)  # stop_return ended training right there

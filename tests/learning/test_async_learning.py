@@ -50,7 +50,8 @@ synchronous runner, while sampling and training still overlap. SAC keeps the def
    Record (first evaluation >= 200, with ``stop_return=200``), with the throttle, three runs
    per seed: seed 1: 29,760 / 19,840 / 29,760; seed 2: 39,680 / 59,520 / 29,760; seed 3:
    29,760 / 29,760 / 29,760 (5-19 s); seed 1 in 5 test runs: 19,840 twice, 29,760 three
-   times (the test, with the ~30 s synchronous DQN baseline, takes 40-56 s); full 100k-step
+   times (the test, with the ~30 s synchronous DQN baseline, took 40-56 s; the baseline is
+   now shared with test_r2d1_masked_cartpole.py, see conftest.py); full 100k-step
    runs: best 500 / 398 / 500 (seeds 1-3). Without it (full runs, achieved ratio 2-4): best
    440 / 222 / 210, the last two only at the final evaluations. Chosen: seed 1 (the
    synchronous test's; its DQN baseline's best is 41).
@@ -60,7 +61,6 @@ from __future__ import annotations
 from tests.learning._async_configs import (async_dqn_cartpole_runner, async_r2d1_masked_runner,
                                            async_sac_pendulum_runner)
 from tests.learning._configs import best_return, describe, first_step_reaching, train
-from tests.learning._r2d1_configs import masked_cartpole_dqn_runner
 
 DQN_SEED, DQN_BUDGET, DQN_THRESHOLD = 2, 100_000, 450.0
 SAC_SEED, SAC_BUDGET, SAC_THRESHOLD = 1, 20_000, -250.0
@@ -106,8 +106,8 @@ def test_async_sac_pendulum_reaches_minus_250_within_20k_steps(tmp_path, record_
     record_property("steps_to_minus_250", reached)
 
 
-def test_async_r2d1_masked_cartpole_reaches_200_and_beats_feedforward_dqn(tmp_path,
-                                                                         record_property):
+def test_async_r2d1_masked_cartpole_reaches_200_and_beats_feedforward_dqn(
+        tmp_path, record_property, masked_cartpole_dqn_baseline):
     runner = async_r2d1_masked_runner(seed=R2D1_SEED, n_steps=R2D1_BUDGET,
                                       stop_return=R2D1_THRESHOLD,
                                       sampler_throttle=True)
@@ -117,9 +117,10 @@ def test_async_r2d1_masked_cartpole_reaches_200_and_beats_feedforward_dqn(tmp_pa
     r2d1_best = best_return(r2d1["eval_returns"], R2D1_BUDGET)
     record_property("r2d1_steps_to_200", reached)
     record_property("r2d1_best", r2d1_best)
-    # The synchronous feedforward DQN baseline, same seed, budget and environment.
-    dqn = train(masked_cartpole_dqn_runner(recurrent=False, seed=R2D1_SEED, n_steps=R2D1_BUDGET),
-                tmp_path / "dqn", "dqn_masked_cartpole")
+    # The synchronous feedforward DQN baseline, same seed, budget and environment: the very
+    # run test_r2d1_masked_cartpole.py compares with, trained once per session (conftest.py).
+    dqn = masked_cartpole_dqn_baseline(R2D1_SEED, R2D1_BUDGET)
+    assert dqn["cum_steps"] >= R2D1_BUDGET, describe(dqn)  # it trained its whole budget
     dqn_best = best_return(dqn["eval_returns"], R2D1_BUDGET)
     record_property("dqn_best", dqn_best)
     print(f"feedforward DQN (sync) evals: {describe(dqn)}; best: R2D1 {r2d1_best:.1f}, "

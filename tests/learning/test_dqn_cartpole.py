@@ -3,6 +3,8 @@
 Acceptance criterion: with ``SerialSampler`` and a fixed seed, a greedy evaluation
 (``MinibatchRlEval``, ``eps_eval=0``: 8 eval envs, at most 500 steps each, 8 completed episodes,
 every 5000 steps) at or before 100,000 env steps has mean return >= 450 (the maximum is 500).
+Training stops at that evaluation (``stop_return``): the run is deterministic, so it is the
+evaluation a full run would make (nothing after it was ever checked).
 
 Config (``_dqn_configs.DQN_CARTPOLE`` / ``DQN_AGENT``): 8 envs x 4 steps = 32 steps/iteration;
 64x64 ReLU MLP (not dueling); Adam lr 5e-4, batch 64, replay ratio 8 (4 updates/iteration,
@@ -28,24 +30,26 @@ Each run takes ~18-20 s (CPU time) on an idle machine.
 """
 from __future__ import annotations
 
-from tests.learning._configs import describe, first_step_reaching, train
+from tests.learning._configs import (assert_evaluated_every, assert_stopped_at, describe,
+                                     first_step_reaching, train)
 from tests.learning._dqn_configs import dqn_cartpole_runner
 
 SEED = 1
 N_STEPS = 100_000
+LOG_INTERVAL = 5_000
 THRESHOLD = 450.0
 
 
 def test_dqn_cartpole_reaches_450_within_100k_steps(tmp_path, record_property):
-    runner = dqn_cartpole_runner(seed=SEED, n_steps=N_STEPS)
+    runner = dqn_cartpole_runner(seed=SEED, n_steps=N_STEPS,
+                                 log_interval_steps=LOG_INTERVAL, stop_return=THRESHOLD)
     result = train(runner, tmp_path, "dqn_cartpole")
     evals = result["eval_returns"]
     history = describe(result)
     print(f"DQN CartPole-v1 (seed {SEED}) evals (steps:return): {history}")
 
-    # Evaluation happened before training and at every 5000-step interval up to the budget.
-    assert evals[0][0] == 0, history
-    assert len([s for s, _ in evals if s <= N_STEPS]) >= 20, history
+    # Evaluation happened before training and at every 5000-step interval until the run ended.
+    assert_evaluated_every(result, LOG_INTERVAL)
     # The untrained agent (uniformly random actions at the first evaluation) is far below.
     assert evals[0][1] < 100, history
 
@@ -55,3 +59,4 @@ def test_dqn_cartpole_reaches_450_within_100k_steps(tmp_path, record_property):
     assert reached is not None, (
         f"DQN (seed {SEED}) never reached an evaluation return >= {THRESHOLD} within "
         f"{N_STEPS} steps; evals: {history}")
+    assert_stopped_at(result, reached)  # stop_return ended training right there
