@@ -8,9 +8,11 @@ cleans up after Ctrl-C does the same here) while a runner trains.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -55,6 +57,8 @@ class SigtermGuard:
         self._previous: Any = None
         self._owner_pid = os.getpid()
         self._deferring = False
+        self._holding = False
+        self._held_sigint = False
 
     def __enter__(self) -> "SigtermGuard":
         if threading.current_thread() is threading.main_thread():
@@ -74,6 +78,42 @@ class SigtermGuard:
         in half, such as stopping the sampler's workers."""
         self._deferring = True
 
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold SIGTERM and Ctrl-C (SIGINT) for a block that must finish whole, such as a
+        log row and the snapshot that goes with it: a signal that arrives meanwhile is
+        recorded and raised (``TrainingInterrupted`` or ``KeyboardInterrupt``) when the block
+        ends. An ignored SIGINT (a background shell) stays ignored."""
+        if not self.installed or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous_int = signal.getsignal(signal.SIGINT)
+        hold_int = previous_int not in (signal.SIG_IGN, None)
+        if hold_int:
+            signal.signal(signal.SIGINT, self._hold_sigint)
+        self._holding = True
+        completed = False
+        try:
+            yield
+            completed = True
+        finally:
+            self._holding = False
+            if hold_int:
+                signal.signal(signal.SIGINT, previous_int)
+        if completed:  # an error from the block itself wins over a held signal
+            if self._held_sigint:
+                self._held_sigint = False
+                raise KeyboardInterrupt
+            if self.received is not None and not self._deferring:
+                raise TrainingInterrupted(self.received)
+
+    def _hold_sigint(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._owner_pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self._held_sigint = True
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._owner_pid:  # a forked child: behave as if not installed
             signal.signal(signum, signal.SIG_DFL)
@@ -82,5 +122,5 @@ class SigtermGuard:
         if self.received is not None:
             return  # already stopping
         self.received = signum
-        if not self._deferring:
+        if not self._deferring and not self._holding:
             raise TrainingInterrupted(signum)

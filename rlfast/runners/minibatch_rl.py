@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import math
 import queue
 import signal
@@ -406,7 +407,8 @@ class MinibatchRlBase(abc.ABC):
                 self.store_diagnostics(itr, traj_infos, opt_info)
                 self.itrs_done = itr + 1
                 if (itr + 1) % self.log_interval_itrs == 0 or itr == n_itr - 1:
-                    self.log_and_snapshot(itr)
+                    with self._signals_held():  # the row and its snapshot go together
+                        self.log_and_snapshot(itr)
                     if self.stop_requested:
                         break
 
@@ -460,7 +462,8 @@ class MinibatchRlBase(abc.ABC):
                 traj_infos = next_infos
                 self.itrs_done = itr + 1
                 if (itr + 1) % self.log_interval_itrs == 0 or itr == n_itr - 1:
-                    self.log_and_snapshot(itr)
+                    with self._signals_held():  # the row and its snapshot go together
+                        self.log_and_snapshot(itr)
                     if self.stop_requested:
                         break
         batches.stop()
@@ -482,6 +485,7 @@ class MinibatchRlBase(abc.ABC):
         self._pbar = None
         self.itrs_done = self._snapshot_itrs_done = 0
         with SigtermGuard() as sigterm:
+            self._sigterm = sigterm
             try:
                 n_itr = self.startup()
                 self.itrs_done = self._snapshot_itrs_done = self._start_itr
@@ -504,6 +508,12 @@ class MinibatchRlBase(abc.ABC):
             logger.log(f"{signal_name(sigterm.received)} received after training completed.", console=True)
             raise TrainingInterrupted(sigterm.received)
         return self.final_result()
+
+    def _signals_held(self) -> Any:
+        """SIGTERM and Ctrl-C wait until the block ends (see ``SigtermGuard.held``): an
+        interrupt never separates a log row from its snapshot."""
+        guard = getattr(self, "_sigterm", None)
+        return guard.held() if guard is not None else contextlib.nullcontext()
 
     def _stop_interrupted(self, interrupt: KeyboardInterrupt) -> None:
         """Log the interrupt, save the final snapshot when one is due, then shut down (also
@@ -662,13 +672,14 @@ class MinibatchRl(MinibatchRlBase):
         """Nothing: online tracking needs no evaluation before training."""
 
     def log_and_snapshot(self, itr: int) -> None:
-        """Save the snapshot, then log the window of recent training trajectories."""
-        self.save_itr_snapshot(itr)
+        """Log the window of recent training trajectories, then save the snapshot (a run
+        killed between the two resumes from the previous snapshot and redoes this row)."""
         logger.record_tabular("Diagnostics/NewCompletedTrajs", self._new_completed)
         self._new_completed = 0
         if self._traj_window:
             self.last_return = float(np.mean([t["Return"] for t in self._traj_window]))
         self.log_diagnostics(itr)
+        self.save_itr_snapshot(itr)
 
     def final_result(self) -> dict:
         """``final_return`` (mean return of the window at the last log row), ``n_itr`` and
@@ -766,11 +777,11 @@ class MinibatchRlEval(MinibatchRlBase):
             self.log_diagnostics(itr, traj_infos, eval_time)
 
     def log_and_snapshot(self, itr: int) -> None:
-        """Evaluate, save the snapshot, log the evaluation row; request a stop once the
+        """Evaluate, log the evaluation row, save the snapshot; request a stop once the
         evaluation return reaches ``stop_return``."""
         traj_infos, eval_time = self.evaluate_agent(itr)
-        self.save_itr_snapshot(itr)
         self._log_eval_row(itr, traj_infos, eval_time)
+        self.save_itr_snapshot(itr)  # after the row: see MinibatchRl.log_and_snapshot
         if self.stop_return is not None and self.last_eval_return >= self.stop_return:
             logger.log(f"Evaluation return {self.last_eval_return:.2f} reached stop_return "
                        f"{self.stop_return}: stopping after {(itr + 1) * self.itr_batch_size} steps", console=True)

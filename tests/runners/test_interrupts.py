@@ -192,3 +192,31 @@ def test_handler_restored_after_success_and_not_installed_off_main_thread(tmp_pa
         assert signal.getsignal(signal.SIGTERM) is marker
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_held_block_finishes_before_sigterm_or_ctrl_c_is_raised():
+    """``SigtermGuard.held``: a signal during the block is raised only when it ends, and a
+    Ctrl-C held there becomes a KeyboardInterrupt then."""
+    import os
+    import signal as _signal
+
+    from rlfast.runners.interrupts import SigtermGuard, TrainingInterrupted
+
+    previous = _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+    try:
+        for signum, expected in ((_signal.SIGTERM, TrainingInterrupted),
+                                 (_signal.SIGINT, KeyboardInterrupt)):
+            finished = []
+            with SigtermGuard() as guard:
+                with pytest.raises(expected):
+                    with guard.held():
+                        os.kill(os.getpid(), signum)
+                        for _ in range(1000):  # the handler has run by now
+                            pass
+                        finished.append(True)
+            assert finished == [True]
+        with SigtermGuard() as guard:  # nothing held: nothing raised
+            with guard.held():
+                pass
+    finally:
+        _signal.signal(_signal.SIGINT, previous)
