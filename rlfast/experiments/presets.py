@@ -308,6 +308,8 @@ def get_preset(algo: str, env_id: str) -> dict:
         config["env"] = dict(config.get("env", {}), flatten_observation=True)
     for key, value in SAMPLER_SAFETY.items():  # every preset can set them with --set
         config["sampler"].setdefault(key, value)
+    # --set runner.stop_return=X ends training at the first evaluation averaging X or more.
+    config["runner"].setdefault("stop_return", None)
     if algo in REPLAY_ALGOS:  # read by --runner async only (see AsyncRlBase)
         config.setdefault("async", dict(ASYNC_DEFAULTS))
     else:  # on-policy: sampling may overlap learning; the agent may run its model in bf16
