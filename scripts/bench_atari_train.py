@@ -258,8 +258,8 @@ def child_rlfast_ppo(name: str, args: argparse.Namespace) -> dict:
     sampler = RLFAST_PPO_SAMPLER[name]
     built = build_experiment("ppo", ENV, config, sampler=sampler, seed=args.seed)
     window = Window(args.warmup, args.seconds)
-    extra = {k: v for k, v in config["runner"].items() if k not in ("n_steps",
-                                                                    "log_interval_steps")}
+    extra = {k: v for k, v in config["runner"].items()
+             if k not in ("n_steps", "log_interval_steps", "stop_return")}
     batch = args.envs * args.steps_per_env
     runner = _timed_runner(MinibatchRl, window)(
         algo=built.algo, agent=built.agent, sampler=built.sampler, seed=args.seed,

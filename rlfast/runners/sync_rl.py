@@ -341,7 +341,7 @@ class SyncRlMixin:
             set_seed((self.seed + RANK_SEED_STRIDE * self.rank) % _SEED_MODULUS)
         if self.rank == 0:
             logger.log(f"{type(self).__name__}: rank 0 of {self.world_size} "
-                       f"({env.launcher}, backend {self.backend_used})")
+                       f"({env.launcher}, backend {self.backend_used})", console=True)
         return n_itr
 
     def _run_loop(self, n_itr: int) -> None:
