@@ -17,7 +17,9 @@ A multi-rank (DistributedDataParallel) run resumes with its ranks spawned again,
 the launcher (torchrun, srun) that starts ``rlfast resume`` on every rank: every rank loads
 the snapshot (parameters, optimizer, counters); rank 0, which saved it, also continues its
 environments and replay buffer, while the other ranks start new episodes and refill theirs.
-Runs of the asynchronous runner are refused.
+An asynchronous run (``--runner async``) resumes with its sampler process starting at the
+snapshot's iteration, acting with the snapshot's parameters, and its replay buffer restored
+(or refilled) before the sampler starts; its environments start new episodes.
 """
 from __future__ import annotations
 
@@ -98,10 +100,6 @@ def configure_resume(args: argparse.Namespace) -> Any:
     if runner_kind not in RUNNERS:
         raise ConfigError(f"{run_dir}: params.json names runner {runner_kind!r}; expected one "
                           f"of {', '.join(RUNNERS)}")
-    if runner_kind != "sync":
-        raise ConfigError(
-            f"{run_dir} was trained with the {runner_kind} runner; rlfast resume continues "
-            f"synchronous runs (the default runner, one rank or several)")
     snapshot_path = os.path.abspath(args.snapshot) if args.snapshot else latest_snapshot(run_dir)
     try:
         snapshot = load_snapshot(snapshot_path)

@@ -83,11 +83,12 @@ def _evaluate(conn, sampler, agent, itr: int) -> None:
 
 
 def sampler_process(conn, sampler, agent, affinity: dict, seed: int, n_itr: int,
-                    eval_itrs: int, ctrl: AsyncCtrl) -> None:
+                    eval_itrs: int, ctrl: AsyncCtrl, start_itr: int = 0) -> None:
     """Body of the sampler process: build the sampler (its environments, workers and the
     agent's own model), then collect ``n_itr`` batches into the double buffer, pulling the
     optimizer's newest parameters before each; with ``eval_itrs > 0`` evaluate before the
-    first batch, every ``eval_itrs`` batches and, when the master asks, after the last."""
+    first batch, every ``eval_itrs`` batches and, when the master asks, after the last. A
+    resumed run starts at ``start_itr`` (and has evaluated the untrained agent long ago)."""
     parent = os.getppid()
     try:
         pinned = affinity.get("master_cpus") if affinity.get("set_affinity", True) else None
@@ -97,9 +98,9 @@ def sampler_process(conn, sampler, agent, affinity: dict, seed: int, n_itr: int,
         if sampler.agent_in_sampler_process:
             agent.to_device(affinity.get("cuda_idx"))
         conn.send(("ready", [p.pid for p in getattr(sampler, "workers", [])]))
-        if eval_itrs:
+        if eval_itrs and start_itr == 0:
             _evaluate(conn, sampler, agent, 0)
-        for itr in range(n_itr):
+        for itr in range(start_itr, n_itr):
             slot = itr % 2
             acquire_while_parent_alive(ctrl.free[slot], parent, ctrl.stop)
             if _quit_requested(conn):
@@ -120,11 +121,12 @@ def sampler_process(conn, sampler, agent, affinity: dict, seed: int, n_itr: int,
 
 
 def copier_process(conn, slots: list, samples_to_buffer, replay_buffer: Any,
-                   ctrl: AsyncCtrl) -> None:
+                   ctrl: AsyncCtrl, first_slot: int = 0) -> None:
     """Body of the replay copier: append each finished slot to the shared replay buffer
-    (under its write lock), in batch order, then free the slot for the sampler."""
+    (under its write lock), in batch order (from ``first_slot``: a resumed run's first batch
+    may be odd), then free the slot for the sampler."""
     parent = os.getppid()
-    slot = 0
+    slot = first_slot
     while True:
         acquire_while_parent_alive(ctrl.ready[slot], parent, ctrl.stop)
         replay_buffer.append_samples(samples_to_buffer(slots[slot]))

@@ -32,6 +32,7 @@ import psutil
 
 from rlfast.runners.async_processes import AsyncCtrl, async_child
 from rlfast.runners.minibatch_rl import MinibatchRlBase, MinibatchRl, MinibatchRlEval
+from rlfast.runners.snapshots import restore_models_and_replay, restore_training_state
 from rlfast.utils.checks import check_int
 from rlfast.utils.collections import AttrDict
 from rlfast.utils.distributed import (DEFAULT_DIST_TIMEOUT_S, DistEnv, broadcast_int,
@@ -140,12 +141,22 @@ class AsyncRlBase(MinibatchRlBase):
         sampler, algo, agent = self.sampler, self.algo, self.agent
         examples = sampler.async_initialize(agent, bootstrap_value=False,
                                             traj_info_kwargs=self.get_traj_info_kwargs(),
-                                            seed=self.seed + 1)
+                                            seed=self.sampler_seed())
         self.itr_batch_size = sampler.batch_spec.size
         n_itr = self.get_n_itr()
         self.replay_buffer = algo.async_initialize(
             agent, n_itr, sampler.batch_spec, sampler.mid_batch_reset, examples,
             world_size=self.n_optimizers)
+        self._start_itr = 0
+        if self._resume is not None:  # before the fork: the sampler acts with these parameters
+            snapshot, snapshot_dir = self._resume
+            self._start_itr = int(snapshot["itr"]) + 1
+            if self._start_itr >= n_itr:
+                raise ValueError(
+                    f"the snapshot is at {self._start_itr * self.itr_batch_size} steps and the "
+                    f"run trains to n_steps={self.n_steps}: nothing is left to do; give a "
+                    f"larger total (rlfast resume --steps N)")
+            restore_models_and_replay(self, snapshot, snapshot_dir)
         ctx = mp_context()
         agent.async_share(ctx)
         self.ctrl = AsyncCtrl(ctx, copier_process=self.copier == "process")
@@ -156,8 +167,20 @@ class AsyncRlBase(MinibatchRlBase):
             agent.to_device(self.affinity.get("cuda_idx"))
         algo.optim_initialize(rank=0)
         algo.on_update = self._after_update
-        self._published = 0
+        self._published = algo.update_counter
         self.initialize_logging()
+        if self._resume is not None:
+            restore_training_state(self, self._resume[0])
+            start = self._start_itr
+            self._received = self._copied = start
+            self._row.update(copied=start, received=start, updates=algo.update_counter)
+            # Updates the replay ratio allows count from here: the steps already trained on
+            # (replay restored), or the refill after which learning starts again.
+            learn_from = max(algo.min_itr_learn, algo.learn_after_itr)
+            self._allowance = (learn_from, 0 if learn_from == algo.min_itr_learn
+                               else algo.update_counter)
+            logger.log(f"Resumed from iteration {start - 1} ({start * self.itr_batch_size} "
+                       f"steps); training to {self.n_steps} steps", console=True)
         return n_itr
 
     def eval_itrs(self) -> int:
@@ -202,6 +225,8 @@ class AsyncRlBase(MinibatchRlBase):
         try:
             self._join_optimizer_group(env)
             self.algo.optim_initialize(rank=env.rank)
+            if self._resume is not None:  # every rank continues from the same optimizer state
+                self.algo.load_optim_state_dict(self._resume[0]["optimizer_state_dict"])
             self.algo.on_update = None
             while True:
                 itr = broadcast_int(0)
@@ -220,13 +245,15 @@ class AsyncRlBase(MinibatchRlBase):
 
     def _launch(self, n_itr: int) -> None:
         children = [dict(role="sampler", sampler=self.sampler, agent=self.agent,
-                         affinity=dict(self.async_affinity.sampler), seed=self.seed + 1,
-                         n_itr=n_itr, eval_itrs=self.eval_itrs(), ctrl=self.ctrl)]
+                         affinity=dict(self.async_affinity.sampler), seed=self.sampler_seed(),
+                         n_itr=n_itr, eval_itrs=self.eval_itrs(), ctrl=self.ctrl,
+                         start_itr=self._start_itr)]
         names = ["Async sampler process"]
         if self.copier == "process":
             children.append(dict(role="copier", slots=self.sampler.double_buffer_pyt,
                                  samples_to_buffer=self.algo.samples_to_buffer,
-                                 replay_buffer=self.replay_buffer, ctrl=self.ctrl))
+                                 replay_buffer=self.replay_buffer, ctrl=self.ctrl,
+                                 first_slot=self._start_itr % 2))
             names.append("Replay copier process")
         self._supervisor = ProcessSupervisor(label="Async child", error_cls=AsyncRunError,
                                              stop_flags=[self.ctrl.stop], names=names)
@@ -292,11 +319,12 @@ class AsyncRlBase(MinibatchRlBase):
         """Updates the replay ratio allows so far: ``replay_ratio`` times the steps in replay
         since learning began, over the training batch size."""
         algo = self.algo
-        learning = self._copied - algo.min_itr_learn
+        learn_from, base = getattr(self, "_allowance", (algo.min_itr_learn, 0))
+        learning = self._copied - learn_from
         if learning <= 0:
-            return 0
-        return math.floor(algo.replay_ratio * learning * self.itr_batch_size / algo.batch_size
-                          + 1e-9)
+            return base
+        return base + math.floor(algo.replay_ratio * learning * self.itr_batch_size
+                                 / algo.batch_size + 1e-9)
 
     def _run_loop(self, n_itr: int) -> None:
         try:
@@ -406,8 +434,9 @@ class AsyncRl(AsyncRlBase, MinibatchRl):
         """Add the batch's trajectories to the window; log at each interval."""
         self.store_diagnostics(itr, traj_infos, None)
         if (itr + 1) % self.log_interval_itrs == 0 and itr < self.n_itr - 1:
-            self.record_async_diagnostics()
-            self.log_and_snapshot(itr)
+            with self._signals_held():
+                self.record_async_diagnostics()
+                self.log_and_snapshot(itr)
 
     def finish(self, n_itr: int) -> None:
         """The last row, once the optimizer has made its last updates."""
@@ -456,9 +485,10 @@ class AsyncRlEval(AsyncRlBase, MinibatchRlEval):
             self._row["time"] = time.time()
             self._start_progress()
             return
-        self.record_async_diagnostics()
-        self.save_itr_snapshot(itr)
-        self._log_eval_row(itr, traj_infos, eval_time)
+        with self._signals_held():  # the row, then its snapshot (see MinibatchRl)
+            self.record_async_diagnostics()
+            self._log_eval_row(itr, traj_infos, eval_time)
+            self.save_itr_snapshot(itr)
         if self.stop_return is not None and self.last_eval_return >= self.stop_return:
             logger.log(f"Evaluation return {self.last_eval_return:.2f} reached stop_return "
                        f"{self.stop_return}: stopping after {steps} steps")

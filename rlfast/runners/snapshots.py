@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from rlfast.runners.minibatch_rl import MinibatchRlBase
 
 __all__ = ["build_snapshot", "replay_sidecars", "restore_snapshot", "check_resumable",
+           "restore_models_and_replay", "restore_training_state",
            "REPLAY_SUFFIX", "RESUME_SEED_STRIDE"]
 
 REPLAY_SUFFIX = "replay.npz"
@@ -77,16 +78,15 @@ def check_resumable(snapshot: Mapping[str, Any], where: str = "snapshot") -> Non
                          f"evaluated with rlfast eval")
 
 
-def restore_snapshot(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
-                     snapshot_dir: str | None) -> int:
-    """Load ``snapshot`` into a runner whose ``startup`` has built and initialized
-    everything, and return the first iteration to run. The random generators are restored
-    last, so that nothing drawn while restoring shifts them."""
+def restore_models_and_replay(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
+                              snapshot_dir: str | None) -> None:
+    """The first part of a resume: the agent's parameters, the algorithm's counters and the
+    replay buffer (an asynchronous runner does this before it forks its sampler, which then
+    acts with the trained parameters and appends to the restored buffer)."""
     itr = int(snapshot["itr"])
     runner.agent.load_state_dict(snapshot["agent_state_dict"])
     if runner.sampling_agent is not runner.agent:  # overlap: the sampler acts with a copy
         runner.agent.publish_to(runner.sampling_agent)
-    runner.algo.load_optim_state_dict(snapshot["optimizer_state_dict"])
     runner.algo.load_state_dict(snapshot["algo_state"])
     # In a multi-rank run rank 0 alone saved the snapshot: its replay and environments are
     # rank 0's, and the other ranks refill their buffers and start new episodes.
@@ -100,16 +100,22 @@ def restore_snapshot(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
                 raise FileNotFoundError(f"the snapshot names replay file {path}, which is "
                                         f"missing")
             load_replay_file(buffer, path)
-            logger.log(f"Resumed replay buffer from {path} ({buffer.storage.n_appended} steps "
-                       f"appended so far)" if hasattr(buffer, "storage") else
-                       f"Resumed replay buffer from {path}", console=True)
+            logger.log(f"Resumed replay buffer from {path}", console=True)
         else:
             runner.algo.resume_without_replay(itr + 1)
             logger.log(f"Replay buffer not in the snapshot (save it with --snapshot-replay): "
                        f"learning resumes at iteration {runner.algo.learn_after_itr}, once "
                        f"replay holds min_steps_learn steps again", console=True)
+
+
+def restore_training_state(runner: MinibatchRlBase, snapshot: Mapping[str, Any]) -> int:
+    """The second part of a resume, once the optimizer is built: its state, the
+    environments (when the sampler can continue them), the runner's log state and, last, the
+    random generators, so that nothing drawn while restoring shifts them. Returns the first
+    iteration to run."""
+    runner.algo.load_optim_state_dict(snapshot["optimizer_state_dict"])
     sampler_state = snapshot.get("sampler_state")
-    if sampler_state is not None and runner.sampler_restores_state and own_state:
+    if sampler_state is not None and runner.sampler_restores_state and runner.rank == 0:
         runner.sampler.load_state_dict(sampler_state)
     else:
         logger.log("Environments start new episodes (their state was not saved, or this "
@@ -117,4 +123,12 @@ def restore_snapshot(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
                    "uninterrupted one", console=True)
     runner.load_runner_state(snapshot["runner_state"])
     set_rng_state(snapshot["rng_state"])
-    return itr + 1
+    return int(snapshot["itr"]) + 1
+
+
+def restore_snapshot(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
+                     snapshot_dir: str | None) -> int:
+    """Load ``snapshot`` into a runner whose ``startup`` has built and initialized
+    everything (both parts above), and return the first iteration to run."""
+    restore_models_and_replay(runner, snapshot, snapshot_dir)
+    return restore_training_state(runner, snapshot)

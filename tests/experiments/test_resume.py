@@ -166,3 +166,26 @@ def test_two_rank_run_resumes_with_its_ranks_spawned_again(tmp_path):
     params = json.loads((run / "params.json").read_text())
     assert params["world_size"] == 2 and params["resumes"][0]["from_steps"] == 4096
     assert main(["resume", str(run), "--steps", "12288", "--world-size", "1"]) == 2
+
+
+def test_async_run_resumes_from_its_snapshot(tmp_path):
+    """``--runner async``: the sampler process restarts at the snapshot's iteration with the
+    snapshot's parameters, the replay buffer is restored before it starts, and the optimizer
+    goes on from the snapshot's update count under the same replay ratio."""
+    import psutil
+
+    run = tmp_path / "async"
+    _train(run, "dqn", "CartPole-v1", 3968, DQN_SETS, "--runner", "async", "--snapshot-replay")
+    before = _rows(run)
+    snapshot = load_snapshot(run / "params.pkl")
+    assert main(["resume", str(run), "--steps", "7936", "--no-progress"]) == 0
+    rows = _rows(run)
+    assert rows[:len(before)] == before
+    steps = _column(rows, "Diagnostics/CumSteps")
+    assert np.all(np.diff(steps) > 0) and steps[-1] == 7936
+    updates = _column(rows, "Diagnostics/CumUpdates")
+    resumed = updates[len(before):]
+    assert resumed[0] > snapshot["algo_state"]["update_counter"]  # learning went straight on
+    assert np.all(np.diff(updates) >= 0)
+    assert "Resumed replay buffer" in (run / "debug.log").read_text()
+    assert psutil.Process().children(recursive=True) == []
