@@ -28,6 +28,7 @@ import sys
 
 from rlfast.utils.launching import (VariantLevel, affinity_from_code, encode_affinity,
                                     make_variants, prepend_run_slot, run_experiments)
+from rlfast.utils.launching.exp_launcher import report_sweep
 from rlfast.utils.logging.context import get_data_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -103,10 +104,7 @@ def main() -> int:
         print("[dry run] variants: " + "; ".join(
             f"{d}: {v}" for d, v in zip(log_dirs, variants)))
         return 0
-    failed = [r for r in results if r.returncode != 0]
-    print(f"{len(results) - len(failed)} of {len(results)} runs succeeded. Results:\n"
-          f"  rlfast plot {os.path.join(log_root, title)}")
-    return 1 if failed else 0
+    return report_sweep(results, os.path.join(log_root, title))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import sys
 import time
 
 from rlfast.utils.launching import VariantLevel, encode_affinity, make_variants, run_experiments
+from rlfast.utils.launching.exp_launcher import report_sweep
 from rlfast.utils.logging.context import get_data_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,15 +58,11 @@ def main() -> int:
         script=os.path.join(HERE, "train_ppo_cartpole.py"), affinity_code=affinity_code,
         experiment_title=args.title, runs_per_setting=2, variants=variants,
         log_dirs=log_dirs, log_root=log_root)
-    failed = [r for r in results if r.returncode != 0]
     exp_dir = os.path.join(log_root, args.title)
     if not os.path.relpath(exp_dir).startswith(".."):
         exp_dir = os.path.relpath(exp_dir)
-    print(f"\n{len(results) - len(failed)} of {len(results)} runs succeeded in "
-          f"{time.time() - start:.0f} s ({affinity_code}). Results:\n"
-          f"  rlfast plot "
-          f"{exp_dir}")
-    return 1 if failed else 0
+    print(f"Sweep took {time.time() - start:.0f} s ({affinity_code}).")
+    return report_sweep(results, exp_dir)
 
 
 if __name__ == "__main__":

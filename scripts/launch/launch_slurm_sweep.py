@@ -33,6 +33,7 @@ import os
 import sys
 
 from rlfast.utils.launching import VariantLevel, encode_affinity, make_variants, run_experiments
+from rlfast.utils.launching.exp_launcher import report_sweep
 from rlfast.utils.logging.context import get_data_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,10 +85,7 @@ def main() -> int:
         dry_run=args.dry_run, wait=not args.no_wait)
     if args.dry_run or args.no_wait:
         return 0
-    failed = [r for r in results if r.returncode != 0]
-    print(f"\n{len(results) - len(failed)} of {len(results)} runs succeeded. Results in "
-          f"{os.path.join(log_root, args.title)}")
-    return 1 if failed else 0
+    return report_sweep(results, os.path.join(log_root, args.title))
 
 
 if __name__ == "__main__":

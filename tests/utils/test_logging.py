@@ -1,7 +1,6 @@
 """Tests for rlfast.utils.logging: text log, progress CSV, snapshots, logger_context."""
 import argparse
 import collections
-import csv
 import json
 import math
 import os
@@ -16,21 +15,9 @@ from rlfast.utils.finite import NonFiniteError
 from rlfast.utils.logging import (add_exp_param, check_progress, load_snapshot, logger,
                                   logger_context)
 from rlfast.utils.logging.serialization import atomic_write
+from tests.utils._logging import clean_logger, read_csv  # noqa: F401 - autouse fixture
 
 
-@pytest.fixture(autouse=True)
-def clean_logger():
-    logger.reset()
-    yield
-    logger.reset()
-
-
-def read_csv(path):
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader)
-        rows = list(reader)
-    return header, rows
 
 
 # ------------------------------------------------------------------------------ text

@@ -1,6 +1,5 @@
 """Logging for resumed runs: TabularCsvFile in append mode, snapshot sidecar files,
 logger_context(resume=...), and the console modes with their one-line summaries."""
-import csv
 import json
 import math
 import os
@@ -15,21 +14,9 @@ from rlfast.utils.logging.console import (HEADER_EVERY, format_duration, summary
                                           summary_line)
 from rlfast.utils.logging.context import ExistingRunError
 from rlfast.utils.logging.tabular_csv import TabularCsvFile
+from tests.utils._logging import clean_logger, read_csv  # noqa: F401 - autouse fixture
 
 
-@pytest.fixture(autouse=True)
-def clean_logger():
-    logger.reset()
-    yield
-    logger.reset()
-
-
-def read_csv(path):
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader)
-        rows = list(reader)
-    return header, rows
 
 
 def write_rows(path, rows):

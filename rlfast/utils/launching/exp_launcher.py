@@ -33,6 +33,7 @@ from rlfast.utils.launching.variant import save_variant
 from rlfast.utils.logging.context import get_data_dir
 
 __all__ = ["run_experiments", "launch_experiment", "experiment_command", "RunResult",
+           "report_sweep",
            "NUM_LAUNCHED_FILE", "TREE_FILE"]
 
 NUM_LAUNCHED_FILE = "num_launched.txt"
@@ -380,3 +381,12 @@ def run_experiments(script: str, affinity_code: str, experiment_title: str,
             print(f"  exit {r.returncode}: run_ID {r.run_ID}, slot {r.slot}, {r.log_dir}",
                   file=sys.stderr, flush=True)
     return [results[k] for k in sorted(results)]
+
+
+def report_sweep(results: Sequence[RunResult], exp_dir: str) -> int:
+    """Print how many runs of a finished sweep succeeded and the command that plots and
+    tabulates them; return a launch script's exit status (1 when any run failed)."""
+    failed = [r for r in results if r.returncode != 0]
+    print(f"\n{len(results) - len(failed)} of {len(results)} runs succeeded. Results:\n"
+          f"  rlfast plot {exp_dir}", flush=True)
+    return 1 if failed else 0

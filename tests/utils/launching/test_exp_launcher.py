@@ -4,7 +4,6 @@ import os
 import shutil
 import signal
 import sys
-import threading
 import time
 
 import psutil
@@ -15,6 +14,7 @@ from rlfast.utils.launching import (affinity_from_code, encode_affinity, launch_
                                     run_experiments, VariantLevel)
 from rlfast.utils.launching import exp_launcher
 from rlfast.utils.launching.exp_launcher import experiment_command
+from tests.utils.launching._interrupt import sigint_when_all_exist
 
 # A stand-in training script: records what it was called with, when it ran and where it was
 # pinned, then sleeps; `--fail` makes it exit 3, `--hang` makes it start a grandchild and
@@ -144,14 +144,7 @@ def test_keyboard_interrupt_stops_every_child(recorder, tmp_path, sigint_raises)
     exp_dir = tmp_path / "exp"
     started = [exp_dir / "lr_a" / "started_0.json", exp_dir / "lr_b" / "started_0.json"]
 
-    def interrupt_when_started():
-        deadline = time.monotonic() + 60
-        while not all(p.exists() for p in started) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    thread = threading.Thread(target=interrupt_when_started, daemon=True)
-    thread.start()
+    thread = sigint_when_all_exist(started)
     with pytest.raises(KeyboardInterrupt):
         run_experiments(recorder, CODE, "exp", 2, variants, log_dirs, common_args=["--hang"],
                         log_root=str(tmp_path))

@@ -5,7 +5,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 
 import psutil
@@ -15,6 +14,7 @@ from rlfast.utils.launching import encode_affinity, prepend_run_slot, run_experi
 from rlfast.utils.launching import slurm as slurm_launcher
 from rlfast.utils.launching.slurm import (SlurmRunResult, SweepRun, check_slurm_options,
                                           parse_time_minutes, submitit_parameters)
+from tests.utils.launching._interrupt import sigint_when_all_exist
 
 submitit = pytest.importorskip("submitit")
 
@@ -305,14 +305,7 @@ def test_interrupting_the_sweep_cancels_jobs_and_stops_runs(tmp_path, sigint_rai
     script.write_text(HANG)
     started = [tmp_path / "logs" / "exp" / d / "started.json" for d in ("a", "b")]
 
-    def interrupt_when_started():
-        deadline = time.monotonic() + 60
-        while not all(p.exists() for p in started) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    thread = threading.Thread(target=interrupt_when_started, daemon=True)
-    thread.start()
+    thread = sigint_when_all_exist(started)
     with pytest.raises(KeyboardInterrupt):
         run_experiments(str(script), CODE, "exp", 1, [{}, {}], ["a", "b"],
                         log_root=str(tmp_path / "logs"), backend="slurm", slurm=LOCAL)
