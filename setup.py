@@ -20,13 +20,18 @@ setup(
     extras_require={
         # The test extra installs every optional extra the tests exercise.
         "test": ["pytest>=7", "tensorboard>=2.10", "matplotlib>=3.5", "imageio>=2.20",
-                 "imageio-ffmpeg>=0.4.5", "pygame>=2.1", "submitit>=1.4"],
+                 "imageio-ffmpeg>=0.4.5", "pygame>=2.1", "submitit>=1.4",
+                 "gymnasium[box2d,mujoco]>=0.29"],
         "tensorboard": ["tensorboard>=2.10"],
         "plot": ["matplotlib>=3.5"],  # rlfast plot
         # rlfast watch --video: imageio writes mp4 through imageio-ffmpeg, which ships its own
         # ffmpeg binary; pygame draws gymnasium's classic-control frames.
         "video": ["imageio>=2.20", "imageio-ffmpeg>=0.4.5", "pygame>=2.1"],
         "slurm": ["submitit>=1.4"],  # run_experiments(backend="slurm")
+        # Box2D (LunarLander, BipedalWalker) and MuJoCo (HalfCheetah, Hopper, ...) tasks,
+        # through gymnasium's own extras.
+        "box2d": ["gymnasium[box2d]>=0.29"],
+        "mujoco": ["gymnasium[mujoco]>=0.29"],
         # The peers scripts/bench_*.py compare against; never imported by rlfast itself.
         "bench": ["stable-baselines3>=2.0", "envpool>=0.8"],
     },

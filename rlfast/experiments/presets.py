@@ -58,10 +58,13 @@ PRESETS: dict[str, dict] = {
         continuous=dict(
             agent=dict(model_kwargs=dict(hidden_sizes=[64, 64], normalize_observation=True),
                        greedy_eval=True, recurrent=False),
+            # Observation and reward normalization, as in the PPO paper's MuJoCo setup and
+            # SB3's VecNormalize. Measured on Pendulum-v1 (seeds 1, 2; 100k steps): final
+            # greedy return -211 / -210 with reward normalization, -307 / -419 without.
             algo=dict(discount=0.99, learning_rate=1e-3, value_loss_coeff=0.5,
                       entropy_loss_coeff=0.0, clip_grad_norm=1.0, gae_lambda=0.95,
                       minibatches=32, epochs=10, ratio_clip=0.2, linear_lr_schedule=True,
-                      normalize_advantage=True),
+                      normalize_advantage=True, normalize_reward=True),
             sampler=dict(batch_T=256, batch_B=8, **_COMMON_SAMPLER),
             runner=dict(n_steps=200_000, log_interval_steps=20_480),
         ),
@@ -315,6 +318,7 @@ def get_preset(algo: str, env_id: str) -> dict:
     else:  # on-policy: sampling may overlap learning; the agent may run its model in bf16
         config["runner"].setdefault("overlap", False)
         config["agent"].setdefault("autocast", None)
+        config["algo"].setdefault("normalize_reward", False)  # VecNormalize-style scaling
     config.setdefault("distributed", dict(DISTRIBUTED_DEFAULTS))  # read by multi-rank runs
     return config
 

@@ -231,7 +231,7 @@ def run_update(name: str, world_size: int = 1, rank: int = 0) -> dict:
             import rlfast.algos.pg.base as pg_base
             patches.append((pg_base, "global_mean_std", _local_mean_std))
         if distributed_run and opts.get("local_obs_norm"):
-            import rlfast.models.running_mean_std as rms
+            import rlfast.utils.running_mean_std as rms
             patches.append((rms, "distributed", _NotDistributed))
         saved = [(m, a, getattr(m, a)) for m, a, _ in patches]
         try:

@@ -25,7 +25,8 @@ class A2C(PolicyGradientAlgo):
                  OptimCls: type = torch.optim.Adam, optim_kwargs: dict | None = None,
                  clip_grad_norm: float = 1.0, initial_optim_state_dict: dict | None = None,
                  gae_lambda: float = 1, normalize_advantage: bool = False,
-                 bootstrap_timelimit: bool = True):
+                 bootstrap_timelimit: bool = True,
+                 normalize_reward: bool = False):
         super().__init__(**pg_hyperparameters(locals()))
 
     def optimize_agent(self, itr: int, samples: Any = None,

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from rlfast.algos.base import RLAlgorithm
+from rlfast.algos.pg.reward_norm import RewardNormalizer
 from rlfast.algos.utils import (build_optimizer, discount_return,
                                 generalized_advantage_estimation, valid_from_done)
 from rlfast.utils.distributed import global_mean_std
@@ -21,7 +22,8 @@ LossInfo = namedtuple("LossInfo", ["piLoss", "valueLoss", "entropy", "perplexity
 
 PG_HYPERPARAMETERS = ("discount", "learning_rate", "value_loss_coeff", "entropy_loss_coeff",
                       "OptimCls", "optim_kwargs", "clip_grad_norm", "initial_optim_state_dict",
-                      "gae_lambda", "normalize_advantage", "bootstrap_timelimit")
+                      "gae_lambda", "normalize_advantage", "bootstrap_timelimit",
+                      "normalize_reward")
 
 
 def pg_hyperparameters(arguments: dict) -> dict:
@@ -37,7 +39,9 @@ class PolicyGradientAlgo(RLAlgorithm):
     Returns use plain discounting when ``gae_lambda == 1`` and GAE otherwise. When the env
     reports ``env_info.timeout`` and ``bootstrap_timelimit`` is on, episodes cut by a time
     limit bootstrap from the value estimate instead of being treated as terminal, and the cut
-    step itself is masked out of the loss. The subclasses set the defaults (they differ, e.g.
+    step itself is masked out of the loss. ``normalize_reward`` scales the rewards by the
+    running std of the discounted return first (:class:`RewardNormalizer`, VecNormalize's
+    reward normalization), so the critic learns returns of order one on any reward scale. The subclasses set the defaults (they differ, e.g.
     in ``value_loss_coeff``), so every argument here is required. Every gradient step is
     refused with ``NonFiniteError`` when its loss or gradient norm is NaN or inf.
     """
@@ -49,7 +53,8 @@ class PolicyGradientAlgo(RLAlgorithm):
     def __init__(self, *, discount: float, learning_rate: float, value_loss_coeff: float,
                  entropy_loss_coeff: float, OptimCls: type, optim_kwargs: dict | None,
                  clip_grad_norm: float, initial_optim_state_dict: dict | None,
-                 gae_lambda: float, normalize_advantage: bool, bootstrap_timelimit: bool):
+                 gae_lambda: float, normalize_advantage: bool, bootstrap_timelimit: bool,
+                 normalize_reward: bool = False):
         self.discount = discount
         self.learning_rate = learning_rate
         self.value_loss_coeff = value_loss_coeff
@@ -61,6 +66,11 @@ class PolicyGradientAlgo(RLAlgorithm):
         self.gae_lambda = gae_lambda
         self.normalize_advantage = normalize_advantage
         self.bootstrap_timelimit = bootstrap_timelimit
+        if not isinstance(normalize_reward, bool):
+            raise TypeError(f"{type(self).__name__}: normalize_reward must be True or False; "
+                            f"got {normalize_reward!r}")
+        self.normalize_reward = normalize_reward
+        self.reward_normalizer = RewardNormalizer(discount) if normalize_reward else None
 
     def initialize(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool = False,
                    examples: Any = None, world_size: int = 1, rank: int = 0) -> None:
@@ -89,6 +99,8 @@ class PolicyGradientAlgo(RLAlgorithm):
         """
         reward = samples.env.reward
         done = samples.env.done.to(reward.dtype)
+        if self.reward_normalizer is not None:
+            reward = self.reward_normalizer(reward, done)
         value = samples.agent.agent_info.value.to(reward.dtype)
         bootstrap = samples.agent.bootstrap_value[0].to(reward.dtype)
         env_info = samples.env.env_info
@@ -112,6 +124,18 @@ class PolicyGradientAlgo(RLAlgorithm):
             mean, std = global_mean_std(advantage, valid)
             advantage = (advantage - mean) / (std + 1e-6)
         return return_, advantage, valid
+
+    def state_dict(self) -> dict:
+        """Also the reward normalizer's statistics and running returns."""
+        state = super().state_dict()
+        if self.reward_normalizer is not None:
+            state["reward_normalizer"] = self.reward_normalizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: Any) -> None:
+        super().load_state_dict(state)
+        if self.reward_normalizer is not None and "reward_normalizer" in state:
+            self.reward_normalizer.load_state_dict(state["reward_normalizer"])
 
     def _grad_step(self, itr: int, loss: torch.Tensor) -> tuple[float, float]:
         """``(loss, gradient norm)`` of one clipped, finite-checked step on all parameters."""

@@ -40,7 +40,8 @@ class PPO(PolicyGradientAlgo):
                  clip_grad_norm: float = 1.0, initial_optim_state_dict: dict | None = None,
                  gae_lambda: float = 1, minibatches: int = 4, epochs: int = 4,
                  ratio_clip: float = 0.1, linear_lr_schedule: bool = True,
-                 normalize_advantage: bool = False, bootstrap_timelimit: bool = True):
+                 normalize_advantage: bool = False, bootstrap_timelimit: bool = True,
+                 normalize_reward: bool = False):
         super().__init__(**pg_hyperparameters(locals()))
         self.minibatches = check_int(minibatches, "minibatches", minimum=1, owner="PPO")
         self.epochs = check_int(epochs, "epochs", minimum=1, owner="PPO")

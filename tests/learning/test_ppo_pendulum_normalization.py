@@ -1,0 +1,52 @@
+"""Seeded learning checks for PPO on a continuous task with observation and reward
+normalization (the ``rlfast train ppo`` preset for continuous actions).
+
+1. The default preset (observation normalization in the agent, reward normalization in the
+   algorithm) reaches a greedy evaluation return of -250 on Pendulum-v1 within 100k steps.
+2. Reward normalization is what gets it there: with ``algo.normalize_reward=False`` and
+   everything else equal, the best evaluation within 61,440 steps is far lower than the
+   normalized run's.
+
+Serial sampler, seed 1 (deterministic). Tuning record (2-core machine, 100k steps, greedy
+evaluations every 20,480 steps): with reward normalization seeds 1 / 2 evaluate -1382, -953,
+-361, -298, -123, -211 / -1345, -815, -371, -241, -181, -210; without it -1382, -990, -1163,
+-817, -485, -307 / -1345, -1007, -1052, -982, -720, -419. Each run took 22-25 s.
+"""
+import csv
+import os
+
+from rlfast.cli import main
+
+SEED = 1
+THRESHOLD = -250.0
+BUDGET = 100_000
+
+
+def _evals(run_dir) -> list[tuple[int, float]]:
+    with open(os.path.join(run_dir, "progress.csv"), newline="") as f:
+        return [(int(float(r["Diagnostics/CumSteps"])), float(r["ReturnAverage"]))
+                for r in csv.DictReader(f)]
+
+
+def _train(run_dir, steps, *sets) -> list[tuple[int, float]]:
+    argv = ["train", "ppo", "Pendulum-v1", "--sampler", "serial", "--seed", str(SEED),
+            "--steps", str(steps), "--log-dir", str(run_dir), "--no-progress"]
+    for item in sets:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    return _evals(run_dir)
+
+
+def test_ppo_pendulum_with_observation_and_reward_normalization(tmp_path):
+    normalized = _train(tmp_path / "normalized", BUDGET, f"runner.stop_return={THRESHOLD}")
+    history = ", ".join(f"{s}:{r:.0f}" for s, r in normalized)
+    assert normalized[0][0] == 0 and normalized[0][1] < -900, history  # untrained: far off
+    reached = next((s for s, r in normalized if r >= THRESHOLD), None)
+    assert reached is not None and reached <= BUDGET, history
+
+    # The same run without reward normalization, up to the step the first one reached -250
+    # at (stopped there) or at least 61,440 steps.
+    raw = _train(tmp_path / "raw", max(reached, 61_440), "algo.normalize_reward=False")
+    best_raw = max(r for _, r in raw)
+    best_normalized = max(r for _, r in normalized)
+    assert best_normalized >= best_raw + 100, (history, raw)
