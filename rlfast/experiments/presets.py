@@ -28,7 +28,8 @@ from rlfast.algos.dqn import DQN, R2D1, CategoricalDQN
 from rlfast.algos.qpg import DDPG, SAC, TD3
 from rlfast.envs import make as make_gym_env
 from rlfast.envs.gym import gym_spaces as make_gym_spaces
-from rlfast.experiments.qpg_presets import ENV_TUNED, QPG_ALGOS, QPG_PRESETS
+from rlfast.experiments.env_overrides import ENV_TUNED
+from rlfast.experiments.qpg_presets import QPG_ALGOS, QPG_PRESETS
 from rlfast.runners import AsyncRlEval, MinibatchRlEval, SyncRlEval
 from rlfast.samplers import (AlternatingSampler, AsyncAlternatingSampler, AsyncCpuSampler,
                              AsyncGpuSampler, AsyncSerialSampler, CpuEvalCollector, CpuResetCollector, CpuSampler,

@@ -1,9 +1,8 @@
 """Presets for the Q-value policy gradient algorithms (continuous actions only).
 
 The ``continuous`` presets are general defaults for vector-observation control (standard
-published settings). ``ENV_TUNED`` holds per-environment settings, applied on top for that
-gymnasium id: the Pendulum-v1 entries are the ones the learning tests and
-``scripts/bench_qpg.py`` use.
+published settings). Per-environment settings applied on top live in one table,
+``rlfast.experiments.env_overrides.ENV_TUNED``.
 """
 from __future__ import annotations
 
@@ -47,23 +46,3 @@ QPG_PRESETS: dict[str, dict] = {
                        dict(target_update_interval=1, learning_rate=3e-4,
                             target_entropy="auto", reward_scale=1.0)),
 }
-
-# Pendulum-v1: 3-D observations, 1-D action. 64x64 networks learn it as fast as 256x256 or
-# 400x300 ones (same first step at -250 or better in the tuning runs below) at a fraction of
-# the FLOPs per update; learning starts after 1000 steps (the general presets wait 10k).
-_PENDULUM_NETS = dict(model_kwargs=dict(hidden_sizes=[64, 64]),
-                      q_model_kwargs=dict(hidden_sizes=[64, 64]))
-_PENDULUM_RUN = dict(runner=dict(n_steps=20_000, log_interval_steps=2_000),
-                     affinity=dict(master_torch_threads=1))
-ENV_TUNED: dict[tuple[str, str], dict] = {
-    ("sac", "Pendulum-v1"): dict(agent=_PENDULUM_NETS,
-                                 algo=dict(learning_rate=1e-3, min_steps_learn=1000),
-                                 **_PENDULUM_RUN),
-    ("td3", "Pendulum-v1"): dict(agent=_PENDULUM_NETS,
-                                 algo=dict(discount=0.98, min_steps_learn=1000),
-                                 **_PENDULUM_RUN),
-    ("ddpg", "Pendulum-v1"): dict(agent=_PENDULUM_NETS,
-                                  algo=dict(discount=0.98, min_steps_learn=1000),
-                                  **_PENDULUM_RUN),
-}
-

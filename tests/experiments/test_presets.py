@@ -10,7 +10,7 @@ from rlfast.cli import main
 from rlfast.experiments.presets import (PRESETS, build_experiment, default_affinity, env_kind,
                                         get_preset)
 from rlfast.utils.logging import logger_context
-from rlfast.experiments.qpg_presets import ENV_TUNED
+from rlfast.experiments.env_overrides import ENV_TUNED
 from rlfast.utils.misc import available_cpus
 
 
