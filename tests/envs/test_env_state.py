@@ -442,3 +442,18 @@ def test_gym_render_without_render_mode_names_it():
     env.reset()
     with pytest.raises(ValueError, match="render_mode"):
         env.render()
+
+
+@pytest.mark.parametrize("env_id, extra", [("LunarLander-v3", "Box2D"),
+                                           ("HalfCheetah-v5", "mujoco")])
+def test_physics_engine_envs_are_not_captured(env_id, extra):
+    """Box2D and MuJoCo keep their state in the engine (a b2World, an MjData), which is not
+    plain data: get_state says so (None) and a resumed run starts new episodes there. Skips
+    without the rlfast[box2d] / rlfast[mujoco] extras."""
+    pytest.importorskip(extra)
+    env = make(env_id, seed=0)
+    try:
+        env.reset()
+        assert env.get_state() is None
+    finally:
+        env.close()
