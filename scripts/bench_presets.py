@@ -1,0 +1,407 @@
+#!/usr/bin/env python
+"""Benchmark: the preset generalization suite. ``rlfast train ALGO ENV`` with its DEFAULT preset
+against Stable-Baselines3 with rl-baselines3-zoo's tuned settings, on many tasks (issue 17).
+
+For every row (environment, algorithm; see ``_bench_presets_zoo.py`` for the budgets, their
+reasons and the zoo settings with their sources) and every seed, rlfast and SB3 each train for
+the row's environment-step budget in their own process, interleaved (rlfast seed 0, SB3 seed 0,
+rlfast seed 1, ...); rlfast gets nothing but ``--steps`` and ``--seed``, SB3 gets the zoo's
+settings (schedules, action noise, VecNormalize and its discount included), and each framework
+keeps its own torch thread defaults (SB3 on the CPU, like rlfast's CPU presets).
+
+- Final return: after training, untimed, each trained agent plays the SAME 10 greedy episodes:
+  a fresh environment reset with seed 10_000 + k for episode k. rlfast's agent is the run's
+  snapshot (``rlfast.experiments.playback``: ``load_trained_agent`` and ``run_episodes`` in
+  evaluation mode, one episode per seed); SB3's acts with ``predict(obs, deterministic=True)``,
+  its observations normalized with the training VecNormalize statistics where the zoo
+  normalizes (frozen; rewards are never normalized at evaluation). A seed's final return is
+  the mean over its 10 episodes; a row reports mean +- std over seeds (sample std, ddof=1;
+  0 for a single seed).
+- Time: training only. rlfast: ``Diagnostics/CumTime (s)`` of the run's last progress.csv row
+  (iterations without the periodic evaluations; the process start, imports and sampler start
+  are not in it); SB3: the wall time of ``model.learn`` (no callbacks). A row's time is the
+  mean over seeds, its ratio rlfast / SB3.
+- Criterion (PASS/FAIL): rlfast mean >= SB3 mean - SB3 std (one seed std), and rlfast time
+  lower than SB3's. ``diff`` = (rlfast mean - SB3 mean) / SB3 std. A row with a failed run is
+  ERROR; the failed cell shows the last line of the run's error, and the suite goes on.
+
+Usage: python scripts/bench_presets.py [--rows CartPole-v1:ppo,Pendulum-v1:sac]
+           [--seeds 0,1,2] [--steps N] [--out DIR] [--quick] [--list]
+``--out DIR`` writes DIR/bench_presets.md (machine line and table) and DIR/bench_presets.json
+(every run's numbers), rewritten after each row. ``--quick``: one tiny row, one seed (a test).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from _bench_common import machine
+from _bench_presets_zoo import ROWS, ROWS_BY_KEY, Row
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EVAL_EPISODES = 10
+EVAL_SEED0 = 10_000  # episode k of every evaluation starts from env seed EVAL_SEED0 + k
+QUICK_ROW = ("CartPole-v1", "ppo")
+QUICK_STEPS = 4096
+CUMTIME = "Diagnostics/CumTime (s)"
+CUMSTEPS = "Diagnostics/CumSteps"
+FRAMEWORKS = ("rlfast", "sb3")
+
+
+# ---- the child processes: each prints one JSON line last ----------------------------------
+
+def _child_rlfast_eval(run_dir: str) -> dict:
+    """Final return of an rlfast run: its snapshot's agent on the shared evaluation episodes."""
+    from rlfast.experiments.playback import load_trained_agent, run_episodes
+
+    params, agent, make_env = load_trained_agent(run_dir)
+    env = make_env()
+    try:
+        returns = [run_episodes(agent, env, 1, seed=EVAL_SEED0 + k,
+                                TrajInfoCls=make_env.TrajInfoCls,
+                                itr=params["snapshot"]["itr"] + 1)[0]["Return"]
+                   for k in range(EVAL_EPISODES)]
+    finally:
+        env.close()
+    return dict(episode_returns=[float(r) for r in returns])
+
+
+def _sb3_arguments(zoo: dict, n_actions: int) -> dict:
+    """SB3 constructor keywords from a zoo entry: ``lin_X`` strings become linear schedules,
+    ``noise_type``/``noise_std`` an action noise, ``activation_fn`` names a torch.nn class."""
+    import numpy as np
+    import torch
+    from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
+
+    kwargs = {k: v for k, v in zoo.items()
+              if k not in ("algo", "n_envs", "normalize", "noise_type", "noise_std")}
+    for key, value in kwargs.items():
+        if isinstance(value, str) and value.startswith("lin_"):
+            start = float(value[len("lin_"):])
+            kwargs[key] = lambda progress_remaining, start=start: progress_remaining * start
+    if "noise_type" in zoo:
+        noise = {"normal": NormalActionNoise,
+                 "ornstein-uhlenbeck": OrnsteinUhlenbeckActionNoise}[zoo["noise_type"]]
+        kwargs["action_noise"] = noise(mean=np.zeros(n_actions),
+                                       sigma=zoo["noise_std"] * np.ones(n_actions))
+    policy_kwargs = dict(kwargs.get("policy_kwargs", {}))
+    if isinstance(policy_kwargs.get("activation_fn"), str):
+        policy_kwargs["activation_fn"] = getattr(torch.nn, policy_kwargs["activation_fn"])
+    if policy_kwargs:
+        kwargs["policy_kwargs"] = policy_kwargs
+    return kwargs
+
+
+def _child_sb3(env_id: str, algo: str, steps: int, seed: int) -> dict:
+    """Train SB3 with the zoo settings of the row (timed: ``model.learn``), then play the
+    shared evaluation episodes (untimed)."""
+    import gymnasium as gym
+    import numpy as np
+    import stable_baselines3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    zoo = ROWS_BY_KEY[(env_id, algo)].zoo
+    venv = make_vec_env(env_id, n_envs=zoo.get("n_envs", 1), seed=seed)
+    if zoo.get("normalize"):
+        norm_kwargs = dict(zoo["normalize"]) if isinstance(zoo["normalize"], dict) else {}
+        if "gamma" in zoo:  # the zoo gives VecNormalize the algorithm's discount
+            norm_kwargs["gamma"] = zoo["gamma"]
+        venv = VecNormalize(venv, **norm_kwargs)
+    n_actions = int(np.prod(venv.action_space.shape or (1,)))
+    model = getattr(stable_baselines3, zoo["algo"])(
+        "MlpPolicy", venv, seed=seed, device="cpu", verbose=0, **_sb3_arguments(zoo, n_actions))
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    train_time = time.perf_counter() - start
+    if isinstance(venv, VecNormalize):
+        venv.training, venv.norm_reward = False, False
+    env = gym.make(env_id)
+    returns = []
+    for k in range(EVAL_EPISODES):
+        obs, _ = env.reset(seed=EVAL_SEED0 + k)
+        total, done = 0.0, False
+        while not done:
+            if isinstance(venv, VecNormalize):
+                obs = venv.normalize_obs(obs)
+            action, _ = model.predict(obs, deterministic=True)
+            if isinstance(env.action_space, gym.spaces.Discrete):
+                action = int(action)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return dict(episode_returns=returns, train_time_s=train_time, steps=int(model.num_timesteps))
+
+
+# ---- running the children ------------------------------------------------------------------
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def _call(cmd: list[str], timeout: float) -> tuple[bool, str, float]:
+    """Run ``cmd``; (ok, stdout or the error's last line, wall seconds)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p))
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              cwd=REPO_ROOT, env=env)
+    except subprocess.TimeoutExpired:
+        return False, f"timed out after {timeout:.0f} s", time.perf_counter() - start
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        return False, _last_line(proc.stderr or proc.stdout), wall
+    return True, proc.stdout, wall
+
+
+def _child_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def run_rlfast(row: Row, steps: int, seed: int, timeout: float) -> dict:
+    """``rlfast train`` with the default preset, then the evaluation of its snapshot."""
+    result: dict[str, Any] = dict(seed=seed, ok=False, load_before=os.getloadavg()[0])
+    with tempfile.TemporaryDirectory(prefix="bench_presets_") as tmp:
+        run_dir = os.path.join(tmp, "run")
+        ok, out, wall = _call([sys.executable, "-m", "rlfast", "train", row.algo, row.env,
+                               "--steps", str(steps), "--seed", str(seed), "--log-dir", run_dir,
+                               "--no-progress"], timeout)
+        result["wall_s"] = wall
+        if not ok:
+            return dict(result, error=f"train: {out}")
+        try:
+            with open(os.path.join(run_dir, "progress.csv"), newline="") as f:
+                last = list(csv.DictReader(f))[-1]
+            result.update(train_time_s=float(last[CUMTIME]), steps=int(float(last[CUMSTEPS])))
+        except (OSError, IndexError, KeyError, ValueError) as e:
+            return dict(result, error=f"progress.csv: {type(e).__name__}: {e}")
+        ok, out, _ = _call([sys.executable, os.path.abspath(__file__), "--child", "rlfast-eval",
+                            "--run-dir", run_dir], timeout)
+    if not ok:
+        return dict(result, error=f"eval: {out}")
+    return _finish(result, _child_json(out))
+
+
+def run_sb3(row: Row, steps: int, seed: int, timeout: float) -> dict:
+    """SB3 with the zoo's settings, trained and evaluated in one child process."""
+    result: dict[str, Any] = dict(seed=seed, ok=False, load_before=os.getloadavg()[0])
+    ok, out, wall = _call([sys.executable, os.path.abspath(__file__), "--child", "sb3",
+                           "--env", row.env, "--algo", row.algo, "--steps", str(steps),
+                           "--seed", str(seed)], timeout)
+    result["wall_s"] = wall
+    if not ok:
+        return dict(result, error=out)
+    return _finish(result, _child_json(out))
+
+
+def _finish(result: dict, child: dict) -> dict:
+    result.update(child)
+    result["final_return"] = statistics.fmean(result["episode_returns"])
+    result["ok"] = True
+    return result
+
+
+# ---- statistics, verdict and table ------------------------------------------------------
+
+def mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation (ddof=1; 0 for one value); None for no values."""
+    if not values:
+        return None, None
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summarize(row: Row, steps: int, runs: dict[str, list[dict]]) -> dict:
+    """A row's record: every run, the per-framework statistics, ``diff_sb3_std``,
+    ``time_ratio`` and the verdict (PASS / FAIL / ERROR)."""
+    record: dict[str, Any] = dict(env=row.env, algo=row.algo, budget=steps,
+                                  budget_reason=row.reason if steps == row.budget
+                                  else "set with --steps / --quick")
+    for name in FRAMEWORKS:
+        good = [r for r in runs[name] if r["ok"]]
+        ret_mean, ret_std = mean_std([r["final_return"] for r in good])
+        time_mean, _ = mean_std([r["train_time_s"] for r in good])
+        record[name] = dict(runs=runs[name], return_mean=ret_mean, return_std=ret_std,
+                            time_mean_s=time_mean)
+    rl, sb = record["rlfast"], record["sb3"]
+    both = rl["return_mean"] is not None and sb["return_mean"] is not None
+    diff = rl["return_mean"] - sb["return_mean"] if both else None
+    record["diff_sb3_std"] = (diff / sb["return_std"] if both and sb["return_std"] > 0
+                              else None)
+    record["time_ratio"] = rl["time_mean_s"] / sb["time_mean_s"] if both else None
+    record["return_ok"] = both and rl["return_mean"] >= sb["return_mean"] - sb["return_std"]
+    record["time_ok"] = both and rl["time_mean_s"] < sb["time_mean_s"]
+    errors = [f"{name} seed {r['seed']}: {r['error']}" for name in FRAMEWORKS
+              for r in runs[name] if not r["ok"]]
+    record["errors"] = errors
+    record["verdict"] = ("ERROR" if errors else
+                         "PASS" if record["return_ok"] and record["time_ok"] else "FAIL")
+    return record
+
+
+HEADER = ["env", "algo", "budget", "rlfast return", "SB3 return", "diff (SB3 std)",
+          "rlfast time (s)", "SB3 time (s)", "time ratio", "verdict"]
+
+
+def _cell(record: dict, name: str) -> str:
+    stats = record[name]
+    if stats["return_mean"] is None:
+        error = next(r["error"] for r in stats["runs"] if not r["ok"])
+        return "failed: " + error.replace("|", "/")[:120]
+    return f"{stats['return_mean']:.1f} ± {stats['return_std']:.1f}"
+
+
+def table_row(record: dict) -> list[str]:
+    """The table cells of one row record."""
+    rl, sb = record["rlfast"], record["sb3"]
+    diff = record["diff_sb3_std"]
+    if diff is None:
+        diff_cell = "n/a (SB3 std 0)" if record["time_ratio"] is not None else "-"
+    else:
+        diff_cell = f"{diff:+.2f}"
+    verdict = record["verdict"]
+    if verdict == "FAIL":
+        why = ([] if record["return_ok"] else ["return"]) + ([] if record["time_ok"] else ["time"])
+        verdict += f" ({', '.join(why)})"
+    return [record["env"], record["algo"], f"{record['budget']:,}", _cell(record, "rlfast"),
+            _cell(record, "sb3"), diff_cell,
+            "-" if rl["time_mean_s"] is None else f"{rl['time_mean_s']:.1f}",
+            "-" if sb["time_mean_s"] is None else f"{sb['time_mean_s']:.1f}",
+            "-" if record["time_ratio"] is None else f"{record['time_ratio']:.2f}x", verdict]
+
+
+def render_table(records: list[dict]) -> str:
+    """The markdown table of the rows (one line each), then the failed runs and the range of
+    the machine's load average when the runs started (other jobs inflate wall times)."""
+    rows = [HEADER] + [table_row(r) for r in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    errors = [f"- {r['env']}:{r['algo']}: {e}" for r in records for e in r["errors"]]
+    if errors:
+        lines += ["", "Failed runs:"] + errors
+    loads = [run["load_before"] for r in records for name in FRAMEWORKS
+             for run in r[name]["runs"]]
+    if loads:
+        lines += ["", f"Load average (1 min) when the runs started: {min(loads):.2f} to "
+                      f"{max(loads):.2f} on {os.cpu_count()} cores."]
+    return "\n".join(lines)
+
+
+def machine_line() -> str:
+    """The shared machine line plus the versions of the two frameworks and gymnasium."""
+    import gymnasium
+    try:
+        import stable_baselines3
+        sb3 = stable_baselines3.__version__
+    except ImportError:
+        sb3 = "not installed"
+    return f"{machine()}, stable-baselines3 {sb3}, gymnasium {gymnasium.__version__}"
+
+
+CRITERION = ("PASS: rlfast mean final return >= SB3 mean - one SB3 seed std, and rlfast "
+             "training time lower. Final return: mean of the same 10 greedy episodes (env seeds "
+             f"{EVAL_SEED0}..{EVAL_SEED0 + EVAL_EPISODES - 1}) per seed; mean ± std (ddof=1) "
+             "over seeds. Time: training only, mean over seeds (rlfast: CumTime of "
+             "progress.csv; SB3: model.learn).")
+
+
+def write_outputs(out_dir: str, header: dict, records: list[dict]) -> None:
+    """DIR/bench_presets.md and DIR/bench_presets.json."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "bench_presets.md"), "w") as f:
+        f.write(f"Machine: {header['machine']}\n\nSeeds: {', '.join(map(str, header['seeds']))}"
+                f"\n\n{render_table(records)}\n\n{CRITERION}\n")
+    with open(os.path.join(out_dir, "bench_presets.json"), "w") as f:
+        json.dump(dict(header, rows=records), f, indent=1, allow_nan=False)
+
+
+# ---- command line ------------------------------------------------------------------------
+
+def _parse_rows(text: str | None) -> list[Row]:
+    if not text:
+        return list(ROWS)
+    rows = []
+    for item in text.split(","):
+        env, _, algo = item.strip().rpartition(":")
+        if (env, algo) not in ROWS_BY_KEY:
+            raise SystemExit(f"bench_presets: unknown row {item!r}; rows are "
+                             + ", ".join(f"{r.env}:{r.algo}" for r in ROWS))
+        rows.append(ROWS_BY_KEY[(env, algo)])
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=None,
+                        help="comma-separated ENV:ALGO rows (default: the whole suite)")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="override every row's budget (default: each row's own)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="write bench_presets.md and bench_presets.json into DIR")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"one tiny row ({':'.join(QUICK_ROW)}, {QUICK_STEPS} steps, seed 0)")
+    parser.add_argument("--list", action="store_true", help="print the rows and budgets; exit")
+    parser.add_argument("--timeout", type=float, default=3600.0,
+                        help="seconds one child process may take (default 3600)")
+    parser.add_argument("--child", choices=("sb3", "rlfast-eval"), help=argparse.SUPPRESS)
+    parser.add_argument("--env", help=argparse.SUPPRESS)
+    parser.add_argument("--algo", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child == "sb3":
+        print(json.dumps(_child_sb3(args.env, args.algo, args.steps, args.seed)))
+        return 0
+    if args.child == "rlfast-eval":
+        print(json.dumps(_child_rlfast_eval(args.run_dir)))
+        return 0
+    if args.list:
+        for row in ROWS:
+            print(f"{row.env}:{row.algo}  {row.budget:>7,}  {row.reason}")
+        return 0
+    if args.quick:
+        rows, seeds, steps = [ROWS_BY_KEY[QUICK_ROW]], [0], QUICK_STEPS
+    else:
+        rows, steps = _parse_rows(args.rows), args.steps
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if steps is not None and steps < 1:
+        parser.error(f"--steps must be >= 1; got {steps}")
+    header = dict(machine=machine_line(), seeds=seeds, eval_episodes=EVAL_EPISODES,
+                  eval_seed0=EVAL_SEED0, criterion=CRITERION, python=platform.python_version())
+    print(f"Machine: {header['machine']}", flush=True)
+    records = []
+    for row in rows:
+        budget = steps if steps is not None else row.budget
+        runs: dict[str, list[dict]] = {name: [] for name in FRAMEWORKS}
+        for seed in seeds:
+            for name, run in (("rlfast", run_rlfast), ("sb3", run_sb3)):
+                result = run(row, budget, seed, args.timeout)
+                runs[name].append(result)
+                status = (f"return {result['final_return']:.1f}, "
+                          f"train {result['train_time_s']:.1f} s" if result["ok"]
+                          else f"FAILED: {result['error']}")
+                print(f"  {row.env}:{row.algo} {name} seed {seed}: {status}", file=sys.stderr,
+                      flush=True)
+        records.append(summarize(row, budget, runs))
+        if args.out:
+            write_outputs(args.out, header, records)
+    print(f"Seeds: {', '.join(map(str, seeds))}\n\n{render_table(records)}\n\n{CRITERION}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Smoke test of scripts/bench_presets.py: ``--quick --out DIR`` trains rlfast's default PPO
+preset and SB3's zoo PPO on CartPole-v1 for a few thousand steps (one seed), and prints and
+writes the machine line and the table. The statistics, the difference in SB3 standard
+deviations, the time ratio and the verdict are recomputed here from the runs in the JSON."""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_presets.py"
+HEADER = ["env", "algo", "budget", "rlfast return", "SB3 return", "diff (SB3 std)",
+          "rlfast time (s)", "SB3 time (s)", "time ratio", "verdict"]
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("| ")]
+    assert rows and rows[0] == HEADER, rows[:1]
+    return rows[1:]
+
+
+def _stats(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def test_quick_run_writes_table_and_consistent_json(tmp_path):
+    pytest.importorskip("stable_baselines3")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("Machine: ") and "torch" in lines[0], lines[:1]
+    assert "stable-baselines3" in lines[0]
+
+    data = json.loads((out / "bench_presets.json").read_text())
+    assert data["machine"] == lines[0][len("Machine: "):]
+    assert data["seeds"] == [0] and data["eval_episodes"] == 10
+    [record] = data["rows"]
+    assert (record["env"], record["algo"]) == ("CartPole-v1", "ppo")
+    assert record["errors"] == [], record["errors"]
+
+    stats = {}
+    for name in ("rlfast", "sb3"):
+        [run] = record[name]["runs"]
+        assert run["ok"] and run["seed"] == 0
+        assert len(run["episode_returns"]) == 10
+        # CartPole gives +1 per step, at most 500 steps per episode.
+        assert all(1 <= r <= 500 for r in run["episode_returns"])
+        assert run["final_return"] == pytest.approx(statistics.fmean(run["episode_returns"]))
+        assert run["steps"] >= record["budget"]
+        assert math.isfinite(run["train_time_s"]) and run["train_time_s"] > 0
+        mean, std = _stats([run["final_return"]])
+        assert record[name]["return_mean"] == pytest.approx(mean)
+        assert record[name]["return_std"] == pytest.approx(std)
+        assert record[name]["time_mean_s"] == pytest.approx(run["train_time_s"])
+        stats[name] = (mean, std, run["train_time_s"])
+
+    (rl_mean, _, rl_time), (sb_mean, sb_std, sb_time) = stats["rlfast"], stats["sb3"]
+    ratio = rl_time / sb_time
+    assert record["time_ratio"] == pytest.approx(ratio)
+    if sb_std > 0:
+        assert record["diff_sb3_std"] == pytest.approx((rl_mean - sb_mean) / sb_std)
+    else:  # one seed: no spread to measure the difference in
+        assert record["diff_sb3_std"] is None
+    passed = rl_mean >= sb_mean - sb_std and rl_time < sb_time
+    assert record["verdict"] == ("PASS" if passed else "FAIL")
+
+    for text in (proc.stdout, (out / "bench_presets.md").read_text()):
+        [row] = _table_rows(text)
+        assert row[:3] == ["CartPole-v1", "ppo", f"{record['budget']:,}"]
+        assert row[3] == f"{rl_mean:.1f} ± 0.0" and row[4] == f"{sb_mean:.1f} ± 0.0"
+        assert float(row[6]) == pytest.approx(rl_time, abs=0.051)
+        assert float(row[7]) == pytest.approx(sb_time, abs=0.051)
+        assert float(row[8].rstrip("x")) == pytest.approx(ratio, abs=0.0051)
+        assert row[9].split()[0] == record["verdict"]
