@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any
+
+from rlfast.utils.logging.context import snapshot_files
 
 __all__ = ["RunDirError", "read_run_params", "latest_snapshot", "snapshot_files"]
 
-_ITR_SNAPSHOT = re.compile(r"^itr_(\d+)\.pkl$")
 # The keys ``rlfast train`` records that rebuilding the experiment needs.
 REQUIRED_PARAMS = ("algo", "env", "config", "seed", "sampler")
 
@@ -51,20 +51,6 @@ def read_run_params(run_dir: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(params["config"], dict):
         raise RunDirError(f"{path}: config is a {type(params['config']).__name__}, not a dict")
     return params
-
-
-def snapshot_files(run_dir: str | os.PathLike) -> list[str]:
-    """The run's snapshot files, oldest first: ``itr_<n>.pkl`` by n, then ``params.pkl``."""
-    run_dir = os.fspath(run_dir)
-    try:
-        names = os.listdir(run_dir)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    itrs = sorted((int(m.group(1)), n) for n in names if (m := _ITR_SNAPSHOT.match(n)))
-    found = [os.path.join(run_dir, n) for _, n in itrs]
-    if "params.pkl" in names:
-        found.append(os.path.join(run_dir, "params.pkl"))
-    return found
 
 
 def latest_snapshot(run_dir: str | os.PathLike) -> str:

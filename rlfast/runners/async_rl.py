@@ -32,7 +32,8 @@ import psutil
 
 from rlfast.runners.async_processes import AsyncCtrl, async_child
 from rlfast.runners.minibatch_rl import MinibatchRlBase, MinibatchRl, MinibatchRlEval
-from rlfast.runners.snapshots import restore_models_and_replay, restore_training_state
+from rlfast.runners.snapshots import (restore_models_and_replay, restore_training_state,
+                                      resume_start_itr)
 from rlfast.utils.checks import check_int
 from rlfast.utils.collections import AttrDict
 from rlfast.utils.distributed import (DEFAULT_DIST_TIMEOUT_S, DistEnv, broadcast_int,
@@ -150,12 +151,7 @@ class AsyncRlBase(MinibatchRlBase):
         self._start_itr = 0
         if self._resume is not None:  # before the fork: the sampler acts with these parameters
             snapshot, snapshot_dir = self._resume
-            self._start_itr = int(snapshot["itr"]) + 1
-            if self._start_itr >= n_itr:
-                raise ValueError(
-                    f"the snapshot is at {self._start_itr * self.itr_batch_size} steps and the "
-                    f"run trains to n_steps={self.n_steps}: nothing is left to do; give a "
-                    f"larger total (rlfast resume --steps N)")
+            self._start_itr = resume_start_itr(self, snapshot, n_itr)
             restore_models_and_replay(self, snapshot, snapshot_dir)
         ctx = mp_context()
         agent.async_share(ctx)

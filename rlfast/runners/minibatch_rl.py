@@ -19,7 +19,8 @@ import torch
 
 from rlfast.runners.interrupts import SigtermGuard, TrainingInterrupted, signal_name
 from rlfast.runners.snapshots import (RESUME_SEED_STRIDE, build_snapshot, check_resumable,
-                                      replay_sidecars, restore_snapshot)
+                                      replay_sidecars, restore_snapshot,
+                                      resume_start_itr)
 from rlfast.utils.checks import check_int
 from rlfast.utils.launching.affinity import validate_affinity
 from rlfast.utils.buffer import buffer_copy_, buffer_method
@@ -133,12 +134,7 @@ class MinibatchRlBase(abc.ABC):
         self._start_itr = 0
         if self._resume is not None:
             snapshot, snapshot_dir = self._resume
-            start = int(snapshot["itr"]) + 1
-            if start >= n_itr:
-                raise ValueError(
-                    f"the snapshot is at {start * self.itr_batch_size} steps and the run "
-                    f"trains to n_steps={self.n_steps}: nothing is left to do; give a larger "
-                    f"total (rlfast resume --steps N)")
+            start = resume_start_itr(self, snapshot, n_itr)
             self._start_itr = restore_snapshot(self, snapshot, snapshot_dir)
             logger.log(f"Resumed from iteration {start - 1} ({start * self.itr_batch_size} "
                        f"steps); training to {self.n_steps} steps", console=True)

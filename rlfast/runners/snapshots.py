@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from rlfast.runners.minibatch_rl import MinibatchRlBase
 
 __all__ = ["build_snapshot", "replay_sidecars", "restore_snapshot", "check_resumable",
-           "restore_models_and_replay", "restore_training_state",
+           "restore_models_and_replay", "restore_training_state", "resume_start_itr",
            "REPLAY_SUFFIX", "RESUME_SEED_STRIDE"]
 
 REPLAY_SUFFIX = "replay.npz"
@@ -76,6 +76,17 @@ def check_resumable(snapshot: Mapping[str, Any], where: str = "snapshot") -> Non
         raise ValueError(f"{where} cannot be resumed: it lacks {', '.join(missing)} (saved by "
                          f"an older rlfast, or not a training snapshot); it can still be "
                          f"evaluated with rlfast eval")
+
+
+def resume_start_itr(runner: MinibatchRlBase, snapshot: Mapping[str, Any], n_itr: int) -> int:
+    """The first iteration a run resumed from ``snapshot`` trains; refuses a snapshot that
+    already covers the run's ``n_itr`` iterations."""
+    start = int(snapshot["itr"]) + 1
+    if start >= n_itr:
+        raise ValueError(f"the snapshot is at {start * runner.itr_batch_size} steps and the run "
+                         f"trains to n_steps={runner.n_steps}: nothing is left to do; give a "
+                         f"larger total (rlfast resume --steps N)")
+    return start
 
 
 def restore_models_and_replay(runner: MinibatchRlBase, snapshot: Mapping[str, Any],

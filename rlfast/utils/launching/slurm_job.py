@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import datetime
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from typing import Any
 import psutil
 
 from rlfast.utils.launching.exp_launcher import _ChildWatcher, _stderr_tail, experiment_command
-from rlfast.utils.logging.context import remove_run_files
+from rlfast.utils.logging.context import remove_run_files, snapshot_files
 
 try:  # SweepRun must be a Checkpointable where submitit is installed; the rest checks later.
     from submitit.helpers import Checkpointable as _JobBase
@@ -34,15 +33,6 @@ PR_SET_PDEATHSIG = 1
 class RunFailedError(RuntimeError):
     """The training command of a Slurm job exited with a non-zero status."""
 
-
-
-def _snapshot_exists(run_dir: str) -> bool:
-    """``run_dir`` holds a snapshot the logger wrote: ``params.pkl`` or ``itr_<n>.pkl``."""
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return False
-    return any(n == "params.pkl" or re.fullmatch(r"itr_\d+\.pkl", n) for n in names)
 
 
 def _job_env(name: str, default: str) -> str:
@@ -165,7 +155,7 @@ class SweepRun(_JobBase):
             return self.run_dir  # other tasks of a multi-node job: the first one trains
         os.makedirs(self.log_dir, exist_ok=True)
         requeued = self.resume or int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
-        if requeued and _snapshot_exists(self.run_dir):
+        if requeued and snapshot_files(self.run_dir):
             command, how = self.resume_command(), "resuming from the last snapshot"
         else:
             if requeued:

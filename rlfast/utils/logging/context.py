@@ -15,6 +15,7 @@ import datetime
 import fnmatch
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -23,7 +24,7 @@ from rlfast.utils.logging import logger
 
 __all__ = ["logger_context", "add_exp_param", "check_progress", "get_data_dir",
            "DATA_DIR_ENV_VAR", "ExistingRunError", "experiment_dir", "find_run_files",
-           "remove_run_files"]
+           "remove_run_files", "snapshot_files"]
 
 DATA_DIR_ENV_VAR = "RLFAST_DATA_DIR"
 
@@ -34,6 +35,9 @@ RUN_MARKERS = ("progress.csv", "debug.log", "params.json", "*.pkl")
 # hidden temporary files of an atomic write that never finished (``.<name>.<hex>.tmp``).
 RUN_OUTPUTS = ("progress.csv", "debug.log", "params.json", "params.pkl", "itr_*.pkl",
                "params.pkl.*", "itr_*.pkl.*", "events.out.tfevents.*")
+
+
+_ITR_SNAPSHOT = re.compile(r"^itr_(\d+)\.pkl$")  # the names save_itr_params gives in "all"/"gap"
 
 
 class ExistingRunError(FileExistsError):
@@ -57,6 +61,20 @@ def find_run_files(exp_dir: str | os.PathLike) -> list[str]:
     ``progress.csv``, ``debug.log``, ``params.json`` or any ``*.pkl`` snapshot. Empty when
     the directory is missing or holds none of them."""
     return [n for n in _regular_files(os.fspath(exp_dir)) if _matches(n, RUN_MARKERS)]
+
+
+def snapshot_files(run_dir: str | os.PathLike) -> list[str]:
+    """The run's snapshot files, oldest first: ``itr_<n>.pkl`` by n, then ``params.pkl``."""
+    run_dir = os.fspath(run_dir)
+    try:
+        names = os.listdir(run_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    itrs = sorted((int(m.group(1)), n) for n in names if (m := _ITR_SNAPSHOT.match(n)))
+    found = [os.path.join(run_dir, n) for _, n in itrs]
+    if "params.pkl" in names:
+        found.append(os.path.join(run_dir, "params.pkl"))
+    return found
 
 
 def remove_run_files(exp_dir: str | os.PathLike) -> list[str]:
