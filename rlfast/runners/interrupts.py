@@ -92,20 +92,24 @@ class SigtermGuard:
         if hold_int:
             signal.signal(signal.SIGINT, self._hold_sigint)
         self._holding = True
-        completed = False
         try:
             yield
-            completed = True
+        except Exception as error:  # a signal held meanwhile caused it (workers told to stop)
+            if self._held_sigint or (self.received is not None and not self._deferring):
+                raise self._held_interrupt() from error
+            raise
         finally:
             self._holding = False
             if hold_int:
                 signal.signal(signal.SIGINT, previous_int)
-        if completed:  # an error from the block itself wins over a held signal
-            if self._held_sigint:
-                self._held_sigint = False
-                raise KeyboardInterrupt
-            if self.received is not None and not self._deferring:
-                raise TrainingInterrupted(self.received)
+        if self._held_sigint or (self.received is not None and not self._deferring):
+            raise self._held_interrupt()
+
+    def _held_interrupt(self) -> KeyboardInterrupt:
+        if self._held_sigint:
+            self._held_sigint = False
+            return KeyboardInterrupt()
+        return TrainingInterrupted(self.received)
 
     def _hold_sigint(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._owner_pid:
