@@ -120,6 +120,8 @@ def load_trained_agent(run_dir: str | os.PathLike, snapshot: str | os.PathLike |
     cuda_idx = _parse_device(device)
     path = os.fspath(snapshot) if snapshot is not None else latest_snapshot(run_dir)
     state = load_snapshot(path)
+    if params.get("es"):  # an evolution-strategies run: play the distribution's center
+        return _load_es_solution(params, state, path)
     if "agent_state_dict" not in state:
         raise PlaybackError(f"snapshot {path} holds no agent_state_dict (its entries: "
                             f"{', '.join(sorted(state))}): not a training snapshot")
@@ -146,6 +148,27 @@ def load_trained_agent(run_dir: str | os.PathLike, snapshot: str | os.PathLike |
     params = dict(params, snapshot=dict(path=path, itr=int(state.get("itr", 0)),
                                         cum_steps=int(state.get("cum_steps", 0))))
     return params, agent, make_env
+
+
+def _load_es_solution(params: dict, state: dict, path: str) -> tuple[dict, Any, EnvFactory]:
+    """``load_trained_agent`` for a ``rlfast train cem|cmaes|openai_es`` run: the snapshot's
+    center (the solution its evaluation rows scored) in the run's policy network."""
+    from rlfast.envs.gym import make as make_gym_env
+    from rlfast.es.policy import EsPlaybackAgent, EsPolicy
+
+    if "center" not in state or "policy_kwargs" not in state:
+        raise PlaybackError(f"snapshot {path} holds no ES solution (its entries: "
+                            f"{', '.join(sorted(state))})")
+    try:
+        policy = EsPolicy(**state["policy_kwargs"]).load_vector(state["center"])
+    except (TypeError, ValueError) as e:
+        raise PlaybackError(f"snapshot {path} does not fit an ES policy: {e}") from e
+    make_env = EnvFactory(EnvCls=make_gym_env,
+                          env_kwargs=dict(id=params["env"], **params["config"].get("env", {})),
+                          TrajInfoCls=TrajInfo, env_id=params["env"])
+    params = dict(params, snapshot=dict(path=path, itr=int(state.get("itr", 0)),
+                                        cum_steps=int(state.get("cum_steps", 0))))
+    return params, EsPlaybackAgent(policy), make_env
 
 
 def _render(env: Env) -> np.ndarray:

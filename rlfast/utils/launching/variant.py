@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import numbers
 import os
+import re
 from collections import namedtuple
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from rlfast.utils.misc import deep_merge
 
-__all__ = ["VariantLevel", "make_variants", "update_config", "load_variant", "save_variant",
-           "VARIANT_FILE"]
+__all__ = ["VariantLevel", "make_variants", "make_random_variants", "update_config",
+           "load_variant", "save_variant", "VARIANT_FILE"]
 
 VARIANT_FILE = "variant.json"
 
@@ -105,6 +110,121 @@ def make_variants(*variant_levels: VariantLevel) -> tuple[list[dict], list[str]]
             raise TypeError(f"make_variants argument {i} must be a VariantLevel, got "
                             f"{type(level).__name__}.")
         variants, log_dirs = _cross_variants(variants, log_dirs, level)
+    return variants, log_dirs
+
+
+_RANDOM_KINDS = ("uniform", "loguniform", "int", "intlog")
+
+
+def _random_key_path(key: Any) -> tuple:
+    """A key of ``make_random_variants``'s space as a key path: tuples as VariantLevel takes
+    them, strings split on dots ("algo.learning_rate" -> ("algo", "learning_rate"))."""
+    if isinstance(key, str):
+        path = tuple(key.split("."))
+    else:
+        path = tuple(key) if isinstance(key, tuple) else ()
+    if not path or any(part == "" for part in path):
+        raise ValueError(f"make_random_variants space keys must be non-empty key paths: a "
+                         f"dotted string like 'algo.learning_rate' or a tuple like ('algo', "
+                         f"'learning_rate'); got {key!r}")
+    return path
+
+
+def _check_random_spec(name: str, spec: Any) -> None:
+    """Refuse a distribution spec ``make_random_variants`` cannot sample, naming the key."""
+    kinds = f"a non-empty list of choices, or a tuple (kind, low, high) with kind in " \
+            f"{list(_RANDOM_KINDS)}"
+    if isinstance(spec, list):
+        if not spec:
+            raise ValueError(f"Random variant key {name!r}: the list of choices is empty; give "
+                             f"{kinds}.")
+        return
+    if not (isinstance(spec, tuple) and len(spec) == 3 and spec[0] in _RANDOM_KINDS):
+        raise ValueError(f"Random variant key {name!r} has spec {spec!r}; give {kinds}.")
+    kind, low, high = spec
+    integral = kind in ("int", "intlog")
+    number_type = numbers.Integral if integral else numbers.Real
+    for bound in (low, high):
+        if isinstance(bound, bool) or not isinstance(bound, number_type) \
+                or not math.isfinite(bound):
+            raise ValueError(f"Random variant key {name!r}: {kind} bounds must be finite "
+                             f"{'integers' if integral else 'numbers'}; got {spec!r}.")
+    if not low < high:
+        raise ValueError(f"Random variant key {name!r}: {kind} needs low < high; got {spec!r}.")
+    if kind in ("loguniform", "intlog") and not low > 0:
+        raise ValueError(f"Random variant key {name!r}: {kind} needs low > 0; got {spec!r}.")
+
+
+def _sample_random_spec(spec: Any, rng: np.random.Generator) -> Any:
+    if isinstance(spec, list):
+        return spec[int(rng.integers(len(spec)))]
+    kind, low, high = spec
+    if kind == "uniform":
+        return float(rng.uniform(low, high))
+    if kind == "loguniform":  # log x ~ U(log low, log high)
+        return float(min(max(math.exp(rng.uniform(math.log(low), math.log(high))), low), high))
+    if kind == "int":
+        return int(rng.integers(low, high + 1))
+    # intlog: floor(x), log x ~ U(log low, log(high + 1)): P(k) = log((k+1)/k) / log((high+1)/low)
+    value = math.floor(math.exp(rng.uniform(math.log(low), math.log(high + 1))))
+    return int(min(max(value, low), high))
+
+
+def _dir_value(value: Any) -> str:
+    """A sampled value as a short directory-name fragment."""
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, numbers.Integral):
+        return str(value)
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", str(value)).strip("-") or "none"
+
+
+def make_random_variants(space: Mapping, n: int, seed: int | None
+                         ) -> tuple[list[dict], list[str]]:
+    """Random search without Optuna: draw ``n`` variants from ``space``; return
+    ``(variants, log_dirs)`` like :func:`make_variants`, so that a launch script passes them
+    to ``run_experiments`` the same way.
+
+    ``space`` maps key paths (a tuple, as in ``VariantLevel``, or a dotted string:
+    ``"algo.learning_rate"`` is ``("algo", "learning_rate")``) to a distribution: a list of
+    choices (uniform choice), ``("uniform", low, high)``, ``("loguniform", low, high)``
+    (log-uniform, ``low > 0``), ``("int", low, high)`` (uniform integer, both ends included)
+    or ``("intlog", low, high)`` (integer, ``low > 0``, both ends included, each octave equally
+    likely: ``floor(x)`` with ``log x`` uniform on ``[log low, log(high + 1))``); ``low <
+    high`` always. Each variant is a nested dict holding the sampled keys, built as
+    ``make_variants`` builds its own; its log dir names the index (zero-padded, which makes it
+    unique) and each sampled value under its last key, e.g.
+    ``03_learning_rate_0.000312_clip_0.2``. The draws are deterministic for a given ``seed``
+    (``np.random.default_rng(seed)``; keys sampled in ``space``'s order, variant after
+    variant); ``None`` draws fresh entropy.
+    """
+    if not isinstance(space, Mapping) or not space:
+        raise ValueError(f"make_random_variants needs a non-empty dict from key paths to "
+                         f"distributions; got {space!r}")
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"make_random_variants needs n >= 1 (an integer); got {n!r}")
+    paths = []
+    for key, spec in space.items():
+        path = _random_key_path(key)
+        _check_random_spec(".".join(map(str, path)), spec)
+        for other in paths:
+            shorter, longer = sorted((other, path), key=len)
+            if longer[:len(shorter)] == shorter:
+                raise ValueError(f"make_random_variants space keys {other} and {path} overlap: "
+                                 "one is the other or lies inside it.")
+        paths.append(path)
+    rng = np.random.default_rng(seed)
+    width = len(str(n - 1))
+    variants, log_dirs = [], []
+    for index in range(n):
+        variant: dict = {}
+        parts = [f"{index:0{width}d}"]
+        for path, spec in zip(paths, space.values()):
+            value = _sample_random_spec(spec, rng)
+            _set_path(variant, path, value)
+            parts.append(f"{path[-1]}_{_dir_value(value)}")
+        variants.append(variant)
+        log_dirs.append("_".join(parts))
     return variants, log_dirs
 
 

@@ -1,0 +1,182 @@
+"""``rlfast train cem|cmaes|openai_es ENV``: build and run an evolution-strategies search.
+
+The command line is the one of ``rlfast train``: ``--steps`` caps the population's
+environment steps, ``--seed``, ``--log-dir``/``--overwrite``, ``--set`` (and ``--config``)
+override the ES preset (``rlfast.experiments.es_presets``), ``--affinity CODE`` pins the
+master and gives the workers their cores (one worker per entry of the code's
+``workers_cpus``; by default one worker per available core), ``--snapshot-mode``,
+``--verbose``. Options that only mean something for gradient-based training (``--sampler``,
+``--n-envs``, ``--runner async``, ``--world-size``, ``--backend``, ``--snapshot-replay``) are
+refused with the reason.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import signal
+import sys
+
+from rlfast.es import CEM, CMAES, BaseES, OpenAIES
+from rlfast.es.evaluator import EsEvaluator
+from rlfast.es.policy import EsPolicy, policy_spec
+from rlfast.es.runner import EsRunner
+from rlfast.experiments.config import ConfigError, apply_overrides
+from rlfast.experiments.es_presets import check_es_task, get_es_preset
+from rlfast.samplers import TrajInfo
+from rlfast.utils.misc import available_cpus
+
+__all__ = ["es_train_main", "configure_es", "build_es_runner", "STRATEGIES"]
+
+STRATEGIES: dict[str, type[BaseES]] = dict(cem=CEM, cmaes=CMAES, openai_es=OpenAIES)
+
+
+@dataclasses.dataclass
+class EsRun:
+    """A configured ES run, built but not started."""
+
+    args: argparse.Namespace
+    config: dict
+    runner: EsRunner
+    log_params: dict
+    exp_dir: str
+
+
+def _refuse_rl_options(args: argparse.Namespace) -> None:
+    """Options of ``rlfast train`` that an ES run cannot honour: a clear error, not silence."""
+    refused = []
+    if getattr(args, "sampler", None) is not None:
+        refused.append("--sampler (ES candidates play on the ES workers; give their cores "
+                       "with --affinity)")
+    if getattr(args, "n_envs", None) is not None:
+        refused.append("--n-envs (each worker plays as many episodes at once as it has "
+                       "lanes; set strategy.popsize or evaluator.episodes_per_candidate)")
+    if getattr(args, "runner", "sync") != "sync":
+        refused.append("--runner async (ES has no replay buffer)")
+    if getattr(args, "world_size", None) not in (None, 1):
+        refused.append("--world-size (ES runs on one machine's workers)")
+    if getattr(args, "backend", None) is not None:
+        refused.append("--backend (ES uses no torch.distributed group)")
+    if getattr(args, "snapshot_replay", False):
+        refused.append("--snapshot-replay (ES has no replay buffer)")
+    if refused:
+        raise ValueError(f"rlfast train {args.algo} does not take " + "; ".join(refused))
+
+
+def resolve_es_config(args: argparse.Namespace) -> dict:
+    """The preset for (algo, env), then ``--steps`` (``runner.n_steps``), the ``--config``
+    file and the ``--set`` overrides, later ones winning."""
+    config = get_es_preset(args.algo, args.env)
+    if getattr(args, "steps", None) is not None:
+        if args.steps < 1:
+            raise ValueError(f"--steps must be >= 1; got {args.steps}")
+        config["runner"]["n_steps"] = int(args.steps)
+        config["runner"]["n_generations"] = max(config["runner"]["n_generations"], 10**9)
+    config_file = getattr(args, "config", None)
+    if config_file:
+        from rlfast.experiments.config import apply_config_values, load_config_file
+        config = apply_config_values(config, load_config_file(config_file))
+    return apply_overrides(config, list(getattr(args, "overrides", None) or []))
+
+
+def _workers_cpus(affinity: dict | None) -> list[list[int]]:
+    """One worker per available core without an affinity; else the affinity's
+    ``workers_cpus`` (``[]``: play in this process)."""
+    if affinity is None:
+        return [[cpu] for cpu in available_cpus()]
+    return [list(c) if isinstance(c, (list, tuple)) else [int(c)]
+            for c in affinity.get("workers_cpus") or []]
+
+
+def build_es_runner(algo: str, env_id: str, config: dict, seed: int = 0,
+                    affinity: dict | None = None) -> tuple[EsRunner, dict]:
+    """The runner of one ES run (nothing started) and its policy's constructor arguments.
+    ``affinity``: an affinity dict (``master_cpus``, ``workers_cpus``), or None for one
+    worker per available core; ``workers_cpus=[]`` plays in this process."""
+    from rlfast.envs import make as make_gym_env
+    from rlfast.experiments.presets import inspect_env
+    check_es_task(algo, env_id)
+    traits = inspect_env(env_id)
+    policy_cfg = dict(config["policy"])
+    init = policy_cfg.pop("init", "zeros")
+    policy_kwargs = dict(policy_spec(traits.observation_space, traits.action_space),
+                         hidden_sizes=list(policy_cfg.pop("hidden_sizes", [])))
+    if policy_cfg:
+        raise ConfigError(f"unknown policy settings {sorted(policy_cfg)}; the ES policy takes "
+                          f"hidden_sizes and init")
+    x0 = EsPolicy(**policy_kwargs).initial_vector(init, seed)
+    strategy = STRATEGIES[algo](x0, seed=seed, **config["strategy"])
+    evaluator_cfg = dict(config["evaluator"])
+    episodes = evaluator_cfg.pop("episodes_per_candidate")
+    eval_episodes = evaluator_cfg.pop("eval_episodes")
+    make_env = functools.partial(make_gym_env, id=env_id, **config.get("env", {}))
+    workers = _workers_cpus(affinity)
+    evaluator = EsEvaluator(make_env, policy_kwargs, TrajInfo, workers_cpus=workers,
+                            seed=seed, **evaluator_cfg)
+    runner_cfg = dict(config["runner"])
+    runner = EsRunner(strategy, evaluator, episodes_per_candidate=episodes,
+                      eval_episodes=eval_episodes, seed=seed, affinity=affinity,
+                      snapshot_info=dict(policy_kwargs=policy_kwargs, env=env_id, algo=algo),
+                      **runner_cfg)
+    return runner, policy_kwargs
+
+
+def configure_es(args: argparse.Namespace) -> EsRun:
+    """Check and build an ES run from ``rlfast train`` arguments; nothing starts and no file
+    is written (a mistake is a ``ConfigError`` / ``ValueError``)."""
+    from rlfast.cli import affinity_for_run, check_env_id, check_log_dir, log_dir_for_run
+    from rlfast.experiments.presets import run_params
+    _refuse_rl_options(args)
+    check_env_id(args.env)
+    config = resolve_es_config(args)
+    affinity = affinity_for_run(args.affinity) if args.affinity else None
+    if isinstance(affinity, list):
+        raise ValueError(f"--affinity {args.affinity} describes several ranks; an ES run takes "
+                         f"a one-process code (its workers_cpus become the ES workers)")
+    exp_dir = log_dir_for_run(args)
+    check_log_dir(exp_dir, "--log-dir" if args.log_dir is not None else "log directory",
+                  overwrite=getattr(args, "overwrite", False))
+    runner, _ = build_es_runner(args.algo, args.env, config, seed=args.seed, affinity=affinity)
+    log_params = run_params(args.algo, args.env, config, "es", args.seed,
+                            affinity=args.affinity)
+    log_params.update(snapshot_mode=args.snapshot_mode, es=True)
+    return EsRun(args=args, config=config, runner=runner, log_params=log_params, exp_dir=exp_dir)
+
+
+def run_es(run: EsRun) -> dict:
+    """Run a configured ES search inside its logger context and print where the logs went
+    and the center's final evaluation return."""
+    from rlfast.utils.logging import logger, logger_context
+    args = run.args
+    context = logger_context(run.exp_dir, 0, f"{args.algo}_{args.env}", run.log_params,
+                             snapshot_mode=args.snapshot_mode, override_prefix=True,
+                             overwrite=getattr(args, "overwrite", False),
+                             use_summary_writer=bool(getattr(args, "tensorboard", False)),
+                             console="tables" if getattr(args, "verbose", False) else "lines")
+    with context as exp_dir:
+        logger.log(f"rlfast train {args.algo} {args.env}: {run.runner!r}; logging to {exp_dir}",
+                   console=True)
+        result = run.runner.train()
+    print(f"Logs: {exp_dir}")
+    print(f"Final evaluation return: {result['final_return']:.2f} after {result['cum_steps']} "
+          f"steps, {result['n_itr']} generations (best candidate {result['best_return']:.2f})")
+    return result
+
+
+def es_train_main(args: argparse.Namespace) -> int:
+    """``rlfast train`` for an ES algorithm; returns the exit status (2 for a configuration
+    error, 128 + signal for an interrupted run, else 0)."""
+    from rlfast.runners import TrainingInterrupted
+    from rlfast.runners.interrupts import signal_name
+    try:
+        try:
+            run = configure_es(args)
+        except (ConfigError, ValueError) as e:
+            print(f"rlfast: error: {e}", file=sys.stderr)
+            return 2
+        run_es(run)
+    except KeyboardInterrupt as e:
+        signum = e.signum if isinstance(e, TrainingInterrupted) else signal.SIGINT
+        print(f"rlfast: interrupted ({signal_name(signum)})", file=sys.stderr)
+        return 128 + int(signum)
+    return 0
