@@ -21,13 +21,19 @@ setup(
         # The test extra installs every optional extra the tests exercise.
         "test": ["pytest>=7", "tensorboard>=2.10", "matplotlib>=3.5", "imageio>=2.20",
                  "imageio-ffmpeg>=0.4.5", "pygame>=2.1", "submitit>=1.4",
-                 "gymnasium[box2d,mujoco]>=0.29"],
+                 "gymnasium[box2d,mujoco]>=0.29", "optuna>=4", "cma>=3.2"],
         "tensorboard": ["tensorboard>=2.10"],
         "plot": ["matplotlib>=3.5"],  # rlfast plot
         # rlfast watch --video: imageio writes mp4 through imageio-ffmpeg, which ships its own
         # ffmpeg binary; pygame draws gymnasium's classic-control frames.
         "video": ["imageio>=2.20", "imageio-ffmpeg>=0.4.5", "pygame>=2.1"],
         "slurm": ["submitit>=1.4"],  # run_experiments(backend="slurm")
+        # rlfast tune (hyperparameter search): Optuna's samplers, median pruner and SQLite
+        # studies, which a few hundred lines of our own could not match.
+        "tune": ["optuna>=4"],
+        # rlfast.es.CMAES: Hansen's reference CMA-ES (step-size and covariance adaptation,
+        # restarts, stop conditions), far better kept than a CMA-ES written here.
+        "es": ["cma>=3.2"],
         # Box2D (LunarLander, BipedalWalker) and MuJoCo (HalfCheetah, Hopper, ...) tasks,
         # through gymnasium's own extras.
         "box2d": ["gymnasium[box2d]>=0.29"],

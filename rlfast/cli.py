@@ -10,7 +10,8 @@ import signal
 import sys
 import tempfile
 
-from rlfast.experiments.config import ConfigError, apply_overrides
+from rlfast.experiments.config import (ConfigError, apply_config_values, apply_overrides,
+                                       load_config_file)
 from rlfast.experiments.presets import (ATARI_PREFIX, PRESETS, RUNNERS, SAMPLERS,
                                        build_experiment, check_runner, default_sampler,
                                        get_preset, run_params)
@@ -19,6 +20,10 @@ from rlfast.runners.interrupts import signal_name
 from rlfast.utils.distributed import BACKENDS, DistEnv, launch_env
 from rlfast.utils.logging.context import ExistingRunError, experiment_dir, find_run_files
 
+# ``rlfast train`` algorithms that are evolution strategies, trained by
+# rlfast.experiments.es_train rather than by a preset's runner.
+ES_ALGOS = ("cem", "cmaes", "openai_es")
+
 
 def _parser() -> argparse.ArgumentParser:
     """The argument parser of ``rlfast`` and its ``train`` subcommand."""
@@ -26,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train an agent from a preset",
                            description="Train ALGO on the gymnasium environment ENV.")
-    train.add_argument("algo", help=f"preset name: {', '.join(sorted(PRESETS))}")
+    train.add_argument("algo", help=f"preset name: {', '.join(sorted(PRESETS))}; or an "
+                                    f"evolution strategy: {', '.join(ES_ALGOS)}")
     train.add_argument("env", help="gymnasium id (CartPole-v1, Pendulum-v1, ...) or atari:<game> "
                                    "(atari:pong) for rlfast's AtariEnv")
     train.add_argument("--steps", type=int, default=None, help="environment steps to train for")
@@ -58,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
                             "are deleted; other files stay)")
     train.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override a preset value, e.g. algo.learning_rate=3e-4")
+    train.add_argument("--config", default=None, metavar="FILE",
+                       help="JSON file of preset overrides, nested like the preset "
+                            '({"algo": {"learning_rate": 0.001}}) or by dotted key '
+                            '({"algo.learning_rate": 0.001}); applied after --steps and '
+                            "--n-envs, before --set (rlfast tune writes best_config.json in "
+                            "this form)")
     train.add_argument("--snapshot-mode", default="last", choices=("none", "last", "all", "gap"),
                        help="which training snapshots to keep (default: last)")
     train.add_argument("--affinity", default=None, metavar="CODE",
@@ -77,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
     add_watch_parser(sub)
     add_plot_parser(sub)
+    from rlfast.experiments.tune import add_tune_parser
+    add_tune_parser(sub)
     return parser
 
 
@@ -110,12 +124,17 @@ class TrainRun:
 
 def resolve_config(args: argparse.Namespace) -> dict:
     """The configuration of one run: the preset for (algo, env), then the named options
-    (``--steps``, ``--n-envs``), then the ``--set`` overrides, later ones winning."""
+    (``--steps``, ``--n-envs``), then the ``--config`` file, then the ``--set`` overrides,
+    later ones winning."""
     config = get_preset(args.algo, args.env)
     if args.steps is not None:
         config["runner"]["n_steps"] = args.steps
     if args.n_envs is not None:
         config["sampler"]["batch_B"] = args.n_envs
+    config_file = getattr(args, "config", None)
+    if config_file is not None:
+        config = apply_config_values(config, load_config_file(config_file),
+                                     source=f"--config {config_file}")
     return apply_overrides(config, args.overrides)
 
 
@@ -366,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     128 + the signal number: 143 for SIGTERM, 130 for Ctrl-C.
     """
     args = _parser().parse_args(argv)
+    if args.command == "train" and args.algo in ES_ALGOS:
+        from rlfast.experiments.es_train import es_train_main  # evolution strategies
+        return es_train_main(args)
     if args.command in _TOOLS:
         module, function = _TOOLS[args.command]
         return getattr(importlib.import_module(module), function)(args)
@@ -389,10 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# Subcommands that train nothing: (module, function taking the parsed args, returning status).
+# Subcommands that train nothing in this process: (module, function taking the parsed
+# args, returning status). ``tune`` runs its trials as ``rlfast train`` subprocesses.
 _TOOLS = dict(eval=("rlfast.experiments.playback", "eval_main"),
               watch=("rlfast.experiments.playback", "watch_main"),
-              plot=("rlfast.experiments.plot", "plot_main"))
+              plot=("rlfast.experiments.plot", "plot_main"),
+              tune=("rlfast.experiments.tune", "tune_main"))
 
 
 def _config_error(error: Exception) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-import cma
 import numpy as np
 
 from rlfast.es.base import BaseES
@@ -21,6 +20,17 @@ _OWN_OPTIONS = ("popsize", "seed", "randn")
 # Budget conditions reported only when the user set them: cma's default maxiter would
 # otherwise end runs that the runner's own n_generations / n_steps budget governs.
 _BUDGET_CONDITIONS = ("maxiter", "maxfevals")
+
+
+def _import_cma() -> Any:
+    """The ``cma`` package (the optional extra ``rlfast[es]``), or an ImportError that says
+    how to install it."""
+    try:
+        import cma
+    except ImportError as e:
+        raise ImportError("CMAES needs the cma package: pip install 'rlfast[es]' (or pip "
+                          "install cma)") from e
+    return cma
 
 
 class _GeneratorRandn:
@@ -59,7 +69,7 @@ class CMAES(BaseES):
         options = dict(verbose=-9, **cma_options)
         options.update(popsize=self.popsize, seed=np.nan, randn=_GeneratorRandn(self._rng))
         try:
-            self._es = cma.CMAEvolutionStrategy(np.array(x0, dtype=np.float64), self.sigma0,
+            self._es = _import_cma().CMAEvolutionStrategy(np.array(x0, dtype=np.float64), self.sigma0,
                                                 options)
         except ValueError as e:  # cma names an unknown option and the valid ones
             raise ValueError(f"cma rejected cma_options={cma_options!r}: {e}") from e

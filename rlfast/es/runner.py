@@ -65,6 +65,7 @@ class EsRunner:
         self.affinity = dict(affinity or {})
         self.snapshot_info = dict(snapshot_info or {})
         self.popsize = int(strategy.popsize)
+        self._reset_counters()
 
     # ---- the seeds of the episodes --------------------------------------------------------
     def generation_seeds(self, generation: int) -> np.ndarray:
@@ -104,10 +105,11 @@ class EsRunner:
         return)], cum_steps, n_itr, stop_reason)``. Ctrl-C or SIGTERM logs the interrupt,
         saves a snapshot of the last finished generation when it has none, stops the
         workers and re-raises (``KeyboardInterrupt`` / ``TrainingInterrupted``)."""
-        self._reset_counters()
         previous_cpus = self._pin_master()
         with SigtermGuard() as guard:
             try:
+                where = self.evaluator.workers_cpus or "none (this process plays)"
+                logger.log(f"{self!r}: workers on cpus {where}")
                 self.evaluator.initialize(self.popsize + 1)
                 self._loop(guard)
                 guard.defer()
@@ -128,6 +130,7 @@ class EsRunner:
                     n_itr=self.generations_done, stop_reason=self.stop_reason)
 
     def _reset_counters(self) -> None:
+        self._start_generation = 0
         self.generations_done = 0
         self.cum_steps = self.cum_evaluations = self.cum_trajs = 0
         self.cum_time = 0.0
@@ -138,7 +141,7 @@ class EsRunner:
         self._since_log = dict(time=0.0, steps=0, evaluations=0)
 
     def _loop(self, guard: SigtermGuard) -> None:
-        for generation in range(self.n_generations):
+        for generation in range(self._start_generation, self.n_generations):
             start = time.perf_counter()
             fitness, infos = self.run_generation(generation)
             elapsed = time.perf_counter() - start
@@ -210,12 +213,44 @@ class EsRunner:
         logger.dump_tabular(with_prefix=False)
         self._since_log = dict(time=0.0, steps=0, evaluations=0)
 
+    def runner_state(self) -> dict:
+        """The loop's counters, for the snapshot (NaN saved as None)."""
+        final = None if self.final_return != self.final_return else float(self.final_return)
+        return dict(cum_evaluations=self.cum_evaluations, cum_trajs=self.cum_trajs,
+                    cum_time=self.cum_time, final_return=final,
+                    eval_returns=[[int(s), float(r)] for s, r in self.eval_returns])
+
+    def resume_from(self, snapshot: dict) -> None:
+        """Continue after the snapshot's generation: the strategy's state (its random
+        generator included) and the loop's counters come back, and the episode seeds follow
+        the generation number, so a resumed run plays exactly the generations an
+        uninterrupted one would have."""
+        if type(self.strategy).__name__ != snapshot.get("strategy"):
+            raise ValueError(f"the snapshot holds a {snapshot.get('strategy')} search; this "
+                             f"run's strategy is {type(self.strategy).__name__}")
+        self.strategy.load_state_dict(snapshot["strategy_state"])
+        state = snapshot["runner_state"]
+        self._start_generation = self.generations_done = int(snapshot["itr"]) + 1
+        self._snapshot_generation = int(snapshot["itr"])
+        self.cum_steps = int(snapshot["cum_steps"])
+        self.cum_evaluations = int(state["cum_evaluations"])
+        self.cum_trajs = int(state["cum_trajs"])
+        self.cum_time = float(state["cum_time"])
+        self.final_return = (float("nan") if state["final_return"] is None
+                             else float(state["final_return"]))
+        self.eval_returns = [(int(s), float(r)) for s, r in state["eval_returns"]]
+
+    def work_left(self) -> bool:
+        """Whether a generation remains within ``n_generations`` and ``n_steps``."""
+        return self._start_generation < self.n_generations and (
+            self.n_steps is None or self.cum_steps < self.n_steps)
+
     def _save_snapshot(self, generation: int) -> None:
         result = self.strategy.result
         logger.save_itr_params(generation, dict(
             itr=generation, cum_steps=self.cum_steps, es=True,
             strategy=type(self.strategy).__name__,
-            strategy_state=self.strategy.state_dict(),
+            strategy_state=self.strategy.state_dict(), runner_state=self.runner_state(),
             center=np.asarray(result.center, dtype=np.float64),
             best_solution=np.asarray(result.best_solution, dtype=np.float64),
             best_return=float(result.best_return), **self.snapshot_info))

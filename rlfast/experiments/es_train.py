@@ -12,10 +12,10 @@ refused with the reason.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import signal
 import sys
+from typing import Any
 
 from rlfast.es import CEM, CMAES, BaseES, OpenAIES
 from rlfast.es.evaluator import EsEvaluator
@@ -26,20 +26,10 @@ from rlfast.experiments.es_presets import check_es_task, get_es_preset
 from rlfast.samplers import TrajInfo
 from rlfast.utils.misc import available_cpus
 
-__all__ = ["es_train_main", "configure_es", "build_es_runner", "STRATEGIES"]
+__all__ = ["es_train_main", "configure_es", "configure_es_resume", "build_es_runner",
+           "STRATEGIES"]
 
 STRATEGIES: dict[str, type[BaseES]] = dict(cem=CEM, cmaes=CMAES, openai_es=OpenAIES)
-
-
-@dataclasses.dataclass
-class EsRun:
-    """A configured ES run, built but not started."""
-
-    args: argparse.Namespace
-    config: dict
-    runner: EsRunner
-    log_params: dict
-    exp_dir: str
 
 
 def _refuse_rl_options(args: argparse.Namespace) -> None:
@@ -121,51 +111,103 @@ def build_es_runner(algo: str, env_id: str, config: dict, seed: int = 0,
     return runner, policy_kwargs
 
 
-def configure_es(args: argparse.Namespace) -> EsRun:
-    """Check and build an ES run from ``rlfast train`` arguments; nothing starts and no file
-    is written (a mistake is a ``ConfigError`` / ``ValueError``)."""
-    from rlfast.cli import affinity_for_run, check_env_id, check_log_dir, log_dir_for_run
+def configure_es(args: argparse.Namespace) -> Any:
+    """Check and build an ES run from ``rlfast train`` arguments, as a ``TrainRun`` that
+    ``rlfast.cli.run_train`` runs; nothing starts and no file is written (a mistake is a
+    ``ConfigError`` / ``ValueError``)."""
+    from rlfast.cli import (TrainRun, affinity_for_run, check_env_id, check_log_dir,
+                            log_dir_for_run)
     from rlfast.experiments.presets import run_params
     _refuse_rl_options(args)
     check_env_id(args.env)
     config = resolve_es_config(args)
-    affinity = affinity_for_run(args.affinity) if args.affinity else None
-    if isinstance(affinity, list):
-        raise ValueError(f"--affinity {args.affinity} describes several ranks; an ES run takes "
-                         f"a one-process code (its workers_cpus become the ES workers)")
+    affinity = _one_process_affinity(args.affinity)
     exp_dir = log_dir_for_run(args)
     check_log_dir(exp_dir, "--log-dir" if args.log_dir is not None else "log directory",
                   overwrite=getattr(args, "overwrite", False))
     runner, _ = build_es_runner(args.algo, args.env, config, seed=args.seed, affinity=affinity)
     log_params = run_params(args.algo, args.env, config, "es", args.seed,
                             affinity=args.affinity)
-    log_params.update(snapshot_mode=args.snapshot_mode, es=True)
-    return EsRun(args=args, config=config, runner=runner, log_params=log_params, exp_dir=exp_dir)
+    log_params.update(snapshot_mode=args.snapshot_mode, es=True,
+                      tensorboard=bool(getattr(args, "tensorboard", False)))
+    return TrainRun(args=args, config=config, runner=runner, log_params=log_params,
+                    exp_dir=exp_dir)
 
 
-def run_es(run: EsRun) -> dict:
-    """Run a configured ES search inside its logger context and print where the logs went
-    and the center's final evaluation return."""
-    from rlfast.utils.logging import logger, logger_context
-    args = run.args
-    context = logger_context(run.exp_dir, 0, f"{args.algo}_{args.env}", run.log_params,
-                             snapshot_mode=args.snapshot_mode, override_prefix=True,
-                             overwrite=getattr(args, "overwrite", False),
-                             use_summary_writer=bool(getattr(args, "tensorboard", False)),
-                             console="tables" if getattr(args, "verbose", False) else "lines")
-    with context as exp_dir:
-        logger.log(f"rlfast train {args.algo} {args.env}: {run.runner!r}; logging to {exp_dir}",
-                   console=True)
-        result = run.runner.train()
-    print(f"Logs: {exp_dir}")
-    print(f"Final evaluation return: {result['final_return']:.2f} after {result['cum_steps']} "
-          f"steps, {result['n_itr']} generations (best candidate {result['best_return']:.2f})")
-    return result
+def _one_process_affinity(code: str | None) -> dict | None:
+    from rlfast.cli import affinity_for_run
+    affinity = affinity_for_run(code) if code else None
+    if isinstance(affinity, list):
+        raise ValueError(f"--affinity {code} describes several ranks; an ES run takes a "
+                         f"one-process code (its workers_cpus become the ES workers)")
+    return affinity
+
+
+def configure_es_resume(args: argparse.Namespace, params: dict, run_dir: str, snapshot: dict,
+                        snapshot_path: str) -> Any:
+    """``rlfast resume`` of an ES run: rebuild it from ``params.json``, load the snapshot's
+    strategy state and counters, and continue up to ``--steps`` population steps (default:
+    the run's own budget). A changed configuration needs ``--force`` and is recorded."""
+    import copy
+    import datetime
+    import os
+
+    from rlfast.cli import TrainRun
+    from rlfast.experiments.resume import config_changes
+    for option, value in (("--n-envs", args.n_envs), ("--sampler", args.sampler),
+                          ("--world-size", args.world_size if args.world_size != 1 else None),
+                          ("--snapshot-replay", args.snapshot_replay)):
+        if value is not None:
+            raise ConfigError(f"{run_dir} is an evolution-strategies run; {option} does not "
+                              f"apply to it")
+    old_config = params["config"]
+    config = apply_overrides(copy.deepcopy(old_config), args.overrides)
+    if args.steps is not None:
+        if args.steps < 1:
+            raise ConfigError(f"--steps must be >= 1; got {args.steps}")
+        config["runner"]["n_steps"] = int(args.steps)
+        config["runner"]["n_generations"] = max(config["runner"]["n_generations"], 10**9)
+    changes = {k: v for k, v in config_changes(old_config, config).items()
+               if k not in ("runner.n_steps", "runner.n_generations")}
+    affinity_code = args.affinity if args.affinity is not None else params.get("affinity")
+    if affinity_code != params.get("affinity"):
+        changes["affinity"] = [params.get("affinity"), affinity_code]
+    if changes and not args.force:
+        listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
+        raise ConfigError(f"resuming {run_dir} with a changed configuration ({listed}); pass "
+                          f"--force to accept it (it is recorded in params.json)")
+    runner, _ = build_es_runner(params["algo"], params["env"], config, seed=params["seed"],
+                                affinity=_one_process_affinity(affinity_code))
+    try:
+        runner.resume_from(snapshot)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"snapshot {snapshot_path} does not resume this ES run: {e}") from e
+    if not runner.work_left():
+        raise ConfigError(f"{run_dir} already ran {runner.generations_done} generations and "
+                          f"{runner.cum_steps} steps (snapshot {os.path.basename(snapshot_path)})"
+                          f", its whole budget: pass a larger --steps to search on")
+    log_params = {k: v for k, v in params.items() if k not in ("name", "run_ID")}
+    log_params.update(config=config, affinity=affinity_code)
+    record = dict(time=datetime.datetime.now().isoformat(timespec="seconds"),
+                  snapshot=os.path.basename(snapshot_path), from_itr=int(snapshot["itr"]),
+                  from_steps=runner.cum_steps, to_steps=config["runner"]["n_steps"])
+    if changes:
+        record["forced_changes"] = changes
+    log_params["resumes"] = list(params.get("resumes", [])) + [record]
+    run_args = argparse.Namespace(
+        algo=params["algo"], env=params["env"], seed=params["seed"], sampler=None,
+        snapshot_mode=params.get("snapshot_mode", "last"), overwrite=False,
+        tensorboard=bool(params.get("tensorboard", False)), no_progress=args.no_progress,
+        verbose=args.verbose, log_dir=run_dir)
+    return TrainRun(args=run_args, config=config, runner=runner, log_params=log_params,
+                    exp_dir=run_dir,
+                    resume=dict(itr=int(snapshot["itr"]), cum_steps=runner.cum_steps))
 
 
 def es_train_main(args: argparse.Namespace) -> int:
     """``rlfast train`` for an ES algorithm; returns the exit status (2 for a configuration
     error, 128 + signal for an interrupted run, else 0)."""
+    from rlfast.cli import run_train
     from rlfast.runners import TrainingInterrupted
     from rlfast.runners.interrupts import signal_name
     try:
@@ -174,7 +216,7 @@ def es_train_main(args: argparse.Namespace) -> int:
         except (ConfigError, ValueError) as e:
             print(f"rlfast: error: {e}", file=sys.stderr)
             return 2
-        run_es(run)
+        run_train(run)
     except KeyboardInterrupt as e:
         signum = e.signum if isinstance(e, TrainingInterrupted) else signal.SIGINT
         print(f"rlfast: interrupted ({signal_name(signum)})", file=sys.stderr)

@@ -105,6 +105,9 @@ def configure_resume(args: argparse.Namespace) -> Any:
         snapshot = load_snapshot(snapshot_path)
     except FileNotFoundError as e:
         raise ConfigError(f"no snapshot file {snapshot_path}") from e
+    if params.get("es"):  # an evolution-strategies run (rlfast train cem|cmaes|openai_es)
+        from rlfast.experiments.es_train import configure_es_resume
+        return configure_es_resume(args, params, run_dir, snapshot, snapshot_path)
     check_resumable(snapshot, where=f"snapshot {snapshot_path}")
 
     old_config = params["config"]
