@@ -1,12 +1,12 @@
 """``rlfast tune ALGO ENV --trials N``: an Optuna hyperparameter search over ``rlfast train``.
 
-Each trial samples the algorithm's search space (``rlfast.experiments.search_spaces``, or
-``--search-space FILE``) and trains ``rlfast train ALGO ENV`` as a subprocess in
-``<log-dir>/trial_<n>``, pinned to a free run slot of the machine's affinity code. The parent
-reads the child's ``progress.csv`` as it grows (every ``POLL_S``) and reports each
-evaluation row to Optuna; a trial that falls below the median of the completed ones is
-pruned: its child gets SIGTERM (then SIGKILL after a grace period) and the trial ends
-PRUNED.
+This module holds the command: its parser and checks (``prepare`` resolves the search
+space, the trial budget, the log interval and one run slot per parallel trial into a
+``TuneSetup``), the study (``open_study``: created or reopened in ``<log-dir>/study.db``,
+trials a killed search left RUNNING marked FAIL) and the report (``write_report``:
+``trials.md``, ``best_config.json`` and the printed table). Running the trials, each an
+``rlfast train`` subprocess in ``<log-dir>/trial_<n>`` that is pruned when it falls below
+the median of the completed ones, is :mod:`rlfast.experiments.tune_trials`.
 
 Settings and why:
 
@@ -51,28 +51,24 @@ what finished and exits 130 / 143; running the same command again continues the 
 from __future__ import annotations
 
 import argparse
-import csv
-import dataclasses
 import datetime
-import io
 import json
 import math
 import os
-import queue
 import signal
-import subprocess
 import sys
-import threading
-import time
 import warnings
 from typing import Any
 
-import psutil
-
 from rlfast.experiments.config import (ConfigError, apply_config_values, apply_overrides,
                                        flatten, load_config_file, nest, read_json)
-from rlfast.experiments.search_spaces import (SEARCH_SPACES, enqueue_params, space_from_json,
-                                              space_to_json, suggest)
+from rlfast.experiments.search_spaces import SEARCH_SPACES, enqueue_params, space_from_json
+from rlfast.experiments.tune_trials import (ProgressReader, Search, TuneSetup, finished_trials,
+                                            override_text, process_alive, stop_orphan)
+
+# Re-exported: these lived here before the trials moved to tune_trials.
+from rlfast.experiments.tune_trials import (INTERRUPT_WAIT_S, POLL_S,  # noqa: F401
+                                            SearchInterrupted, TrialFailed)
 
 __all__ = ["add_tune_parser", "tune_main", "TRIAL_STEPS", "STUDY_NAME"]
 
@@ -80,12 +76,9 @@ STUDY_NAME = "rlfast-tune"
 STUDY_FILE = "study.db"
 BEST_CONFIG_FILE = "best_config.json"
 TRIALS_FILE = "trials.md"
-POLL_S = 0.5
 MIN_LOG_ROWS = 4  # training rows per trial, at least: the pruner needs several
 PRUNER_STARTUP_TRIALS = 2
 _MISSING = object()
-INTERRUPT_WAIT_S = 2.0  # a child ended by SIGINT/SIGTERM: wait this long for our own signal
-_INTERRUPTED = (128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM)
 
 # Trial budgets (environment steps) chosen for a search rather than taken from the preset.
 # CartPole-v1, measured with `rlfast tune ALGO CartPole-v1 --trials 12 --parallel 2` on 2
@@ -97,14 +90,6 @@ TRIAL_STEPS: dict[tuple[str, str], int] = {
     ("ppo", "CartPole-v1"): 100_000,
     ("a2c", "CartPole-v1"): 200_000,
 }
-
-
-class TrialFailed(Exception):
-    """A trial's ``rlfast train`` exited with an error (or logged no evaluation return)."""
-
-
-class SearchInterrupted(Exception):
-    """The search received SIGINT or SIGTERM; the running trials were stopped."""
 
 
 def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -153,36 +138,6 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "proposes its own (e.g. a best_config.json); keys left out are "
                              "sampled")
     return parser
-
-
-@dataclasses.dataclass
-class TuneSetup:
-    """Everything a search needs, checked before anything runs."""
-
-    algo: str
-    env: str
-    trials: int
-    search: str
-    steps: int
-    seed: int
-    log_dir: str
-    space: dict
-    base_config: dict  # the trials' config before sampling (flat); log interval excluded
-    user_changes: dict  # flat keys the command line changed from the preset
-    train_args: list  # rlfast train options shared by every trial
-    log_interval: int
-    slot_codes: list
-    enqueue: list
-
-    @property
-    def parallel(self) -> int:
-        return len(self.slot_codes)
-
-    def signature(self) -> dict:
-        """What makes two commands the same search (stored in the study)."""
-        return dict(algo=self.algo, env=self.env, seed=self.seed,
-                    space=space_to_json(self.space),
-                    config=json.loads(json.dumps(self.base_config, default=str)))
 
 
 def tune_main(args: argparse.Namespace) -> int:
@@ -273,7 +228,7 @@ def prepare(args: argparse.Namespace) -> TuneSetup:
                           "--config")
     for key, spec in space.items():  # every value must be settable with --set
         for value in _spec_examples(spec):
-            apply_overrides(config, [f"{key}={_cell(value)}"])
+            apply_overrides(config, [f"{key}={override_text(value)}"])
 
     log_interval = flat["runner.log_interval_steps"]
     if "runner.log_interval_steps" not in fixed:
@@ -395,12 +350,12 @@ def open_study(setup: TuneSetup) -> Any:
     study_id = storage.get_study_id_from_name(STUDY_NAME)
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         pid = trial.user_attrs.get("tune_pid")
-        if pid is not None and _alive(pid, trial.user_attrs.get("tune_started")):
+        if pid is not None and process_alive(pid, trial.user_attrs.get("tune_started")):
             raise ConfigError(f"another rlfast tune (pid {pid}) is running this study in "
                               f"{setup.log_dir}")
         child = trial.user_attrs.get("child_pid")
-        if child is not None and _alive(child, trial.user_attrs.get("child_started")):
-            _stop_orphan(child)
+        if child is not None and process_alive(child, trial.user_attrs.get("child_started")):
+            stop_orphan(child)
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         print(f"[trial {trial.number}] left running by an earlier search: marked FAIL",
@@ -412,267 +367,10 @@ def open_study(setup: TuneSetup) -> Any:
         study.sampler = optuna.samplers.TPESampler(
             seed=setup.seed + n_existing,
             n_startup_trials=max(2, min(10, setup.trials // 3)))
-    if _finished(study) < setup.trials:
+    if finished_trials(study) < setup.trials:
         for params in setup.enqueue:
             study.enqueue_trial(params, skip_if_exists=True)
     return study
-
-
-def _finished(study: Any) -> int:
-    from optuna.trial import TrialState
-    return len(study.get_trials(deepcopy=False,
-                                states=(TrialState.COMPLETE, TrialState.PRUNED)))
-
-
-def _alive(pid: int, started: float | None) -> bool:
-    """Whether process ``pid`` is the one that started at ``started`` (not a reused pid)."""
-    try:
-        proc = psutil.Process(pid)
-        return (proc.status() != psutil.STATUS_ZOMBIE
-                and (started is None or abs(proc.create_time() - started) < 0.5))
-    except psutil.Error:
-        return False
-
-
-def _stop_orphan(pid: int) -> None:
-    """Stop an ``rlfast train`` whose search was killed, and its descendants."""
-    from rlfast.utils.launching.exp_launcher import TERMINATE_GRACE_S
-    try:
-        proc = psutil.Process(pid)
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return
-    for p in procs:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=TERMINATE_GRACE_S)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=1.0)
-
-
-# -------------------------------------------------------------------------------- trials
-
-class Search:
-    """Runs the remaining trials of a study, ``setup.parallel`` at a time, and stops them
-    all on SIGINT / SIGTERM."""
-
-    def __init__(self, setup: TuneSetup, study: Any):
-        self.setup = setup
-        self.study = study
-        self.stop = threading.Event()
-        self.signum: int | None = None
-        self.slots: queue.Queue = queue.Queue()
-        for k in range(setup.parallel):
-            self.slots.put(k)
-        self.print_lock = threading.Lock()
-        self.tune_started = psutil.Process().create_time()
-
-    def finished(self) -> int:
-        return _finished(self.study)
-
-    def run(self) -> int | None:
-        """Optimize until ``setup.trials`` trials have finished; the signal number if the
-        search was interrupted, else None."""
-        remaining = self.setup.trials - self.finished()
-        if remaining <= 0:
-            self.say(f"the study already holds {self.finished()} finished trials "
-                     f"(--trials {self.setup.trials}); nothing to run")
-            return None
-        self.say(f"rlfast tune {self.setup.algo} {self.setup.env}: {remaining} trial(s) of "
-                 f"{self.setup.steps} steps, {self.setup.parallel} at a time; logging to "
-                 f"{self.setup.log_dir}")
-        previous = self._install_handlers()
-        try:
-            self.study.optimize(self.objective, n_trials=remaining,
-                                n_jobs=self.setup.parallel, catch=(TrialFailed,))
-        except SearchInterrupted:
-            pass
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-        return self.signum if self.stop.is_set() else None
-
-    def _install_handlers(self) -> dict:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def handler(signum: int, frame: Any) -> None:
-            # Only flags: the trial threads stop their children and end their trials
-            # (printing or raising here could break a write in progress).
-            if self.signum is None:
-                self.signum = signum
-            self.stop.set()
-
-        return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def say(self, text: str, err: bool = False) -> None:
-        with self.print_lock:
-            print(text, file=sys.stderr if err else sys.stdout, flush=True)
-
-    def objective(self, trial: Any) -> float:
-        """Train one sampled configuration; its value is the mean evaluation return of
-        its last two log rows (see the module docstring)."""
-        import optuna
-
-        if self.stop.is_set():
-            raise SearchInterrupted()
-        params = {key: suggest(trial, key, spec) for key, spec in self.setup.space.items()}
-        slot = self.slots.get()
-        try:
-            trial_dir = os.path.join(self.setup.log_dir, f"trial_{trial.number}")
-            os.makedirs(trial_dir, exist_ok=True)
-            trial.set_user_attr("tune_pid", os.getpid())
-            trial.set_user_attr("tune_started", self.tune_started)
-            started = time.monotonic()
-            proc = self._start(trial_dir, slot, params)
-            try:
-                trial.set_user_attr("child_pid", proc.pid)
-                trial.set_user_attr("child_started", psutil.Process(proc.pid).create_time())
-            except psutil.Error:
-                pass  # exited already; the watch below reports it
-            try:
-                rows, pruned = self._watch(trial, proc, trial_dir)
-            finally:
-                if proc.poll() is None:  # an error in this thread: leave no child behind
-                    _stop_child(proc)
-            elapsed = time.monotonic() - started
-            steps = rows[-1][0] if rows else 0
-            if pruned:
-                self.say(f"[trial {trial.number}] PRUNED at {steps} steps ({elapsed:.0f} s)")
-                raise optuna.TrialPruned(f"below the median at {steps} steps")
-            if proc.returncode != 0 and proc.returncode in _INTERRUPTED:
-                # Ctrl-C in a terminal signals the child too; the search's own handler
-                # runs at once but may not have run yet.
-                if self.stop.wait(INTERRUPT_WAIT_S):
-                    raise SearchInterrupted()
-            if proc.returncode != 0:
-                message = (f"rlfast train exited with code {proc.returncode}; "
-                           f"{os.path.join(trial_dir, 'train.stderr.txt')} ends:"
-                           f"{_tail(os.path.join(trial_dir, 'train.stderr.txt'))}")
-                self.say(f"[trial {trial.number}] FAIL: {message}", err=True)
-                raise TrialFailed(message)
-            returns = [ret for step, ret in rows if step > 0 and not math.isnan(ret)]
-            if not returns:
-                message = "no evaluation return was logged (raise sampler.eval_max_steps?)"
-                self.say(f"[trial {trial.number}] FAIL: {message}", err=True)
-                raise TrialFailed(message)
-            value = sum(returns[-2:]) / len(returns[-2:])
-            self.say(f"[trial {trial.number}] COMPLETE value {value:.2f} after {steps} steps "
-                     f"({elapsed:.0f} s)")
-            return value
-        finally:
-            self.slots.put(slot)
-
-    def _start(self, trial_dir: str, slot: int, params: dict) -> subprocess.Popen:
-        setup = self.setup
-        command = [sys.executable, "-m", "rlfast", "train", setup.algo, setup.env,
-                   "--log-dir", trial_dir, "--overwrite", "--affinity", setup.slot_codes[slot],
-                   *setup.train_args]
-        for key, value in params.items():
-            command += ["--set", f"{key}={_cell(value)}"]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with open(os.path.join(trial_dir, "train.stdout.txt"), "ab") as out, \
-                open(os.path.join(trial_dir, "train.stderr.txt"), "ab") as err:
-            return subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    env=env)
-
-    def _watch(self, trial: Any, proc: subprocess.Popen,
-               trial_dir: str) -> tuple[list[tuple[int, float]], bool]:
-        """Report the child's new log rows until it exits, is pruned or the search stops;
-        returns (rows as (steps, return), pruned)."""
-        reader = ProgressReader(os.path.join(trial_dir, "progress.csv"))
-        rows: list[tuple[int, float]] = []
-        while True:
-            try:
-                proc.wait(timeout=POLL_S)
-                done = True
-            except subprocess.TimeoutExpired:
-                done = False
-            prune = False
-            for step, ret in reader.new_rows():
-                rows.append((step, ret))
-                if step <= 0 or math.isnan(ret):
-                    continue
-                trial.report(ret, step)
-                if not done and step < self.setup.steps and trial.should_prune():
-                    prune = True
-                    break
-            if prune:
-                _stop_child(proc)
-                return rows, True
-            if done:  # finished (a run that ended just as the search stops still counts)
-                return rows, False
-            if self.stop.is_set():
-                _stop_child(proc)
-                raise SearchInterrupted()
-
-
-def _stop_child(proc: subprocess.Popen) -> None:
-    """SIGTERM the trial's ``rlfast train`` (it stops its workers and exits), SIGKILL
-    whatever outlives the launcher's grace period."""
-    from rlfast.utils.launching.exp_launcher import _stop_children
-    _stop_children([proc])
-
-
-def _cell(value: Any) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def _tail(path: str, n_lines: int = 5) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()[-n_lines:]
-    except OSError:
-        return " (no stderr file)"
-    return "".join(f"\n    | {line}" for line in lines) or " (empty)"
-
-
-class ProgressReader:
-    """The (``Diagnostics/CumSteps``, ``ReturnAverage``) rows of a growing progress.csv.
-
-    The file is reread whole at each call (it is small, and the logger may rewrite it with
-    a wider header); a last line without its newline is still being written and waits for
-    the next call. ``new_rows`` returns the rows not returned before.
-    """
-
-    def __init__(self, path: str):
-        self.path = path
-        self.seen = 0
-
-    def all_rows(self) -> list[tuple[int, float]]:
-        try:
-            with open(self.path, encoding="utf-8", newline="") as f:
-                text = f.read()
-        except OSError:
-            return []
-        if not text.endswith("\n"):
-            text = text[:text.rfind("\n") + 1]
-        rows = []
-        for row in csv.DictReader(io.StringIO(text)):
-            try:
-                steps = int(float(row.get("Diagnostics/CumSteps") or "nan"))
-            except ValueError:
-                continue
-            rows.append((steps, _number(row.get("ReturnAverage"))))
-        return rows
-
-    def new_rows(self) -> list[tuple[int, float]]:
-        rows = self.all_rows()
-        new, self.seen = rows[self.seen:], len(rows)
-        return new
-
-
-def _number(cell: str | None) -> float:
-    try:
-        return float(cell) if cell else math.nan
-    except ValueError:
-        return math.nan
 
 
 # -------------------------------------------------------------------------------- report
@@ -683,7 +381,7 @@ def write_report(setup: TuneSetup, study: Any, quiet_if_none: bool = False) -> A
     ``quiet_if_none``)."""
     from optuna.trial import TrialState
 
-    from rlfast.utils.launching.exp_launcher import _write_atomic
+    from rlfast.utils.launching.exp_launcher import write_atomic
 
     keys = list(setup.space)
     header = ["trial", "state", "value", "steps", *keys]
@@ -698,7 +396,7 @@ def write_report(setup: TuneSetup, study: Any, quiet_if_none: bool = False) -> A
         cells += [_fmt(trial.params[k]) if k in trial.params else "" for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
-    _write_atomic(os.path.join(setup.log_dir, TRIALS_FILE), table)
+    write_atomic(os.path.join(setup.log_dir, TRIALS_FILE), table)
     print(table, end="", flush=True)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if not complete:
@@ -710,7 +408,7 @@ def write_report(setup: TuneSetup, study: Any, quiet_if_none: bool = False) -> A
     best = study.best_trial
     path = os.path.join(setup.log_dir, BEST_CONFIG_FILE)
     overrides = {**setup.user_changes, **best.params}
-    _write_atomic(path, json.dumps(nest(overrides), indent=2, default=str) + "\n")
+    write_atomic(path, json.dumps(nest(overrides), indent=2, default=str) + "\n")
     print(f"Best trial {best.number}: value {best.value:.2f}; train it with: "
           f"rlfast train {setup.algo} {setup.env} --config {path}", flush=True)
     return best

@@ -33,7 +33,7 @@ from rlfast.utils.launching.variant import save_variant
 from rlfast.utils.logging.context import get_data_dir
 
 __all__ = ["run_experiments", "launch_experiment", "experiment_command", "RunResult",
-           "report_sweep",
+           "report_sweep", "stop_children", "write_atomic",
            "NUM_LAUNCHED_FILE", "TREE_FILE"]
 
 NUM_LAUNCHED_FILE = "num_launched.txt"
@@ -167,8 +167,10 @@ class _ChildWatcher:
         self._fds.clear()
 
 
-def _stop_children(procs: list[subprocess.Popen]) -> None:
-    """Terminate the children and their descendants; kill whatever outlives the grace."""
+def stop_children(procs: list[subprocess.Popen]) -> None:
+    """Stop child processes and everything they started: SIGTERM each child and its
+    descendants, wait up to ``TERMINATE_GRACE_S`` in all, then SIGKILL whatever is still
+    running, and reap the children."""
     descendants = []
     for proc in procs:
         try:
@@ -196,7 +198,9 @@ def _stop_children(procs: list[subprocess.Popen]) -> None:
     psutil.wait_procs(alive, timeout=1.0)
 
 
-def _write_atomic(path: str, text: str) -> None:
+def write_atomic(path: str, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file and ``os.replace``, so a
+    reader sees the old file or the new one, never a partial write."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
@@ -318,7 +322,7 @@ def run_experiments(script: str, affinity_code: str, experiment_title: str,
         return plan
 
     os.makedirs(exp_dir, exist_ok=True)
-    _write_atomic(os.path.join(exp_dir, TREE_FILE),
+    write_atomic(os.path.join(exp_dir, TREE_FILE),
                   f"script: {script}\naffinity code: {affinity_code} ({n_slots} run slots)\n"
                   f"runs per setting: {runs_per_setting}; variants: {len(variants)}; "
                   f"total runs: {total}\nlauncher pid: {os.getpid()}\n\n"
@@ -336,7 +340,7 @@ def run_experiments(script: str, affinity_code: str, experiment_title: str,
         lines += [f"  slot {slot}: run_ID {run_ID}  {run_dir}  (pid {pid})"
                   for pid, (_, slot, run_dir, run_ID) in sorted(running.items(),
                                                                 key=lambda kv: kv[1][1])]
-        _write_atomic(os.path.join(exp_dir, NUM_LAUNCHED_FILE), "\n".join(lines) + "\n")
+        write_atomic(os.path.join(exp_dir, NUM_LAUNCHED_FILE), "\n".join(lines) + "\n")
 
     try:
         while queue or running:
@@ -371,7 +375,7 @@ def run_experiments(script: str, affinity_code: str, experiment_title: str,
         if running:
             print(f"Stopping {len(running)} running experiment(s)...", file=sys.stderr,
                   flush=True)
-            _stop_children([proc for proc, *_ in running.values()])
+            stop_children([proc for proc, *_ in running.values()])
         raise
     finally:
         watcher.close()

@@ -30,7 +30,7 @@ from typing import Any
 from rlfast.utils.checks import check_choice, check_int, check_positive
 from rlfast.utils.launching.affinity import prepend_run_slot
 from rlfast.utils.launching.exp_launcher import (NUM_LAUNCHED_FILE, TREE_FILE, RunResult,
-                                                 _stderr_tail, _tree_text, _write_atomic)
+                                                 _stderr_tail, _tree_text, write_atomic)
 from rlfast.utils.launching.variant import save_variant
 
 from rlfast.utils.launching.slurm_job import RunFailedError, SweepRun  # noqa: F401
@@ -257,7 +257,7 @@ def run_slurm_sweep(script: str, affinity_code: str, experiment_title: str, exp_
     submitit = require_submitit()
     executor = _make_executor(submitit, options, folder, params)
     os.makedirs(exp_dir, exist_ok=True)
-    _write_atomic(os.path.join(exp_dir, TREE_FILE),
+    write_atomic(os.path.join(exp_dir, TREE_FILE),
                   f"script: {script}\naffinity code: {affinity_code} (each job runs "
                   f"{slot_code})\nbackend: slurm ({executor_kind} executor); submitit folder: "
                   f"{folder}\nsubmitit parameters: {params}\ntotal runs: {total}\n"
@@ -279,7 +279,7 @@ def run_slurm_sweep(script: str, affinity_code: str, experiment_title: str, exp_
                   for k in range(total)]
         lines += [f"  job {job.job_id}: run_ID {run.run_ID}  {run.log_dir}  ({state})"
                   for job, run, state in zip(jobs, jobs_to_run, states)]
-        _write_atomic(os.path.join(exp_dir, NUM_LAUNCHED_FILE), "\n".join(lines) + "\n")
+        write_atomic(os.path.join(exp_dir, NUM_LAUNCHED_FILE), "\n".join(lines) + "\n")
 
     record_progress()
     if not wait:
