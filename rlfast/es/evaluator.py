@@ -24,6 +24,7 @@ import torch
 
 from rlfast.es.policy import BatchedPolicy, EsPolicy
 from rlfast.samplers.base import WORKER_SEED_STRIDE
+from rlfast.samplers.collections import TrajInfo
 from rlfast.samplers.parallel.worker import set_worker_affinity
 from rlfast.utils.processes import Deadline, ProcessSupervisor, StopChild
 from rlfast.utils.seed import set_seed
@@ -78,13 +79,21 @@ def play_lanes(lanes: _Lanes, batched: BatchedPolicy, params: torch.Tensor,
                max_episode_steps: int) -> list:
     """Play one episode per lane: lane ``i`` plays table row ``rows[i]`` in environment
     ``i``, reset with seed ``seeds[i]``. Returns the finished trajectory infos in lane order,
-    each with ``Candidate`` (the row) and ``Truncated`` (cut at ``max_episode_steps``)."""
+    each with ``Candidate`` (the row) and ``Truncated`` (cut at ``max_episode_steps``).
+
+    With the plain :class:`TrajInfo` (undiscounted), the per-step statistics are summed in
+    arrays and written into each lane's info when its episode ends (a quarter of a CartPole
+    lane's time went to ``TrajInfo.step`` otherwise); any other class is stepped as the
+    samplers step it."""
     n = len(rows)
     if n == 0:
         return []
     lanes.ensure(n)
     batched.load(params[torch.as_tensor(np.asarray(rows, dtype=np.int64))])
     observations = lanes.observations[:n]
+    fast = TrajInfoCls is TrajInfo
+    returns = np.zeros(n)
+    nonzero = np.zeros(n, dtype=np.int64)
     infos: list = [None] * n
     for i in range(n):
         env = lanes.envs[i]
@@ -101,9 +110,18 @@ def play_lanes(lanes: _Lanes, batched: BatchedPolicy, params: torch.Tensor,
         for i in alive:
             action = actions[i]
             observation, reward, done, env_info = lanes.envs[i].step(action)
-            infos[i].step(observation, action, reward, done, None, env_info)
+            if fast:
+                reward = float(reward)
+                returns[i] += reward
+                nonzero[i] += reward != 0
+            else:
+                infos[i].step(observation, action, reward, done, None, env_info)
             if done or steps >= max_episode_steps:
-                info = infos[i].terminate(observation)
+                info = infos[i]
+                if fast:
+                    info.Return = info.DiscountedReturn = float(returns[i])
+                    info.Length, info.NonzeroRewards = int(steps), int(nonzero[i])
+                info = info.terminate(observation)
                 info["Candidate"] = int(rows[i])
                 info["Truncated"] = bool(not done)
                 infos[i] = info

@@ -149,3 +149,25 @@ def test_bad_input():
         evaluator.evaluate([0, 1], [5])
     evaluator.shutdown()
     assert os.getpid()  # the master is intact
+
+
+class _SteppedTrajInfo(TrajInfo):
+    """A subclass: the evaluator steps it per step, as the samplers do (no fast path)."""
+
+
+def test_fast_statistics_match_stepped_traj_infos():
+    spec = _spec("Pendulum-v1", (4,))
+    vectors = np.random.default_rng(5).normal(size=(3, EsPolicy(**spec).n_params))
+    results = []
+    for cls in (TrajInfo, _SteppedTrajInfo):
+        evaluator = EsEvaluator(functools.partial(make, id="Pendulum-v1"), spec, cls,
+                                workers_cpus=[], max_episode_steps=150)
+        evaluator.initialize(3)
+        evaluator.write(0, vectors)
+        infos = evaluator.evaluate([0, 1, 2], [7, 8, 9])
+        evaluator.shutdown()
+        assert all(type(info) is cls for info in infos)
+        results.append([{k: v for k, v in info.items() if not k.startswith("_")}
+                        for info in infos])
+    assert results[0] == results[1]
+    assert results[0][0]["Length"] == 150 and results[0][0]["Truncated"]
