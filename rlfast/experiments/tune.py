@@ -13,6 +13,10 @@ Settings and why:
 * Trial value: the mean ``ReturnAverage`` (greedy evaluation return) of the trial's last two
   log rows. Two rows rather than the best or the last one reward a policy that is good and
   stays good at the end of training, which is what ``rlfast train --config`` reproduces.
+  Among trials tied on the best value (easy tasks have several at the maximum),
+  ``best_config.json`` takes the one with the highest "curve mean" (its mean evaluation
+  return over all training rows): the one that learned fastest, whose settings leave the
+  most margin when retrained on other seeds or worker counts.
 * Intermediate values: every row after the pre-training evaluation (``CumSteps`` 0 says
   nothing about the hyperparameters), with ``step = Diagnostics/CumSteps``; NaN returns
   (no evaluation episode finished) are skipped. The log interval is chosen (unless the
@@ -384,15 +388,20 @@ def write_report(setup: TuneSetup, study: Any, quiet_if_none: bool = False) -> A
     from rlfast.utils.launching.exp_launcher import write_atomic
 
     keys = list(setup.space)
-    header = ["trial", "state", "value", "steps", *keys]
+    header = ["trial", "state", "value", "curve mean", "steps", *keys]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    curve_means = {}
     for trial in study.get_trials(deepcopy=False):
         if trial.state == TrialState.WAITING:
             continue
         rows = ProgressReader(os.path.join(setup.log_dir, f"trial_{trial.number}",
                                            "progress.csv")).all_rows()
+        returns = [r for steps, r in rows if steps > 0 and r == r]
+        curve_means[trial.number] = sum(returns) / len(returns) if returns else float("nan")
         value = "" if trial.value is None else f"{trial.value:.2f}"
-        cells = [str(trial.number), trial.state.name, value, str(rows[-1][0] if rows else 0)]
+        curve = "" if not returns else f"{curve_means[trial.number]:.2f}"
+        cells = [str(trial.number), trial.state.name, value, curve,
+                 str(rows[-1][0] if rows else 0)]
         cells += [_fmt(trial.params[k]) if k in trial.params else "" for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
@@ -405,13 +414,21 @@ def write_report(setup: TuneSetup, study: Any, quiet_if_none: bool = False) -> A
         print("No trial completed; see the FAIL lines above and trial_<n>/train.stderr.txt.",
               file=sys.stderr, flush=True)
         return None
-    best = study.best_trial
+    # The best value; among trials tied on it (several reach the maximum on easy tasks), the
+    # one that learned fastest: the highest mean evaluation return over its training rows.
+    top = max(t.value for t in complete)
+    best = max((t for t in complete if t.value >= top - 1e-9),
+               key=lambda t: (_finite(curve_means.get(t.number)), -t.number))
     path = os.path.join(setup.log_dir, BEST_CONFIG_FILE)
     overrides = {**setup.user_changes, **best.params}
     write_atomic(path, json.dumps(nest(overrides), indent=2, default=str) + "\n")
     print(f"Best trial {best.number}: value {best.value:.2f}; train it with: "
           f"rlfast train {setup.algo} {setup.env} --config {path}", flush=True)
     return best
+
+
+def _finite(value: float | None) -> float:
+    return value if value is not None and value == value else float("-inf")
 
 
 def _fmt(value: Any) -> str:

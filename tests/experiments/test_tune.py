@@ -126,7 +126,7 @@ def test_search_writes_study_table_and_best_config(pruned_search, tmp_path, caps
     states = _states(log_dir)
     assert len(states) == 3 and states[0] == states[1] == "COMPLETE"
     table = (log_dir / "trials.md").read_text()
-    assert table.startswith("| trial | state | value | steps | algo.learning_rate |")
+    assert table.startswith("| trial | state | value | curve mean | steps | algo.learning_rate |")
     assert len(table.strip().splitlines()) == 2 + 3
     assert table in result.stdout
     best = _study(log_dir).best_trial
@@ -291,3 +291,39 @@ def test_bad_space_and_enqueue_files_exit_2(tmp_path, capsys, option, content, m
     err = capsys.readouterr().err
     assert err.startswith("rlfast: error: ") and message in err
     assert not log_dir.exists()
+
+
+def test_best_config_breaks_ties_by_the_fastest_learner(tmp_path, capsys):
+    """Trials tied on the best value: best_config.json takes the one whose evaluation rows
+    average highest (it learned fastest); the value itself still comes first."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from rlfast.experiments.tune import write_report
+    from rlfast.experiments.tune_trials import TuneSetup
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    dist = {"algo.learning_rate": FloatDistribution(1e-5, 1e-1, log=True)}
+    curves = {0: [(0, 20.0), (1000, 100.0), (2000, 500.0), (3000, 500.0)],   # tied, slower
+              1: [(0, 20.0), (1000, 400.0), (2000, 500.0), (3000, 500.0)],   # tied, faster
+              2: [(0, 20.0), (1000, 499.0), (2000, 499.0), (3000, 499.0)]}   # lower value
+    for number, rows in curves.items():
+        trial_dir = tmp_path / f"trial_{number}"
+        trial_dir.mkdir()
+        lines = ["Diagnostics/CumSteps,ReturnAverage"] + [f"{s},{r}" for s, r in rows]
+        (trial_dir / "progress.csv").write_text("\n".join(lines) + "\n")
+        value = (rows[-1][1] + rows[-2][1]) / 2
+        study.add_trial(optuna.trial.create_trial(
+            params={"algo.learning_rate": 10.0 ** -(number + 2)}, distributions=dist,
+            value=value))
+    setup = TuneSetup(algo="ppo", env="CartPole-v1", trials=3, search="tpe", steps=3000, seed=0,
+                      log_dir=str(tmp_path), space={"algo.learning_rate": ("loguniform", 1e-5, 1e-1)},
+                      base_config={}, user_changes={}, train_args=[], log_interval=1000,
+                      slot_codes=["0slt_1cpu_0gpu"], enqueue=[])
+    best = write_report(setup, study)
+    assert best.number == 1
+    assert json.loads((tmp_path / "best_config.json").read_text()) == {
+        "algo": {"learning_rate": 1e-3}}
+    table = (tmp_path / "trials.md").read_text()
+    assert "| 1 | COMPLETE | 500.00 | 466.67 | 3000 |" in table, table
