@@ -61,6 +61,7 @@ import math
 import os
 import signal
 import sys
+import time
 import warnings
 from typing import Any
 
@@ -330,13 +331,31 @@ def trial_slot_codes(parallel: int | None, affinity: str | None) -> list[str]:
 
 # --------------------------------------------------------------------------------- study
 
+def _open_storage(path: str, attempts: int = 10) -> Any:
+    """Optuna's SQLite storage at ``path``. A new database is initialized (schema and
+    version stamps) by whoever opens it first; two processes opening it at that moment (a
+    search and a reader such as optuna-dashboard or a script polling the study) can collide
+    with an integrity or locking error. That collision is retried, after a short pause,
+    until the other side has finished the initialization."""
+    import optuna
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(f"sqlite:///{path}")
+        except (IntegrityError, OperationalError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
 def open_study(setup: TuneSetup) -> Any:
     """Create or reopen the study in ``<log-dir>/study.db``; refuse one made by another
     command, fail the trials a killed search left RUNNING, and enqueue ``--enqueue``."""
     import optuna
     from optuna.trial import TrialState
 
-    storage = optuna.storages.RDBStorage(f"sqlite:///{os.path.join(setup.log_dir, STUDY_FILE)}")
+    storage = _open_storage(os.path.join(setup.log_dir, STUDY_FILE))
     pruner = optuna.pruners.MedianPruner(n_startup_trials=PRUNER_STARTUP_TRIALS,
                                          n_warmup_steps=setup.log_interval + 1)
     study = optuna.create_study(storage=storage, study_name=STUDY_NAME, direction="maximize",

@@ -28,7 +28,9 @@ ENVS = {"discrete": "CartPole-v1", "continuous": "Pendulum-v1"}
 
 
 def _study(log_dir):
-    if not (log_dir / "study.db").is_file():  # loading would create it
+    # Loading would create the database, and opening it while the search initializes it
+    # would race with the search: wait until the search has started its first trial.
+    if not (log_dir / "study.db").is_file() or not (log_dir / "trial_0").is_dir():
         raise FileNotFoundError(log_dir / "study.db")
     return optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{log_dir}/study.db")
 
@@ -327,3 +329,22 @@ def test_best_config_breaks_ties_by_the_fastest_learner(tmp_path, capsys):
         "algo": {"learning_rate": 1e-3}}
     table = (tmp_path / "trials.md").read_text()
     assert "| 1 | COMPLETE | 500.00 | 466.67 | 3000 |" in table, table
+
+
+def _open_and_count(path, start_at):
+    from rlfast.experiments.tune import _open_storage
+    while time.time() < start_at:  # every process opens the new database at the same moment
+        time.sleep(0.001)
+    return len(_open_storage(path).get_all_studies())
+
+
+def test_processes_opening_a_new_study_database_at_once_all_succeed(tmp_path):
+    import concurrent.futures
+    import multiprocessing
+
+    path = str(tmp_path / "study.db")
+    with concurrent.futures.ProcessPoolExecutor(
+            4, mp_context=multiprocessing.get_context("spawn")) as pool:
+        start_at = time.time() + 3.0
+        results = list(pool.map(_open_and_count, [path] * 4, [start_at] * 4))
+    assert results == [0, 0, 0, 0]
