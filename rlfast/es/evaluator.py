@@ -26,7 +26,7 @@ from rlfast.es.policy import BatchedPolicy, EsPolicy
 from rlfast.samplers.base import WORKER_SEED_STRIDE
 from rlfast.samplers.collections import TrajInfo
 from rlfast.samplers.parallel.worker import set_worker_affinity
-from rlfast.utils.processes import Deadline, ProcessSupervisor, StopChild
+from rlfast.utils.processes import Deadline, ProcessSupervisor, StopChild, receive_command
 from rlfast.utils.seed import set_seed
 
 __all__ = ["EsEvaluator", "EsWorkerError", "play_lanes", "split_lanes"]
@@ -146,13 +146,10 @@ def es_worker_process(conn, make_env: Callable[[], Any], policy_kwargs: dict,
     try:
         conn.send(("ready", None))
         while True:
-            try:
-                command, *args = conn.recv()
-            except EOFError:
-                break  # the master is gone
-            if command == "quit":
-                break
-            rows, seeds = args
+            message = receive_command(conn)
+            if message is None:
+                break  # quit, or the master is gone
+            _, rows, seeds = message
             conn.send(("done", play_lanes(lanes, batched, params, rows, seeds, TrajInfoCls,
                                           max_episode_steps)))
     except StopChild:

@@ -149,11 +149,10 @@ def configure_es_resume(args: argparse.Namespace, params: dict, run_dir: str, sn
     strategy state and counters, and continue up to ``--steps`` population steps (default:
     the run's own budget). A changed configuration needs ``--force`` and is recorded."""
     import copy
-    import datetime
     import os
 
     from rlfast.cli import TrainRun
-    from rlfast.experiments.resume import config_changes
+    from rlfast.experiments.resume import checked_changes, resume_record
     for option, value in (("--n-envs", args.n_envs), ("--sampler", args.sampler),
                           ("--world-size", args.world_size if args.world_size != 1 else None),
                           ("--snapshot-replay", args.snapshot_replay)):
@@ -167,15 +166,8 @@ def configure_es_resume(args: argparse.Namespace, params: dict, run_dir: str, sn
             raise ConfigError(f"--steps must be >= 1; got {args.steps}")
         config["runner"]["n_steps"] = int(args.steps)
         config["runner"]["n_generations"] = max(config["runner"]["n_generations"], 10**9)
-    changes = {k: v for k, v in config_changes(old_config, config).items()
-               if k not in ("runner.n_steps", "runner.n_generations")}
-    affinity_code = args.affinity if args.affinity is not None else params.get("affinity")
-    if affinity_code != params.get("affinity"):
-        changes["affinity"] = [params.get("affinity"), affinity_code]
-    if changes and not args.force:
-        listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
-        raise ConfigError(f"resuming {run_dir} with a changed configuration ({listed}); pass "
-                          f"--force to accept it (it is recorded in params.json)")
+    changes, affinity_code = checked_changes(run_dir, params, old_config, config, args,
+                                             ignore=("runner.n_steps", "runner.n_generations"))
     runner, _ = build_es_runner(params["algo"], params["env"], config, seed=params["seed"],
                                 affinity=_one_process_affinity(affinity_code))
     try:
@@ -188,17 +180,9 @@ def configure_es_resume(args: argparse.Namespace, params: dict, run_dir: str, sn
                           f", its whole budget: pass a larger --steps to search on")
     log_params = {k: v for k, v in params.items() if k not in ("name", "run_ID")}
     log_params.update(config=config, affinity=affinity_code)
-    record = dict(time=datetime.datetime.now().isoformat(timespec="seconds"),
-                  snapshot=os.path.basename(snapshot_path), from_itr=int(snapshot["itr"]),
-                  from_steps=runner.cum_steps, to_steps=config["runner"]["n_steps"])
-    if changes:
-        record["forced_changes"] = changes
-    log_params["resumes"] = list(params.get("resumes", [])) + [record]
-    run_args = argparse.Namespace(
-        algo=params["algo"], env=params["env"], seed=params["seed"], sampler=None,
-        snapshot_mode=params.get("snapshot_mode", "last"), overwrite=False,
-        tensorboard=bool(params.get("tensorboard", False)), no_progress=args.no_progress,
-        verbose=args.verbose, log_dir=run_dir)
+    log_params["resumes"], run_args = resume_record(
+        params, args, run_dir, snapshot, snapshot_path, runner.cum_steps,
+        config["runner"]["n_steps"], changes, sampler=None)
     return TrainRun(args=run_args, config=config, runner=runner, log_params=log_params,
                     exp_dir=run_dir,
                     resume=dict(itr=int(snapshot["itr"]), cum_steps=runner.cum_steps))

@@ -34,7 +34,8 @@ from rlfast.experiments.presets import RUNNERS, SAMPLERS, build_experiment
 from rlfast.experiments.run_dir import latest_snapshot, read_run_params
 from rlfast.utils.distributed import launch_env
 
-__all__ = ["add_resume_parser", "configure_resume", "config_changes"]
+__all__ = ["add_resume_parser", "configure_resume", "config_changes", "checked_changes",
+           "resume_record"]
 
 
 def add_resume_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -71,6 +72,42 @@ def add_resume_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "did)")
     add_console_arguments(resume)
     return resume
+
+
+def checked_changes(run_dir: str, params: dict, old_config: dict, config: dict,
+                    args: argparse.Namespace, ignore: tuple = (), extra: dict | None = None
+                    ) -> tuple[dict[str, list], str | None]:
+    """The configuration changes of a resume (config keys outside ``ignore``, then
+    ``extra``, then the affinity code) and the affinity code to use; a ``ConfigError``
+    listing them unless ``args.force``."""
+    changes = {k: v for k, v in config_changes(old_config, config).items() if k not in ignore}
+    changes.update(extra or {})
+    affinity_code = args.affinity if args.affinity is not None else params.get("affinity")
+    if affinity_code != params.get("affinity"):
+        changes["affinity"] = [params.get("affinity"), affinity_code]
+    if changes and not args.force:
+        listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
+        raise ConfigError(f"resuming {run_dir} with a changed configuration ({listed}); pass "
+                          f"--force to accept it (it is recorded in params.json)")
+    return changes, affinity_code
+
+
+def resume_record(params: dict, args: argparse.Namespace, run_dir: str, snapshot: dict,
+                  snapshot_path: str, from_steps: int, to_steps: int | None,
+                  changes: dict, sampler: str | None) -> tuple[list, argparse.Namespace]:
+    """``params.json``'s ``resumes`` list with this resume appended (time, snapshot, from and
+    to steps, forced changes), and the ``train``-like arguments the resumed run logs with."""
+    record = dict(time=datetime.datetime.now().isoformat(timespec="seconds"),
+                  snapshot=os.path.basename(snapshot_path), from_itr=int(snapshot["itr"]),
+                  from_steps=from_steps, to_steps=to_steps)
+    if changes:
+        record["forced_changes"] = changes
+    run_args = argparse.Namespace(
+        algo=params["algo"], env=params["env"], seed=params["seed"], sampler=sampler,
+        snapshot_mode=params.get("snapshot_mode", "last"), overwrite=False,
+        tensorboard=bool(params.get("tensorboard", False)),
+        no_progress=args.no_progress, verbose=args.verbose, log_dir=run_dir)
+    return list(params.get("resumes", [])) + [record], run_args
 
 
 def config_changes(old: Any, new: Any, prefix: str = "") -> dict[str, list]:
@@ -118,18 +155,10 @@ def configure_resume(args: argparse.Namespace) -> Any:
     config["runner"]["n_steps"] = int(args.steps) if args.steps is not None else original_steps
     if config["runner"]["n_steps"] < 1:
         raise ConfigError(f"--steps must be >= 1; got {args.steps}")
-    changes = {k: v for k, v in config_changes(old_config, config).items()
-               if k != "runner.n_steps"}
     sampler = args.sampler or params["sampler"]
-    affinity_code = args.affinity if args.affinity is not None else params.get("affinity")
-    if sampler != params["sampler"]:
-        changes["sampler"] = [params["sampler"], sampler]
-    if affinity_code != params.get("affinity"):
-        changes["affinity"] = [params.get("affinity"), affinity_code]
-    if changes and not args.force:
-        listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
-        raise ConfigError(f"resuming {run_dir} with a changed configuration ({listed}); pass "
-                          f"--force to accept it (it is recorded in params.json)")
+    extra = {"sampler": [params["sampler"], sampler]} if sampler != params["sampler"] else {}
+    changes, affinity_code = checked_changes(run_dir, params, old_config, config, args,
+                                             ignore=("runner.n_steps",), extra=extra)
     done_steps = int(snapshot.get("cum_steps", 0))
     if config["runner"]["n_steps"] <= done_steps:
         raise ConfigError(f"{run_dir} already trained {done_steps} steps (snapshot "
@@ -164,17 +193,9 @@ def configure_resume(args: argparse.Namespace) -> Any:
     log_params.update(config=config, sampler=sampler, affinity=affinity_code,
                       snapshot_replay=snapshot_replay, world_size=world_size,
                       launcher=dist_env.launcher if dist_env is not None else None)
-    record = dict(time=datetime.datetime.now().isoformat(timespec="seconds"),
-                  snapshot=os.path.basename(snapshot_path), from_itr=int(snapshot["itr"]),
-                  from_steps=done_steps, to_steps=config["runner"]["n_steps"])
-    if changes:
-        record["forced_changes"] = changes
-    log_params["resumes"] = list(params.get("resumes", [])) + [record]
-    run_args = argparse.Namespace(
-        algo=params["algo"], env=params["env"], seed=params["seed"], sampler=sampler,
-        snapshot_mode=params.get("snapshot_mode", "last"), overwrite=False,
-        tensorboard=bool(params.get("tensorboard", False)),
-        no_progress=args.no_progress, verbose=args.verbose, log_dir=run_dir)
+    log_params["resumes"], run_args = resume_record(
+        params, args, run_dir, snapshot, snapshot_path, done_steps,
+        config["runner"]["n_steps"], changes, sampler)
     return TrainRun(args=run_args, config=config, runner=runner, log_params=log_params,
                     exp_dir=run_dir, dist_env=dist_env,
                     resume=dict(itr=int(snapshot["itr"]), cum_steps=done_steps))

@@ -320,7 +320,7 @@ def process_alive(pid: int, started: float | None) -> bool:
 
 def stop_orphan(pid: int) -> None:
     """Stop an ``rlfast train`` whose search was killed, and its descendants."""
-    from rlfast.utils.launching.exp_launcher import TERMINATE_GRACE_S
+    from rlfast.utils.launching.exp_launcher import TERMINATE_GRACE_S, kill_after_grace
     try:
         proc = psutil.Process(pid)
         procs = [proc, *proc.children(recursive=True)]
@@ -331,10 +331,4 @@ def stop_orphan(pid: int) -> None:
             p.terminate()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=TERMINATE_GRACE_S)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=1.0)
+    kill_after_grace(procs, TERMINATE_GRACE_S)

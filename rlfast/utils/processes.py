@@ -34,7 +34,7 @@ from multiprocessing.connection import wait as wait_connections
 from typing import Any, Callable, NoReturn, Sequence
 
 __all__ = ["ChildFailedError", "StopChild", "ProcessSupervisor", "Deadline", "mp_context",
-           "child_main", "acquire_while_parent_alive"]
+           "child_main", "acquire_while_parent_alive", "receive_command"]
 
 QUIT = ("quit",)
 
@@ -131,6 +131,16 @@ def child_main(target: Callable, conn, parent_conns: Sequence, kwargs: dict) -> 
             pass  # the parent is gone; nobody to tell
     finally:
         conn.close()
+
+
+def receive_command(conn) -> tuple | None:
+    """A child's next command from its parent, or None when the parent said quit or is
+    gone (end-of-file on the pipe): the child's serving loop then ends."""
+    try:
+        message = conn.recv()
+    except EOFError:
+        return None
+    return None if message[0] == "quit" else message
 
 
 def acquire_while_parent_alive(semaphore, parent_pid: int, stop_flag=None,

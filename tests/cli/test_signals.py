@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from rlfast.utils.logging import load_snapshot
+from tests.integration._guards import session_pids
 
 SHM = "/dev/shm"
 START_TIMEOUT_S = 240  # slow shared cores: startup, imports and the pre-training evaluation
@@ -41,18 +42,6 @@ def _shm():
     return set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
 
 
-def _session(sid):
-    """Live (non-zombie) processes of session ``sid``."""
-    found = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getsid(proc.pid) == sid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                found.append(proc.pid)
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            pass
-    return found
-
-
 def _interrupt_run(tmp_path, sampler, signum, group=False):
     """Start a long run in its own session, wait until a training row is logged, send
     ``signum`` to the master (with ``group``: to its whole process group, as Slurm does);
@@ -73,7 +62,7 @@ def _interrupt_run(tmp_path, sampler, signum, group=False):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no training row logged in time"
             time.sleep(0.1)
-        pids.update(_session(proc.pid))
+        pids.update(session_pids(proc.pid))
         time.sleep(0.3)  # into the next interval, so a final snapshot is due
         if group:
             os.killpg(proc.pid, signum)
@@ -107,9 +96,9 @@ def _check_interrupted(proc, out, err, log_dir, pids, shm_before, signame, code)
     assert "agent_state_dict" in snap and "optimizer_state_dict" in snap
     # No process of the run's session is left, and no shared memory it named.
     deadline = time.monotonic() + 10
-    while _session(proc.pid) and time.monotonic() < deadline:
+    while session_pids(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _session(proc.pid) == []
+    assert session_pids(proc.pid) == []
     leaked = sorted(n for n in _shm() - shm_before
                     if n.startswith(("pymp-", "psm_")) or any(str(p) in n for p in pids))
     if leaked:  # another process on the machine may own a transient file: look again

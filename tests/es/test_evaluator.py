@@ -12,6 +12,7 @@ from rlfast.envs import make
 from rlfast.es.evaluator import EsEvaluator, EsWorkerError, split_lanes
 from rlfast.es.policy import EsPolicy, policy_spec
 from rlfast.samplers import TrajInfo
+from tests.es._reference import reference_return
 from tests.integration._guards import live_children
 
 CARTPOLE = functools.partial(make, id="CartPole-v1")
@@ -20,20 +21,6 @@ CARTPOLE = functools.partial(make, id="CartPole-v1")
 def _spec(env_id, hidden=()):
     env = gym.make(env_id)
     return dict(policy_spec(env.observation_space, env.action_space), hidden_sizes=list(hidden))
-
-
-def _reference_return(env_id, spec, vector, seed):
-    """An independent episode loop: gymnasium directly, the module policy, one step at a time."""
-    policy = EsPolicy(**spec).load_vector(vector)
-    env = gym.make(env_id)
-    obs, _ = env.reset(seed=int(seed))
-    total, done = 0.0, False
-    while not done:
-        obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
-        total += float(reward)
-        done = terminated or truncated
-    env.close()
-    return total
 
 
 def test_split_lanes():
@@ -65,7 +52,8 @@ def test_workers_match_in_process_and_reference(env_id, hidden):
     assert set(live_children()) - before == set()
     for n in (1, 2, 3):
         assert results[n] == results[0]
-    expected = [_reference_return(env_id, spec, vectors[r].astype(np.float32), s)
+    policy = EsPolicy(**spec)
+    expected = [reference_return(env_id, policy.load_vector(vectors[r].astype(np.float32)), s)
                 for r, s in zip(rows, seeds)]
     np.testing.assert_allclose(results[0], expected, rtol=1e-5)
 

@@ -4,7 +4,6 @@ import csv
 import io
 import contextlib
 
-import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -13,6 +12,7 @@ from rlfast.experiments.es_presets import get_es_preset
 from rlfast.experiments.es_train import build_es_runner
 from rlfast.utils.logging import logger, logger_context
 from rlfast.utils.logging.snapshot import load_snapshot
+from tests.es._reference import reference_return
 from tests.integration._guards import live_children
 
 API_COLUMNS = ["Diagnostics/Iteration", "Diagnostics/CumSteps", "Diagnostics/CumTime (s)",
@@ -36,17 +36,6 @@ def _train(runner, log_dir=None):
             return runner.train()
 
 
-def _reference_return(env_id, policy, seed):
-    env = gym.make(env_id)
-    obs, _ = env.reset(seed=int(seed))
-    total, done = 0.0, False
-    while not done:
-        obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
-        total += float(reward)
-        done = terminated or truncated
-    return total
-
-
 def test_fitness_is_the_mean_over_common_episode_seeds():
     runner = _runner("cmaes", "Pendulum-v1", seed=3, workers=[], n_generations=2)
     told = []
@@ -66,7 +55,7 @@ def test_fitness_is_the_mean_over_common_episode_seeds():
         assert list(seeds) == list(range(4 + 4 * generation, 8 + 4 * generation))
         for k in (0, 5, 15):
             policy.load_vector(solutions[k].astype(np.float32))
-            expected = np.mean([_reference_return("Pendulum-v1", policy, s) for s in seeds])
+            expected = np.mean([reference_return("Pendulum-v1", policy, s) for s in seeds])
             assert returns[k] == pytest.approx(expected, rel=1e-5)
 
 

@@ -21,9 +21,11 @@ from rlfast.experiments.config import apply_overrides, flatten
 from rlfast.experiments.presets import PRESETS, get_preset
 from rlfast.experiments.search_spaces import SEARCH_SPACES, check_space, spec_contains
 from rlfast.experiments.tune import STUDY_NAME, aligned_log_interval
+from tests.integration._guards import session_pids
 
 TINY = ["--steps", "4096", "--set", "sampler.batch_B=2"]
 TIMEOUT_S = 120
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENVS = {"discrete": "CartPole-v1", "continuous": "Pendulum-v1"}
 
 
@@ -39,24 +41,12 @@ def _states(log_dir):
     return {t.number: t.state.name for t in _study(log_dir).get_trials(deepcopy=False)}
 
 
-def _session_pids(sid):
-    """Live processes of session ``sid`` (a search started with start_new_session)."""
-    found = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getsid(proc.pid) == sid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                found.append(proc.pid)
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            pass
-    return found
-
-
 def _assert_session_gone(sid, timeout=15.0):
     """Wait for every process of the session to end; kill and fail if some remain."""
     deadline = time.monotonic() + timeout
-    while _session_pids(sid) and time.monotonic() < deadline:
+    while session_pids(sid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = _session_pids(sid)
+    left = session_pids(sid)
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -331,20 +321,25 @@ def test_best_config_breaks_ties_by_the_fastest_learner(tmp_path, capsys):
     assert "| 1 | COMPLETE | 500.00 | 466.67 | 3000 |" in table, table
 
 
-def _open_and_count(path, start_at):
-    from rlfast.experiments.tune import _open_storage
-    while time.time() < start_at:  # every process opens the new database at the same moment
-        time.sleep(0.001)
-    return len(_open_storage(path).get_all_studies())
+_OPEN_AT_ONCE = """
+import sys, time
+from rlfast.experiments.tune import _open_storage
+start_at = float(sys.argv[2])
+while time.time() < start_at:  # every process opens the new database at the same moment
+    time.sleep(0.001)
+print(len(_open_storage(sys.argv[1]).get_all_studies()))
+"""
 
 
 def test_processes_opening_a_new_study_database_at_once_all_succeed(tmp_path):
-    import concurrent.futures
-    import multiprocessing
-
+    # Plain subprocesses: a multiprocessing pool would leave its resource tracker running
+    # for the rest of the session, which the process-accounting tests would count.
     path = str(tmp_path / "study.db")
-    with concurrent.futures.ProcessPoolExecutor(
-            4, mp_context=multiprocessing.get_context("spawn")) as pool:
-        start_at = time.time() + 3.0
-        results = list(pool.map(_open_and_count, [path] * 4, [start_at] * 4))
-    assert results == [0, 0, 0, 0]
+    start_at = time.time() + 4.0
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN_AT_ONCE, path, str(start_at)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=tmp_path, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+             for _ in range(4)]
+    results = [proc.communicate(timeout=120) for proc in procs]
+    assert [(proc.returncode, out.strip()) for proc, (out, _) in zip(procs, results)] == \
+        [(0, "0")] * 4, [err[-1500:] for _, err in results]

@@ -50,3 +50,16 @@ def live_children() -> list:
             continue
         pids.append(child.pid)
     return pids
+
+
+def session_pids(sid: int) -> list:
+    """Live (non-zombie) processes of session ``sid`` (a command started with
+    ``start_new_session=True``: its session id is its pid)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getsid(proc.pid) == sid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            pass
+    return found

@@ -49,7 +49,7 @@ def _assert_async_columns_finite(rows: list[dict]) -> None:
 
 
 # ---- the throttle ------------------------------------------------------------------------------
-THROTTLE_S = 30.0
+THROTTLE_S = 15.0
 THROTTLE_DQN = dict(SMALL_DQN, replay_ratio=0.25, batch_size=32, min_steps_learn=256)
 
 
@@ -67,14 +67,14 @@ class _TimedRun(AsyncRlEval):
 
 
 def test_throttle_holds_replay_ratio_when_optimizer_is_faster(tmp_path, watchdog):  # noqa: F811
-    """A 30 s run where the optimizer would outpace the allowed replay ratio: a 32-unit MLP,
+    """A 15 s run where the optimizer would outpace the allowed replay ratio: a 32-unit MLP,
     one update of 32 samples per 128-step batch of CartPole (replay ratio 0.25; the serial
     sampler's 128 environment steps take about 3x longer than one such update). The achieved
     ratio, updates x batch size / environment steps in replay since learning began, must stay
     within 10% of the target (and never above it), while the optimizer sits idle much of the
     time: the throttle, not the optimizer's speed, holds it."""
     watchdog(HANG_GUARD_S)
-    runner = small_dqn_runner("serial", n_steps=100_000_000, log_interval_steps=12_800,
+    runner = small_dqn_runner("serial", n_steps=100_000_000, log_interval_steps=6_400,
                               batch_T=8, batch_B=16, algo=DQN(**THROTTLE_DQN),
                               RunnerCls=_TimedRun)
     algo = runner.algo

@@ -15,7 +15,7 @@ import torch
 
 from rlfast.samplers.base import make_envs
 from rlfast.samplers.parallel.status import Phase
-from rlfast.utils.processes import StopChild
+from rlfast.utils.processes import StopChild, receive_command
 from rlfast.utils.seed import set_seed
 
 StopWorker = StopChild  # raised inside a worker to leave quietly at shutdown
@@ -77,13 +77,10 @@ def sampling_process(conn, common_kwargs: dict, worker_kwargs: dict) -> None:
         while True:
             collector.reset_if_needed(agent_inputs)
             publish(Phase.WAITING_COMMAND)
-            try:
-                command, *args = conn.recv()
-            except EOFError:
-                break  # the master is gone
-            if command == "quit":
-                break
-            itr, state, db_idx = args
+            message = receive_command(conn)
+            if message is None:
+                break  # quit, or the master is gone
+            command, itr, state, db_idx = message
             if state and agent is not None:
                 agent.load_sampling_state(state)
             if db_idx is not None:  # async samplers: this batch's slot of the double buffer

@@ -33,7 +33,7 @@ from rlfast.utils.launching.variant import save_variant
 from rlfast.utils.logging.context import get_data_dir
 
 __all__ = ["run_experiments", "launch_experiment", "experiment_command", "RunResult",
-           "report_sweep", "stop_children", "write_atomic",
+           "report_sweep", "stop_children", "kill_after_grace", "write_atomic",
            "NUM_LAUNCHED_FILE", "TREE_FILE"]
 
 NUM_LAUNCHED_FILE = "num_launched.txt"
@@ -189,7 +189,13 @@ def stop_children(procs: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    _, alive = psutil.wait_procs(descendants, timeout=max(deadline - time.monotonic(), 0.01))
+    kill_after_grace(descendants, max(deadline - time.monotonic(), 0.01))
+
+
+def kill_after_grace(procs: list, grace_s: float) -> None:
+    """Wait up to ``grace_s`` for ``psutil`` processes (already sent SIGTERM) to end, then
+    SIGKILL whatever still runs and reap it."""
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for p in alive:
         try:
             p.kill()
