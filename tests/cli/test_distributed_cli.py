@@ -18,7 +18,7 @@ import torch.distributed as dist
 from rlfast.cli import _parser, configure_train, main, run_train
 from rlfast.runners import MinibatchRlEval, SyncRlEval
 from tests.integration._guards import live_children
-from tests.cli.test_signals import _session  # live processes of a session
+from tests.integration._guards import session_pids  # live processes of a session
 
 SHM = "/dev/shm"
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
@@ -223,14 +223,14 @@ def _run_cli(tmp_path, argv, name):
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while proc.poll() is None:
             assert time.monotonic() < deadline, f"{argv} still running after {RUN_TIMEOUT_S} s"
-            pids.update(_session(proc.pid))
+            pids.update(session_pids(proc.pid))
             time.sleep(0.05)
         deadline = time.monotonic() + 10
-        while _session(proc.pid) and time.monotonic() < deadline:
+        while session_pids(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        left = _session(proc.pid)
+        left = session_pids(proc.pid)
     finally:
-        if proc.poll() is None or _session(proc.pid):
+        if proc.poll() is None or session_pids(proc.pid):
             try:
                 os.killpg(proc.pid, 9)
             except ProcessLookupError:
