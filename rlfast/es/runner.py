@@ -22,6 +22,7 @@ from __future__ import annotations
 import signal
 import time
 import numpy as np
+import torch
 
 from rlfast.es.base import BaseES
 from rlfast.es.evaluator import EsEvaluator
@@ -156,7 +157,7 @@ class EsRunner:
             self.generations_done = generation + 1
             self.last_fitness = fitness
             last = generation == self.n_generations - 1
-            stop = self._stop_condition(last)
+            stop = self._stop_condition()
             if stop or last or (generation + 1) % self.log_interval == 0:
                 with guard.held():  # a log row and its snapshot are never separated
                     self._log_row(generation)
@@ -167,7 +168,7 @@ class EsRunner:
                 self.stop_reason = stop
                 return
 
-    def _stop_condition(self, last: bool) -> str | None:
+    def _stop_condition(self) -> str | None:
         if self.n_steps is not None and self.cum_steps >= self.n_steps:
             return f"{self.cum_steps} population steps reached n_steps={self.n_steps}"
         conditions = self.strategy.stop()
@@ -257,7 +258,8 @@ class EsRunner:
         self._snapshot_generation = generation
 
     # ---- this process's cores -------------------------------------------------------------
-    def _pin_master(self) -> list[int] | None:
+    def _pin_master(self) -> tuple[list[int], int] | None:
+        """Pin this process to ``master_cpus``; returns what to restore (cores, threads)."""
         cpus = self.affinity.get("master_cpus")
         if not cpus or not self.affinity.get("set_affinity", True):
             return None
@@ -266,16 +268,20 @@ class EsRunner:
             previous = psutil.Process().cpu_affinity()
         except (ImportError, AttributeError, OSError):
             return None
+        threads = torch.get_num_threads()
         set_worker_affinity(cpus, self.affinity.get("master_torch_threads") or 1)
-        return previous
+        return previous, threads
 
     @staticmethod
-    def _restore_master(previous: list[int] | None) -> None:
+    def _restore_master(previous: tuple[list[int], int] | None) -> None:
+        """Give a caller that runs the search in-process its cores and threads back."""
         if previous is None:
             return
+        cpus, threads = previous
+        torch.set_num_threads(threads)
         try:
             import psutil
-            psutil.Process().cpu_affinity(previous)
+            psutil.Process().cpu_affinity(cpus)
         except (ImportError, AttributeError, OSError, ValueError):
             pass
 

@@ -115,3 +115,20 @@ def test_bad_runner_settings():
     with pytest.raises(ValueError, match="image game"):
         build_es_runner("cem", "atari:pong", get_es_preset("cem", "CartPole-v1"))
     logger.reset() if hasattr(logger, "reset") else None
+
+
+def test_pinned_search_gives_the_caller_its_cores_and_threads_back():
+    import psutil
+    import torch
+    threads, cores = torch.get_num_threads(), psutil.Process().cpu_affinity()
+    torch.set_num_threads(2)
+    try:
+        runner = build_es_runner("cem", "CartPole-v1", get_es_preset("cem", "CartPole-v1"),
+                                 affinity=dict(master_cpus=[0], workers_cpus=[[0]],
+                                               master_torch_threads=1))[0]
+        runner.n_generations = 1
+        _train(runner)
+        assert torch.get_num_threads() == 2
+        assert psutil.Process().cpu_affinity() == cores
+    finally:
+        torch.set_num_threads(threads)
