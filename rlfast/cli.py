@@ -16,7 +16,7 @@ from rlfast.experiments.presets import (ATARI_PREFIX, PRESETS, RUNNERS, SAMPLERS
                                        build_experiment, check_runner, default_sampler,
                                        get_preset, run_params)
 from rlfast.runners import MinibatchRlBase, TrainingInterrupted
-from rlfast.runners.interrupts import signal_name
+from rlfast.utils.interrupts import signal_name
 from rlfast.utils.distributed import BACKENDS, DistEnv, launch_env
 from rlfast.utils.logging.context import ExistingRunError, experiment_dir, find_run_files
 

@@ -26,7 +26,7 @@ import torch
 
 from rlfast.es.base import BaseES
 from rlfast.es.evaluator import EsEvaluator
-from rlfast.runners.interrupts import SigtermGuard, signal_name
+from rlfast.utils.interrupts import SigtermGuard, signal_name
 from rlfast.samplers.base import EVAL_ENV_SEED_OFFSET
 from rlfast.samplers.parallel.worker import set_worker_affinity
 from rlfast.utils.logging import logger

@@ -193,7 +193,7 @@ def es_train_main(args: argparse.Namespace) -> int:
     error, 128 + signal for an interrupted run, else 0)."""
     from rlfast.cli import run_train
     from rlfast.runners import TrainingInterrupted
-    from rlfast.runners.interrupts import signal_name
+    from rlfast.utils.interrupts import signal_name
     try:
         try:
             run = configure_es(args)

@@ -17,7 +17,7 @@ import numpy as np
 import psutil
 import torch
 
-from rlfast.runners.interrupts import SigtermGuard, TrainingInterrupted, signal_name
+from rlfast.utils.interrupts import SigtermGuard, TrainingInterrupted, signal_name
 from rlfast.runners.snapshots import (RESUME_SEED_STRIDE, build_snapshot, check_resumable,
                                       replay_sidecars, restore_snapshot,
                                       resume_start_itr)

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import torch
 
-from rlfast.runners.interrupts import SigtermGuard
+from rlfast.utils.interrupts import SigtermGuard
 from rlfast.runners.minibatch_rl import MinibatchRl, MinibatchRlEval, TrajInfos
 from rlfast.utils import distributed
 from rlfast.utils.checks import check_int
