@@ -390,6 +390,17 @@ def gym_spaces(id: Any, **kwargs: Any) -> EnvSpaces:
         env.close()
 
 
+def gym_horizon(id: Any) -> int | None:
+    """The time limit ``gymnasium.make(id)`` applies: its registered ``max_episode_steps``,
+    or None for an id registered without one or unknown to the registry (nothing is made)."""
+    try:
+        spec = gymnasium.spec(id)
+    except gymnasium.error.Error:
+        return None
+    steps = getattr(spec, "max_episode_steps", None)
+    return None if steps is None else int(steps)
+
+
 def make(id: Any, info_example: Mapping | None = None, seed: int | None = None,
          final_observation: bool = False, flatten_observation: bool = False,
          **kwargs: Any) -> GymEnvWrapper:

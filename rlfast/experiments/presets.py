@@ -27,8 +27,9 @@ from rlfast.algos import A2C, PPO, RLAlgorithm
 from rlfast.algos.dqn import DQN, R2D1, CategoricalDQN
 from rlfast.algos.qpg import DDPG, SAC, TD3
 from rlfast.envs import make as make_gym_env
+from rlfast.envs.gym import gym_horizon
 from rlfast.envs.gym import gym_spaces as make_gym_spaces
-from rlfast.experiments.env_overrides import ENV_TUNED
+from rlfast.experiments.env_overrides import DQN_CARTPOLE, ENV_TUNED
 from rlfast.experiments.qpg_presets import QPG_ALGOS, QPG_PRESETS
 from rlfast.runners import AsyncRlEval, MinibatchRlEval, SyncRlEval
 from rlfast.samplers import (AlternatingSampler, AsyncAlternatingSampler, AsyncCpuSampler,
@@ -119,14 +120,28 @@ PRESETS["a2c"]["atari"] = dict(
 # ---- value-based presets (discrete actions only) -----------------------------------------
 _DQN_SAMPLER = dict(batch_T=4, batch_B=8, max_decorrelation_steps=0, eval_n_envs=8,
                     eval_max_steps=8 * 500, eval_max_trajectories=8)
-# Tuned on CartPole-v1 (tests/learning/test_dqn_cartpole.py records the search).
-_DQN_ALGO = dict(discount=0.99, batch_size=64, min_steps_learn=1000, delta_clip=None,
-                 replay_size=100_000, replay_ratio=8, target_update_tau=1.0,
-                 target_update_interval=250, n_step_return=10, learning_rate=5e-4,
-                 clip_grad_norm=10.0, eps_steps=20_000, double_dqn=True,
+# The general DQN preset for vector observations: the standard classic-control DQN of
+# rl-baselines3-zoo (hyperparams/dqn.yml, its Acrobot-v1 and LunarLander-v2 entries, which agree:
+# learning_rate 6.3e-4, batch_size 128, buffer_size 50000, gamma 0.99,
+# target_update_interval 250, train_freq 4, gradient_steps -1, exploration_fraction 0.12,
+# exploration_final_eps 0.1), in rlfast's units: one update of 128 samples per environment
+# step is replay_ratio 128; 250 steps between target copies are 250 updates; epsilon reaches
+# its floor after 12% of the 100k-step default budget. One-step targets, not double: the
+# zoo's (and the Nature paper's) DQN. Learning starts after 1000 steps (zoo: 0) so that the
+# first batches are not 128 draws of a handful of transitions. The zoo's 256x256 network is
+# 64x64 here: on Acrobot-v1 (rlfast train dqn, 100k steps, seeds 0/1/2) 64x64 ended at
+# -81/-81/-89 (greedy 8-episode evaluation), 256x256 at -81/-72 (seeds 0/1) for about 1.5x
+# the time per update. CartPole-v1 keeps the preset rlfast tuned on it (env_overrides).
+_DQN_ALGO = dict(discount=0.99, batch_size=128, min_steps_learn=1000, delta_clip=None,
+                 replay_size=50_000, replay_ratio=128, target_update_tau=1.0,
+                 target_update_interval=250, n_step_return=1, learning_rate=6.3e-4,
+                 clip_grad_norm=10.0, eps_steps=12_000, double_dqn=False,
                  prioritized_replay=False)
 _DQN_AGENT = dict(model_kwargs=dict(hidden_sizes=[64, 64], dueling=False), eps_init=1.0,
-                  eps_final=0.01, eps_eval=0.0, recurrent=False)
+                  eps_final=0.1, eps_eval=0.0, recurrent=False)
+# The distributional presets build on the CartPole-tuned DQN (their tuning started there).
+_DQN_TUNED_ALGO = deep_merge(_DQN_ALGO, DQN_CARTPOLE["algo"])
+_DQN_TUNED_AGENT = deep_merge(_DQN_AGENT, DQN_CARTPOLE["agent"])
 _ATARI_DQN_SAMPLER = dict(batch_T=2, batch_B=16, max_decorrelation_steps=1000, eval_n_envs=4,
                           eval_max_steps=40_000, eval_max_trajectories=4)
 _ATARI_DQN_ALGO = dict(discount=0.99, batch_size=32, min_steps_learn=50_000, delta_clip=1.0,
@@ -147,8 +162,8 @@ PRESETS["dqn"] = dict(
                algo=_ATARI_DQN_ALGO, sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
 )
 PRESETS["cat_dqn"] = dict(
-    discrete=dict(agent=deep_merge(_DQN_AGENT, dict(n_atoms=51)),
-                  algo=deep_merge(_DQN_ALGO, dict(V_min=0.0, V_max=100.0, learning_rate=1e-3)),
+    discrete=dict(agent=deep_merge(_DQN_TUNED_AGENT, dict(n_atoms=51)),
+                  algo=deep_merge(_DQN_TUNED_ALGO, dict(V_min=0.0, V_max=100.0, learning_rate=1e-3)),
                   sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
     atari=dict(agent=deep_merge(_ATARI_DQN_AGENT, dict(n_atoms=51)),
                env=dict(PRESETS["ppo"]["atari"]["env"]),
@@ -156,9 +171,9 @@ PRESETS["cat_dqn"] = dict(
                sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
 )
 PRESETS["rainbow"] = dict(
-    discrete=dict(agent=deep_merge(_DQN_AGENT, dict(n_atoms=51, eps_init=0.0, eps_final=0.0,
+    discrete=dict(agent=deep_merge(_DQN_TUNED_AGENT, dict(n_atoms=51, eps_init=0.0, eps_final=0.0,
                                                     model_kwargs=dict(dueling=True, noisy=True))),
-                  algo=deep_merge(_DQN_ALGO, dict(V_min=0.0, V_max=100.0, **_RAINBOW)),
+                  algo=deep_merge(_DQN_TUNED_ALGO, dict(V_min=0.0, V_max=100.0, **_RAINBOW)),
                   sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
     atari=dict(agent=deep_merge(_ATARI_DQN_AGENT,
                                 dict(n_atoms=51, eps_init=0.0, eps_final=0.0,
@@ -226,10 +241,12 @@ MULTI_DISCRETE_ALGOS = ("a2c", "ppo")
 _KIND_LABEL = {"atari": "Atari (discrete)", "discrete": "Discrete",
                "multi_discrete": "MultiDiscrete / MultiBinary", "continuous": "continuous Box"}
 
-EnvTraits = namedtuple("EnvTraits", ["kind", "action_space", "observation_space"])
+EnvTraits = namedtuple("EnvTraits", ["kind", "action_space", "observation_space", "horizon"],
+                       defaults=(None,))
 EnvTraits.__doc__ = ("What the presets need to know of an environment: the action ``kind`` "
                      "(a key of ACTION_KIND_FAMILY, or None for an action space no preset "
-                     "supports) and the gymnasium spaces (None for Atari games).")
+                     "supports), the gymnasium spaces (None for Atari games) and the time "
+                     "limit gymnasium registers for it (None if none is known).")
 
 
 def action_kind(space: Any) -> str | None:
@@ -252,7 +269,8 @@ def inspect_env(env_id: str) -> EnvTraits:
     if env_id.startswith(ATARI_PREFIX):
         return EnvTraits("atari", None, None)
     spaces = make_gym_spaces(env_id)
-    return EnvTraits(action_kind(spaces.action), spaces.action, spaces.observation)
+    return EnvTraits(action_kind(spaces.action), spaces.action, spaces.observation,
+                     gym_horizon(env_id))
 
 
 def env_kind(env_id: str) -> str | None:
@@ -294,6 +312,17 @@ def needs_flat_observation(traits: EnvTraits) -> bool:
     return isinstance(traits.observation_space, (gym_spaces.Dict, gym_spaces.Tuple))
 
 
+def fit_evaluation_to_horizon(sampler: dict, horizon: int | None) -> None:
+    """Raise ``sampler["eval_max_steps"]`` (in place) so that every evaluation environment can
+    play one whole episode of ``horizon`` steps. The presets' budgets assume CartPole's 500
+    (on-policy and DQN) or MuJoCo's 1000 (SAC, TD3, DDPG); with LunarLander's 1000 or
+    BipedalWalker's 1600 an evaluation would end before any episode did and log no return.
+    Never lowers a budget; ``--set sampler.eval_max_steps`` still applies afterwards."""
+    n_envs, budget = sampler.get("eval_n_envs"), sampler.get("eval_max_steps")
+    if horizon and n_envs and budget is not None and budget < n_envs * horizon:
+        sampler["eval_max_steps"] = n_envs * horizon
+
+
 def get_preset(algo: str, env_id: str) -> dict:
     """The preset for ``algo`` matched to ``env_id``: a fresh nested dict that the caller
     may change freely.
@@ -310,6 +339,7 @@ def get_preset(algo: str, env_id: str) -> dict:
     config = deep_merge(PRESETS[algo][family], ENV_TUNED.get((algo, env_id), {}))
     if needs_flat_observation(traits):
         config["env"] = dict(config.get("env", {}), flatten_observation=True)
+    fit_evaluation_to_horizon(config["sampler"], traits.horizon)
     for key, value in SAMPLER_SAFETY.items():  # every preset can set them with --set
         config["sampler"].setdefault(key, value)
     # --set runner.stop_return=X ends training at the first evaluation averaging X or more.

@@ -173,3 +173,62 @@ def test_cli_trains_ppo_on_dict_observations(tmp_path, capsys):
                  "--set", "sampler.eval_max_steps=32"])
     assert code == 0, capsys.readouterr().err
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("Final evaluation return")
+
+
+def test_dqn_general_preset_is_the_zoo_classic_control_dqn_cartpole_keeps_its_tuning():
+    from rlfast.experiments.env_overrides import DQN_CARTPOLE
+    acrobot = get_preset("dqn", "Acrobot-v1")
+    # rl-baselines3-zoo's Acrobot / LunarLander DQN in rlfast's units: one update of 128
+    # samples per env step, target copy every 250 updates, one-step non-double targets.
+    assert {k: acrobot["algo"][k] for k in ("learning_rate", "batch_size", "replay_size",
+                                            "replay_ratio", "target_update_interval",
+                                            "n_step_return", "double_dqn", "eps_steps")} == \
+        dict(learning_rate=6.3e-4, batch_size=128, replay_size=50_000, replay_ratio=128,
+             target_update_interval=250, n_step_return=1, double_dqn=False, eps_steps=12_000)
+    assert acrobot["agent"]["eps_final"] == 0.1
+    assert get_preset("dqn", "LunarLander-v3")["algo"] == acrobot["algo"]
+    cartpole = get_preset("dqn", "CartPole-v1")
+    for key, value in DQN_CARTPOLE["algo"].items():
+        assert cartpole["algo"][key] == value, key
+    assert cartpole["agent"]["eps_final"] == 0.01
+    assert cartpole["agent"]["model_kwargs"]["hidden_sizes"] == [64, 64]
+    assert cartpole["algo"]["n_step_return"] == 10 and cartpole["algo"]["replay_ratio"] == 8
+    # The distributional presets keep the CartPole-tuned basis on every discrete task.
+    for algo in ("cat_dqn", "rainbow"):
+        assert get_preset(algo, "Acrobot-v1")["algo"]["batch_size"] == 64
+        assert get_preset(algo, "Acrobot-v1")["algo"]["n_step_return"] in (3, 10)
+
+
+def test_mountain_car_pg_presets_normalize_observation_and_reward():
+    for algo in ("ppo", "a2c"):
+        config = get_preset(algo, "MountainCar-v0")
+        assert config["agent"]["model_kwargs"]["normalize_observation"] is True
+        assert config["algo"]["normalize_reward"] is True
+        assert get_preset(algo, "CartPole-v1")["algo"]["normalize_reward"] is False
+
+
+@pytest.mark.parametrize("algo, env_id, budget", [
+    ("ppo", "LunarLander-v3", 8 * 1000),     # 8 eval envs x the 1000-step time limit
+    ("dqn", "LunarLander-v3", 8 * 1000),
+    ("a2c", "BipedalWalker-v3", 8 * 1600),
+    ("ppo", "CartPole-v1", 8 * 500),         # the preset's own budget already fits
+    ("dqn", "MountainCar-v0", 8 * 500),      # never lowered below the preset's
+    ("sac", "Pendulum-v1", 5 * 1000),
+    ("ppo", "atari:pong", 40_000),           # no gymnasium time limit: the preset's
+])
+def test_evaluation_budget_lets_every_eval_env_finish_one_episode(algo, env_id, budget):
+    assert get_preset(algo, env_id)["sampler"]["eval_max_steps"] == budget
+
+
+def test_fit_evaluation_to_horizon_only_raises_and_reads_the_registry():
+    from rlfast.envs.gym import gym_horizon
+    from rlfast.experiments.presets import fit_evaluation_to_horizon
+    assert gym_horizon("LunarLander-v3") == 1000 and gym_horizon("CartPole-v1") == 500
+    assert gym_horizon("NoSuchEnv-v0") is None
+    sampler = dict(eval_n_envs=4, eval_max_steps=100)
+    fit_evaluation_to_horizon(sampler, 300)
+    assert sampler["eval_max_steps"] == 1200
+    fit_evaluation_to_horizon(sampler, 10)
+    assert sampler["eval_max_steps"] == 1200
+    fit_evaluation_to_horizon(sampler, None)
+    assert sampler["eval_max_steps"] == 1200
