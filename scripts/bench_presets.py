@@ -28,7 +28,11 @@ keeps its own torch thread defaults (SB3 on the CPU, like rlfast's CPU presets).
 Usage: python scripts/bench_presets.py [--rows CartPole-v1:ppo,Pendulum-v1:sac]
            [--seeds 0,1,2] [--steps N] [--out DIR] [--quick] [--list]
 ``--out DIR`` writes DIR/bench_presets.md (machine line and table) and DIR/bench_presets.json
-(every run's numbers), rewritten after each row. ``--quick``: one tiny row, one seed (a test).
+(every run's numbers), rewritten after each row. The suite takes hours on a small machine, so
+it can be run in pieces into one DIR: the rows already in DIR/bench_presets.json stay (in
+suite order, each with the commit it was measured at), a row run again replaces its old
+record, and the table lists the suite's rows not measured yet. Merging needs the same seeds.
+``--quick``: one tiny row, one seed (a test).
 """
 from __future__ import annotations
 
@@ -223,12 +227,49 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def code_version() -> str:
+    """The short commit of the checkout the suite runs (``-dirty`` with uncommitted changes
+    to tracked files), or ``"unknown"`` outside a git checkout."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=30, check=True).stdout.strip()
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit + ("-dirty" if dirty else "")
+
+
+def merge_records(previous: list[dict], new: list[dict]) -> list[dict]:
+    """One record per row, in suite order: ``new`` replaces a ``previous`` record of the same
+    (env, algo); rows the suite no longer has are dropped."""
+    by_key = {(r["env"], r["algo"]): r for r in previous}
+    by_key.update({(r["env"], r["algo"]): r for r in new})
+    return [by_key[(row.env, row.algo)] for row in ROWS if (row.env, row.algo) in by_key]
+
+
+def load_previous(out_dir: str, seeds: list[int]) -> list[dict]:
+    """The records of an earlier run into ``out_dir`` (none if there is no such file); a file
+    measured with other seeds is refused, since its rows could not share one table."""
+    path = os.path.join(out_dir, "bench_presets.json")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        data = json.load(f)
+    if data.get("seeds") != seeds:
+        raise SystemExit(f"bench_presets: {path} holds rows measured with seeds "
+                         f"{data.get('seeds')}, this run uses {seeds}; use another --out DIR "
+                         f"or the same --seeds")
+    return list(data.get("rows", []))
+
+
 def summarize(row: Row, steps: int, runs: dict[str, list[dict]]) -> dict:
     """A row's record: every run, the per-framework statistics, ``diff_sb3_std``,
     ``time_ratio`` and the verdict (PASS / FAIL / ERROR)."""
     record: dict[str, Any] = dict(env=row.env, algo=row.algo, budget=steps,
                                   budget_reason=row.reason if steps == row.budget
-                                  else "set with --steps / --quick")
+                                  else "set with --steps / --quick", commit=code_version())
     for name in FRAMEWORKS:
         good = [r for r in runs[name] if r["ok"]]
         ret_mean, ret_std = mean_std([r["final_return"] for r in good])
@@ -252,7 +293,7 @@ def summarize(row: Row, steps: int, runs: dict[str, list[dict]]) -> dict:
 
 
 HEADER = ["env", "algo", "budget", "rlfast return", "SB3 return", "diff (SB3 std)",
-          "rlfast time (s)", "SB3 time (s)", "time ratio", "verdict"]
+          "rlfast time (s)", "SB3 time (s)", "time ratio", "verdict", "commit"]
 
 
 def _cell(record: dict, name: str) -> str:
@@ -279,7 +320,8 @@ def table_row(record: dict) -> list[str]:
             _cell(record, "sb3"), diff_cell,
             "-" if rl["time_mean_s"] is None else f"{rl['time_mean_s']:.1f}",
             "-" if sb["time_mean_s"] is None else f"{sb['time_mean_s']:.1f}",
-            "-" if record["time_ratio"] is None else f"{record['time_ratio']:.2f}x", verdict]
+            "-" if record["time_ratio"] is None else f"{record['time_ratio']:.2f}x", verdict,
+            record.get("commit", "unknown")]
 
 
 def render_table(records: list[dict]) -> str:
@@ -297,6 +339,11 @@ def render_table(records: list[dict]) -> str:
     if loads:
         lines += ["", f"Load average (1 min) when the runs started: {min(loads):.2f} to "
                       f"{max(loads):.2f} on {os.cpu_count()} cores."]
+    measured = {(r["env"], r["algo"]) for r in records}
+    missing = [f"{row.env}:{row.algo}" for row in ROWS if (row.env, row.algo) not in measured]
+    if missing and records:
+        lines += ["", f"Not measured yet ({len(missing)} of {len(ROWS)} rows): "
+                      + ", ".join(missing) + "."]
     return "\n".join(lines)
 
 
@@ -383,6 +430,7 @@ def main() -> int:
     header = dict(machine=machine_line(), seeds=seeds, eval_episodes=EVAL_EPISODES,
                   eval_seed0=EVAL_SEED0, criterion=CRITERION, python=platform.python_version())
     print(f"Machine: {header['machine']}", flush=True)
+    previous = load_previous(args.out, seeds) if args.out and not args.quick else []
     records = []
     for row in rows:
         budget = steps if steps is not None else row.budget
@@ -398,7 +446,7 @@ def main() -> int:
                       flush=True)
         records.append(summarize(row, budget, runs))
         if args.out:
-            write_outputs(args.out, header, records)
+            write_outputs(args.out, header, merge_records(previous, records))
     print(f"Seeds: {', '.join(map(str, seeds))}\n\n{render_table(records)}\n\n{CRITERION}")
     return 0
 

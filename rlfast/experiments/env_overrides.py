@@ -99,4 +99,12 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
                   clip_grad_norm=0.5),
         sampler=dict(batch_T=16))),
     ("a2c", "MountainCar-v0"): _NORMALIZE_BOTH,
+    # LunarLander-v3, A2C: rl-baselines3-zoo hyperparams/a2c.yml, LunarLander-v2 entry (n_envs 8,
+    # gamma 0.995, learning_rate lin_0.00083 (constant here: rlfast's A2C has no schedule),
+    # ent_coef 0.00001; n_steps 5 as the general preset). 200k steps, 10 greedy episodes of
+    # bench_presets, seeds 0/1/2: -119 / 116 / -6 (mean -3); the general preset: -128 / -21 /
+    # -31 (mean -60); SB3 with the zoo's settings: 91 / -20 (seeds 0/1).
+    ("a2c", "LunarLander-v3"): dict(
+        algo=dict(discount=0.995, learning_rate=8.3e-4, entropy_loss_coeff=1e-5),
+        sampler=dict(batch_B=8)),
 }

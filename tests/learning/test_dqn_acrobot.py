@@ -4,9 +4,10 @@ reaches a greedy evaluation return of -110 within 100k steps.
 
 Serial sampler, seed 0 (deterministic); the run stops at the first evaluation reaching the
 threshold (``runner.stop_return``). The preset is rl-baselines3-zoo's classic-control DQN (one
-update of 128 samples per step, 64x64 network; see ``rlfast.experiments.presets``). Record
-(2-core machine, evaluations every 9,984 steps, first evaluation >= -110): seed 0: -117 at
-9,984, -85 at 19,968 steps; seed 1: -500, -114, -88 at 29,952. The general preset before it
+update of 128 samples per step, 128x128 network; see ``rlfast.experiments.presets``). Record
+(2-core machine, evaluations every 9,984 steps, first evaluation >= -110): seed 0: -107 at
+9,984 steps (21 s on a loaded machine); seed 1: -500, -85 at 19,968. With a 64x64 network:
+seed 0 -85 at 19,968, seed 1 -88 at 29,952. The general preset before it
 (rlfast's CartPole tuning: 10-step double DQN, replay ratio 8, now CartPole-v1's entry in
 ``env_overrides``) reached -106 only at 79,872 steps with seed 1, and in
 ``scripts/bench_presets.py`` (cpu sampler, 100k steps, 10 greedy episodes) ended at -500 / -90

@@ -15,7 +15,7 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_presets.py"
 HEADER = ["env", "algo", "budget", "rlfast return", "SB3 return", "diff (SB3 std)",
-          "rlfast time (s)", "SB3 time (s)", "time ratio", "verdict"]
+          "rlfast time (s)", "SB3 time (s)", "time ratio", "verdict", "commit"]
 
 
 def _table_rows(text: str) -> list[list[str]]:
@@ -80,3 +80,47 @@ def test_quick_run_writes_table_and_consistent_json(tmp_path):
         assert float(row[7]) == pytest.approx(sb_time, abs=0.051)
         assert float(row[8].rstrip("x")) == pytest.approx(ratio, abs=0.0051)
         assert row[9].split()[0] == record["verdict"]
+
+
+def _bench_presets_module():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import bench_presets
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return bench_presets
+
+
+def _record(env: str, algo: str, commit: str) -> dict:
+    stats = dict(runs=[dict(seed=0, ok=True, load_before=0.5)], return_mean=1.0,
+                 return_std=0.0, time_mean_s=1.0)
+    return dict(env=env, algo=algo, budget=10, commit=commit, rlfast=dict(stats),
+                sb3=dict(stats), diff_sb3_std=None, time_ratio=1.0, return_ok=True,
+                time_ok=False, errors=[], verdict="FAIL")
+
+
+def test_pieces_merge_into_one_table_in_suite_order(tmp_path):
+    """The suite can be run in pieces into one --out DIR: earlier rows stay, a row run again
+    replaces its record, rows come out in suite order, the rest are listed as not measured,
+    and a file measured with other seeds is refused."""
+    bp = _bench_presets_module()
+    first, second = bp.ROWS[3], bp.ROWS[0]  # out of suite order on purpose
+    old = [_record(first.env, first.algo, "aaa"), _record(second.env, second.algo, "aaa")]
+    header = dict(machine="m", seeds=[0, 1], criterion="c")
+    bp.write_outputs(str(tmp_path), header, old)
+    previous = bp.load_previous(str(tmp_path), [0, 1])
+    assert previous == old
+    merged = bp.merge_records(previous, [_record(first.env, first.algo, "bbb")])
+    assert [(r["env"], r["algo"], r["commit"]) for r in merged] == [
+        (second.env, second.algo, "aaa"), (first.env, first.algo, "bbb")]
+    table = bp.render_table(merged)
+    rows = _table_rows(table)
+    assert [(r[0], r[1], r[-1]) for r in rows] == [(second.env, second.algo, "aaa"),
+                                                   (first.env, first.algo, "bbb")]
+    missing = [f"{row.env}:{row.algo}" for row in bp.ROWS[1:] if row != first]
+    assert f"Not measured yet ({len(bp.ROWS) - 2} of {len(bp.ROWS)} rows): " \
+        + ", ".join(missing) + "." in table
+    with pytest.raises(SystemExit, match=r"seeds \[0, 1\], this run uses \[0\]"):
+        bp.load_previous(str(tmp_path), [0])
+    assert bp.load_previous(str(tmp_path / "empty"), [0]) == []
+    assert bp.code_version() != ""
