@@ -133,8 +133,8 @@ _DQN_SAMPLER = dict(batch_T=4, batch_B=8, max_decorrelation_steps=0, eval_n_envs
 # cpu sampler; final = 10 greedy episodes of bench_presets, seed 0 / 1):
 #   LunarLander-v3: 64x64 32 / -, 128x128 169 / 209, 256x256 112 / - (the old preset, rlfast's
 #   CartPole tuning: -32);
-#   Acrobot-v1 (last evaluation, 8 episodes): 64x64 -81 / -81 / -89 (seeds 0-2), 128x128
-#   -88 (seed 0), 256x256 -81 / -72.
+#   Acrobot-v1: 128x128 -87 / -78; (last evaluation of the run, 8 episodes) 64x64 -81 / -81
+#   / -89 (seeds 0-2), 256x256 -81 / -72.
 # 256x256 took about twice as long as 128x128 (LunarLander seed 0: 618 s / 333 s, both on a
 # loaded machine).
 # CartPole-v1 keeps the preset rlfast tuned on it (DQN_CARTPOLE in env_overrides).

@@ -199,12 +199,15 @@ def test_dqn_general_preset_is_the_zoo_classic_control_dqn_cartpole_keeps_its_tu
         assert get_preset(algo, "Acrobot-v1")["algo"]["n_step_return"] in (3, 10)
 
 
-def test_mountain_car_pg_presets_normalize_observation_and_reward():
-    for algo in ("ppo", "a2c"):
-        config = get_preset(algo, "MountainCar-v0")
-        assert config["agent"]["model_kwargs"]["normalize_observation"] is True
-        assert config["algo"]["normalize_reward"] is True
-        assert get_preset(algo, "CartPole-v1")["algo"]["normalize_reward"] is False
+@pytest.mark.parametrize("algo, env_id", [("ppo", "MountainCar-v0"), ("a2c", "MountainCar-v0"),
+                                         ("ppo", "Acrobot-v1")])
+def test_pg_presets_normalize_observation_and_reward_where_the_zoo_does(algo, env_id):
+    config = get_preset(algo, env_id)
+    assert config["agent"]["model_kwargs"]["normalize_observation"] is True
+    assert config["algo"]["normalize_reward"] is True
+    cartpole = get_preset(algo, "CartPole-v1")  # the zoo does not normalize there
+    assert cartpole["algo"]["normalize_reward"] is False
+    assert "normalize_observation" not in cartpole["agent"]["model_kwargs"]
 
 
 @pytest.mark.parametrize("algo, env_id, budget", [
