@@ -187,7 +187,11 @@ def _find_horizon(env: Any) -> int | None:
         if isinstance(layer, TimeLimit):
             return int(layer._max_episode_steps)
         layer = getattr(layer, "env", None)
-    spec = getattr(env, "spec", None)
+    return _spec_horizon(getattr(env, "spec", None))
+
+
+def _spec_horizon(spec: Any) -> int | None:
+    """The ``max_episode_steps`` of a gymnasium ``EnvSpec`` (or None) as an int, else None."""
     steps = getattr(spec, "max_episode_steps", None)
     return None if steps is None else int(steps)
 
@@ -394,11 +398,9 @@ def gym_horizon(id: Any) -> int | None:
     """The time limit ``gymnasium.make(id)`` applies: its registered ``max_episode_steps``,
     or None for an id registered without one or unknown to the registry (nothing is made)."""
     try:
-        spec = gymnasium.spec(id)
+        return _spec_horizon(gymnasium.spec(id))
     except gymnasium.error.Error:
         return None
-    steps = getattr(spec, "max_episode_steps", None)
-    return None if steps is None else int(steps)
 
 
 def make(id: Any, info_example: Mapping | None = None, seed: int | None = None,
