@@ -273,7 +273,7 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
     written.
     """
     if args.sampler is None:
-        args.sampler = default_sampler(args.algo)
+        args.sampler = default_sampler(args.algo, args.env)
     if args.algo in PRESETS:  # an unknown algorithm is reported by get_preset
         check_env_id(args.env)
     runner_kind = getattr(args, "runner", "sync")

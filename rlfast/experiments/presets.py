@@ -29,7 +29,7 @@ from rlfast.algos.qpg import DDPG, SAC, TD3
 from rlfast.envs import make as make_gym_env
 from rlfast.envs.gym import gym_horizon
 from rlfast.envs.gym import gym_spaces as make_gym_spaces
-from rlfast.experiments.env_overrides import DQN_CARTPOLE, ENV_TUNED
+from rlfast.experiments.env_overrides import DQN_CARTPOLE, ENV_SAMPLER, ENV_TUNED
 from rlfast.experiments.qpg_presets import QPG_ALGOS, QPG_PRESETS
 from rlfast.runners import AsyncRlEval, MinibatchRlEval, SyncRlEval
 from rlfast.samplers import (AlternatingSampler, AsyncAlternatingSampler, AsyncCpuSampler,
@@ -360,12 +360,16 @@ def get_preset(algo: str, env_id: str) -> dict:
     return config
 
 
-def default_sampler(algo: str) -> str:
+def default_sampler(algo: str, env_id: str | None = None) -> str:
     """The sampler ``rlfast train`` uses without ``--sampler``.
 
-    Serial for the replay-based continuous-control algorithms (one environment and many
-    updates per step leave nothing for parallel workers to hide), else ``"cpu"``.
+    The per-environment choice of ``ENV_SAMPLER`` (``env_overrides``) where it has one for
+    (``algo``, ``env_id``); else serial for the replay-based continuous-control algorithms
+    (one environment and many updates per step leave nothing for parallel workers to hide),
+    and ``"cpu"`` for the others.
     """
+    if env_id is not None and (algo, env_id) in ENV_SAMPLER:
+        return ENV_SAMPLER[(algo, env_id)]
     return "serial" if algo in QPG_ALGOS else "cpu"
 
 

@@ -235,3 +235,26 @@ def test_fit_evaluation_to_horizon_only_raises_and_reads_the_registry():
     assert sampler["eval_max_steps"] == 1200
     fit_evaluation_to_horizon(sampler, None)
     assert sampler["eval_max_steps"] == 1200
+
+
+def test_default_sampler_takes_the_per_environment_choice_first():
+    from rlfast.experiments.env_overrides import ENV_SAMPLER
+    from rlfast.experiments.presets import SAMPLERS, default_sampler
+    assert ENV_SAMPLER[("a2c", "MountainCar-v0")] == "serial"
+    assert default_sampler("a2c", "MountainCar-v0") == "serial"
+    assert default_sampler("a2c", "CartPole-v1") == "cpu"   # no entry: the algorithm's default
+    assert default_sampler("ppo", "MountainCar-v0") == "cpu"
+    assert default_sampler("sac", "Pendulum-v1") == default_sampler("sac") == "serial"
+    assert default_sampler("a2c") == "cpu"
+    assert all(kind in SAMPLERS for kind in ENV_SAMPLER.values())
+
+
+@pytest.mark.parametrize("extra, expected", [([], "serial"), (["--sampler", "cpu"], "cpu")])
+def test_cli_uses_the_per_environment_sampler_unless_told(tmp_path, capsys, extra, expected):
+    import json
+    log_dir = tmp_path / "run"
+    code = main(["train", "a2c", "MountainCar-v0", "--steps", "800", "--log-dir", str(log_dir),
+                 "--no-progress", "--snapshot-mode", "none",
+                 "--set", "runner.log_interval_steps=400", *extra])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((log_dir / "params.json").read_text())["sampler"] == expected
