@@ -43,7 +43,8 @@ sampling allows, to which each rlfast PPO row is compared (its share of it).
 Every run is one child process (``--child NAME``). Its clock starts at the first iteration
 boundary after the first gradient update; the measurement window opens at the first boundary
 ``--warmup`` s later and closes at the first boundary ``--seconds`` after that (boundaries:
-rlfast's log rows, one per PPO iteration and about every 256 env steps for DQN; SB3's
+rlfast's log rows, one per PPO iteration and about every 256 env steps for DQN (64 with
+``--quick``); SB3's
 rollout starts, every ``n_steps`` (PPO) or ``train_freq`` (DQN) vector steps; the CleanRL
 loop's iterations), so model construction, environment start-up and the first update are
 never timed. Env steps/s counts agent steps
@@ -307,7 +308,8 @@ def child_rlfast_dqn(name: str, args: argparse.Namespace) -> dict:
     window = Window(args.warmup, args.seconds)
     batch = settings["batch_T"] * settings["batch_B"]
     common = dict(algo=built.algo, agent=built.agent, sampler=built.sampler, seed=args.seed,
-                  n_steps=HUGE_STEPS, log_interval_steps=batch * max(1, 256 // batch),
+                  n_steps=HUGE_STEPS,
+                  log_interval_steps=batch * max(1, (64 if args.quick else 256) // batch),
                   progress_bar=False)
     if asynchronous:
         affinity = default_async_affinity("cpu")  # what build_experiment gave AsyncRlEval
@@ -584,7 +586,7 @@ CHILD_ARGS = ("envs", "steps_per_env", "seconds", "warmup", "device", "seed", "d
 def run_contender(name: str, args: argparse.Namespace) -> tuple[str, dict | str]:
     """One contender in a fresh child process (its own process group, killed on timeout):
     ``("ok", figures)``, ``("skipped", reason)`` or ``("failed", output tail)``."""
-    cmd = [sys.executable, SCRIPT, "--child", name]
+    cmd = [sys.executable, SCRIPT, "--child", name] + (["--quick"] if args.quick else [])
     for key in CHILD_ARGS:
         cmd += ["--" + key.replace("_", "-"), str(getattr(args, key))]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -689,12 +691,12 @@ def print_tables(args, names, medians, runs, status) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=None, help="default 3 (--quick: 1)")
-    parser.add_argument("--seconds", type=float, default=None, help="default 60 (--quick: 1.5)")
-    parser.add_argument("--warmup", type=float, default=None, help="default 20 (--quick: 0.5)")
+    parser.add_argument("--seconds", type=float, default=None, help="default 60 (--quick: 0.2)")
+    parser.add_argument("--warmup", type=float, default=None, help="default 20 (--quick: 0)")
     parser.add_argument("--envs", type=int, default=None,
                         help="PPO environments for every contender (default 8, --quick 4)")
     parser.add_argument("--steps-per-env", type=int, default=None,
-                        help="PPO steps per env per batch (default 128, --quick 16)")
+                        help="PPO steps per env per batch (default 128, --quick 8)")
     parser.add_argument("--dqn-envs", type=int, default=None,
                         help="DQN environments (default: the dqn preset's batch_B, 16; "
                         "--quick 4)")
@@ -715,8 +717,10 @@ def main() -> None:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     q = args.quick
-    for key, full, quick in (("rounds", 3, 1), ("seconds", 60.0, 1.5), ("warmup", 20.0, 0.5),
-                             ("envs", 8, 4), ("steps_per_env", 128, 16),
+    # --quick: the window is the first whole iteration (or DQN log interval) after the one
+    # with the first update, on batches of 4 x 8 steps: a smoke test, not a measurement.
+    for key, full, quick in (("rounds", 3, 1), ("seconds", 60.0, 0.2), ("warmup", 20.0, 0.0),
+                             ("envs", 8, 4), ("steps_per_env", 128, 8),
                              ("dqn_learning_starts", 5000, 200),
                              ("dqn_replay_size", 50_000, 5000)):
         if getattr(args, key) is None:
