@@ -7,17 +7,21 @@ normalization (the ``rlfast train ppo`` preset for continuous actions).
    for half those steps stay at least 100 below the normalized run's best: a cheap check that
    the option changes learning (the tuning record below compares equal budgets).
 
-Serial sampler, seed 1 (deterministic). Tuning record (2-core machine, 100k steps, greedy
+Serial sampler, seed 2 (deterministic). Tuning record (2-core machine, 100k steps, greedy
 evaluations every 20,480 steps): with reward normalization seeds 1 / 2 evaluate -1382, -953,
 -361, -298, -123, -211 / -1345, -815, -371, -241, -181, -210; without it -1382, -990, -1163,
 -817, -485, -307 / -1345, -1007, -1052, -982, -720, -419. Each run took 22-25 s.
+Measured with the test (stop_return=-250, evaluations every 20,480 steps): seed 1 reaches
+-123 at 81,920 steps, its raw run trains 40,960 (best -952); seed 2 reaches -241 at 61,440,
+its raw run trains 30,720 (best -887): 92k steps in all instead of 123k, 37-40 s instead of
+46 s back to back on the loaded 2-core machine. Chosen: seed 2.
 """
 import csv
 import os
 
 from rlfast.cli import main
 
-SEED = 1
+SEED = 2
 THRESHOLD = -250.0
 BUDGET = 100_000
 
