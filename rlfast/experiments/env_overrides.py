@@ -83,10 +83,15 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # greedy 8-episode evaluation at 120k steps): seeds 0, 1, 2: -129.3, -106.4, -135.0
     # (100 s each); the general preset: -146.6, -200.0 (seeds 0, 1). This entry as
     # `rlfast train dqn MountainCar-v0` runs it (cpu sampler, 2 workers), seeds 0, 1:
-    # -115.1, -110.6.
+    # -115.1, -110.6; bench_presets (3 seeds): -109.5 +- 4.1 in 110 s, SB3 88 s.
+    # The networks are then the general preset's 128x128, not the zoo's 256x256, and Adam is
+    # the one-kernel (fused) one: 60k updates are the run's time, and a 128x128 update with
+    # fused Adam takes about half of a 256x256 one with the multi-tensor Adam (834 / 1708 us,
+    # batch 128, one thread, loaded machine). Seeds 0-2 with both: -118.3 / -121.6 / -114.7
+    # (cpu sampler, loaded machine: 108-122 s; 256x256 / multi-tensor: 177 s for seed 0).
     ("dqn", "MountainCar-v0"): dict(
-        agent=dict(model_kwargs=dict(hidden_sizes=[256, 256]), eps_final=0.07),
-        algo=dict(learning_rate=4e-3, batch_size=128, replay_size=10_000, min_steps_learn=1000,
+        agent=dict(model_kwargs=dict(hidden_sizes=[128, 128]), eps_final=0.07),
+        algo=dict(optim_kwargs=dict(fused=True), learning_rate=4e-3, batch_size=128, replay_size=10_000, min_steps_learn=1000,
                   discount=0.98, replay_ratio=64, target_update_interval=300,
                   eps_steps=24_000, n_step_return=1, double_dqn=False),
         runner=dict(n_steps=120_000, log_interval_steps=12_000)),
@@ -115,6 +120,16 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     ("a2c", "LunarLander-v3"): dict(
         algo=dict(discount=0.995, learning_rate=8.3e-4, entropy_loss_coeff=1e-5),
         sampler=dict(batch_B=8)),
+    # LunarLander-v3, PPO: rl-baselines3-zoo hyperparams/ppo.yml, LunarLander-v2 entry (gamma
+    # 0.999, gae_lambda 0.98, ent_coef 0.01, batch_size 64, n_epochs 4, SB3's constant learning
+    # rate 3e-4), with the general preset's 64 x 16 rollouts (the zoo: 1024 x 16): 16
+    # minibatches of 64 keep the zoo's samples per gradient step (16k / 256 = 1024 / 16). The
+    # general preset (learning rate 3e-3 decaying, 4 minibatches of 256, discount 0.99) gave
+    # -120 at 300k steps (seed 0); this entry, 300k steps, 10 greedy episodes of
+    # bench_presets: -37.6 / 22.4 (seeds 0 / 1), 57 s a run on a loaded machine.
+    ("ppo", "LunarLander-v3"): dict(
+        algo=dict(discount=0.999, gae_lambda=0.98, entropy_loss_coeff=0.01, learning_rate=3e-4,
+                  linear_lr_schedule=False, minibatches=16)),
     # Acrobot-v1, PPO: observation and reward normalization (rl-baselines3-zoo hyperparams/
     # ppo.yml, Acrobot-v1: normalize: true). 300k steps, 10 greedy episodes of bench_presets,
     # seeds 0/1/2: -75.4 / -77.9 / -79.8 (mean -77.7); the general preset: -79.6 / -83.4 /
