@@ -299,7 +299,7 @@ def test_sigkill_during_snapshot_saves_then_resume(tmp_path, watchdog):
 # ------------------------------------------------------------------ 2. short console
 
 _TABLE_RETURN = re.compile(r"\|\s*ReturnAverage\s")
-PPO_DEFAULT_STEPS = 50_000  # the preset's 100k take ~15 s here; 50k show the same console
+PPO_DEFAULT_STEPS = 25_000  # the preset's 100k take ~15 s here; 25k show the same console
 
 
 def test_console_is_short_and_verbose_prints_tables(tmp_path, watchdog):
