@@ -85,7 +85,8 @@ def test_check_alive_reports_a_dead_child():
 
 
 def test_unexpected_reply_is_an_error():
-    sup = ProcessSupervisor(label="Worker")
+    # The child ignores "quit" (it sleeps): a short grace period before it is killed.
+    sup = ProcessSupervisor(label="Worker", join_s=0.5)
     sup.start(targets.wrong_reply, [dict()])
     with pytest.raises(ChildFailedError, match="replied 'surprise', expected 'ready'"):
         sup.gather("ready")
