@@ -694,12 +694,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=None, help="default 60 (--quick: 0.2)")
     parser.add_argument("--warmup", type=float, default=None, help="default 20 (--quick: 0)")
     parser.add_argument("--envs", type=int, default=None,
-                        help="PPO environments for every contender (default 8, --quick 4)")
+                        help="PPO environments for every contender (default 8, --quick 2)")
     parser.add_argument("--steps-per-env", type=int, default=None,
                         help="PPO steps per env per batch (default 128, --quick 8)")
     parser.add_argument("--dqn-envs", type=int, default=None,
                         help="DQN environments (default: the dqn preset's batch_B, 16; "
-                        "--quick 4)")
+                        "--quick 2)")
     parser.add_argument("--dqn-learning-starts", type=int, default=None,
                         help="env steps before DQN learns, both libraries (default 5000; "
                         "--quick 200)")
@@ -718,15 +718,16 @@ def main() -> None:
     args = parser.parse_args()
     q = args.quick
     # --quick: the window is the first whole iteration (or DQN log interval) after the one
-    # with the first update, on batches of 4 x 8 steps: a smoke test, not a measurement.
+    # with the first update, on batches of 2 envs x 8 steps (DQN: 2 envs): fewer processes to
+    # start (SB3's SubprocVecEnv, rlfast's workers). A smoke test, not a measurement.
     for key, full, quick in (("rounds", 3, 1), ("seconds", 60.0, 0.2), ("warmup", 20.0, 0.0),
-                             ("envs", 8, 4), ("steps_per_env", 128, 8),
+                             ("envs", 8, 2), ("steps_per_env", 128, 8),
                              ("dqn_learning_starts", 5000, 200),
                              ("dqn_replay_size", 50_000, 5000)):
         if getattr(args, key) is None:
             setattr(args, key, quick if q else full)
     if args.dqn_envs is None:
-        args.dqn_envs = 4 if q else _preset_dqn_envs()
+        args.dqn_envs = 2 if q else _preset_dqn_envs()
     if args.child:
         run_child(args.child, args)
         return
