@@ -91,7 +91,8 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # (cpu sampler, loaded machine: 108-122 s; 256x256 / multi-tensor: 177 s for seed 0).
     ("dqn", "MountainCar-v0"): dict(
         agent=dict(model_kwargs=dict(hidden_sizes=[128, 128]), eps_final=0.07),
-        algo=dict(optim_kwargs=dict(fused=True), learning_rate=4e-3, batch_size=128, replay_size=10_000, min_steps_learn=1000,
+        algo=dict(optim_kwargs=dict(fused=True), learning_rate=4e-3, batch_size=128,
+                  replay_size=10_000, min_steps_learn=1000,
                   discount=0.98, replay_ratio=64, target_update_interval=300,
                   eps_steps=24_000, n_step_return=1, double_dqn=False),
         runner=dict(n_steps=120_000, log_interval_steps=12_000)),
