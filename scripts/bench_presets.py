@@ -155,14 +155,21 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def _call(cmd: list[str], timeout: float) -> tuple[bool, str, float]:
-    """Run ``cmd``; (ok, stdout or the error's last line, wall seconds)."""
+def _call(cmd: list[str], timeout: float,
+          cpus: list[int] | None = None) -> tuple[bool, str, float]:
+    """Run ``cmd``; (ok, stdout or the error's last line, wall seconds). With ``cpus`` the child
+    runs on those CPUs alone (its affinity mask) with one OpenMP/MKL thread per CPU, so that
+    torch does not start a thread per core of the whole machine."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p))
+    preexec = None
+    if cpus is not None:
+        env.update(OMP_NUM_THREADS=str(len(cpus)), MKL_NUM_THREADS=str(len(cpus)))
+        preexec = lambda: os.sched_setaffinity(0, cpus)  # noqa: E731 (runs in the child)
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              cwd=REPO_ROOT, env=env)
+                              cwd=REPO_ROOT, env=env, preexec_fn=preexec)
     except subprocess.TimeoutExpired:
         return False, f"timed out after {timeout:.0f} s", time.perf_counter() - start
     wall = time.perf_counter() - start
@@ -175,14 +182,17 @@ def _child_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def run_rlfast(row: Row, steps: int, seed: int, timeout: float) -> dict:
+def run_rlfast(row: Row, steps: int, seed: int, timeout: float,
+               cpus: list[int] | None = None) -> dict:
     """``rlfast train`` with the default preset, then the evaluation of its snapshot."""
     result: dict[str, Any] = dict(seed=seed, ok=False, load_before=os.getloadavg()[0])
+    if cpus is not None:
+        result["cpus"] = list(cpus)
     with tempfile.TemporaryDirectory(prefix="bench_presets_") as tmp:
         run_dir = os.path.join(tmp, "run")
         ok, out, wall = _call([sys.executable, "-m", "rlfast", "train", row.algo, row.env,
                                "--steps", str(steps), "--seed", str(seed), "--log-dir", run_dir,
-                               "--no-progress"], timeout)
+                               "--no-progress"], timeout, cpus)
         result["wall_s"] = wall
         if not ok:
             return dict(result, error=f"train: {out}")
@@ -193,18 +203,21 @@ def run_rlfast(row: Row, steps: int, seed: int, timeout: float) -> dict:
         except (OSError, IndexError, KeyError, ValueError) as e:
             return dict(result, error=f"progress.csv: {type(e).__name__}: {e}")
         ok, out, _ = _call([sys.executable, os.path.abspath(__file__), "--child", "rlfast-eval",
-                            "--run-dir", run_dir], timeout)
+                            "--run-dir", run_dir], timeout, cpus)
     if not ok:
         return dict(result, error=f"eval: {out}")
     return _finish(result, _child_json(out))
 
 
-def run_sb3(row: Row, steps: int, seed: int, timeout: float) -> dict:
+def run_sb3(row: Row, steps: int, seed: int, timeout: float,
+            cpus: list[int] | None = None) -> dict:
     """SB3 with the zoo's settings, trained and evaluated in one child process."""
     result: dict[str, Any] = dict(seed=seed, ok=False, load_before=os.getloadavg()[0])
+    if cpus is not None:
+        result["cpus"] = list(cpus)
     ok, out, wall = _call([sys.executable, os.path.abspath(__file__), "--child", "sb3",
                            "--env", row.env, "--algo", row.algo, "--steps", str(steps),
-                           "--seed", str(seed)], timeout)
+                           "--seed", str(seed)], timeout, cpus)
     result["wall_s"] = wall
     if not ok:
         return dict(result, error=out)
@@ -216,6 +229,84 @@ def _finish(result: dict, child: dict) -> dict:
     result["final_return"] = statistics.fmean(result["episode_returns"])
     result["ok"] = True
     return result
+
+
+# ---- the schedule: one row after another, or (row, seed) pairs on parallel CPU slots ----------
+
+def cpu_slots(n_slots: int, cores_per_slot: int) -> list[list[int]]:
+    """``n_slots`` disjoint lists of ``cores_per_slot`` CPUs each, from this process's own
+    CPUs in order; a clear error when there are too few."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if n_slots < 1 or cores_per_slot < 1:
+        raise SystemExit(f"bench_presets: --slots and --cores-per-slot must be >= 1; got "
+                         f"{n_slots} and {cores_per_slot}")
+    if n_slots * cores_per_slot > len(cpus):
+        raise SystemExit(f"bench_presets: {n_slots} slots of {cores_per_slot} cores need "
+                         f"{n_slots * cores_per_slot} CPUs; this process may use {len(cpus)}")
+    return [cpus[i * cores_per_slot:(i + 1) * cores_per_slot] for i in range(n_slots)]
+
+
+def _run_pair(row: Row, budget: int, seed: int, timeout: float,
+              cpus: list[int] | None) -> dict[str, dict]:
+    """One seed of a row: rlfast, then SB3, on the same CPUs."""
+    results = {}
+    for name, run in (("rlfast", run_rlfast), ("sb3", run_sb3)):
+        result = run(row, budget, seed, timeout, cpus)
+        results[name] = result
+        status = (f"return {result['final_return']:.1f}, train {result['train_time_s']:.1f} s"
+                  if result["ok"] else f"FAILED: {result['error']}")
+        where = f" on CPUs {cpus}" if cpus is not None else ""
+        print(f"  {row.env}:{row.algo} {name} seed {seed}{where}: {status}", file=sys.stderr,
+              flush=True)
+    return results
+
+
+def measure(rows: list[Row], seeds: list[int], steps: int | None, timeout: float,
+            slots: list[list[int]] | None, row_done) -> None:
+    """Run every (row, seed) pair and call ``row_done(record)`` as each row completes.
+
+    Without ``slots``: one pair after another, rlfast and SB3 interleaved, each child free to
+    use the whole machine. With ``slots`` (lists of CPUs, from ``cpu_slots``): each pair runs
+    on one free slot, rlfast then SB3 on the same CPUs, the slots in parallel; a many-core
+    machine then measures like several small ones side by side. Pairs start in the order of
+    ``rows`` (put the longest rows first)."""
+    def budget(row: Row) -> int:
+        return steps if steps is not None else row.budget
+
+    def finish(row: Row, pairs: dict[int, dict[str, dict]]) -> None:
+        runs = {name: [pairs[seed][name] for seed in seeds] for name in FRAMEWORKS}
+        row_done(summarize(row, budget(row), runs))
+
+    if not slots:
+        for row in rows:
+            finish(row, {seed: _run_pair(row, budget(row), seed, timeout, None)
+                         for seed in seeds})
+        return
+    import concurrent.futures
+    import queue
+    import threading
+    free: queue.Queue = queue.Queue()
+    for slot in slots:
+        free.put(slot)
+    lock = threading.Lock()
+    done: dict[tuple[str, str], dict[int, dict[str, dict]]] = {}
+
+    def task(row: Row, seed: int) -> None:
+        cpus = free.get()
+        try:
+            results = _run_pair(row, budget(row), seed, timeout, cpus)
+        finally:
+            free.put(cpus)
+        with lock:
+            pairs = done.setdefault((row.env, row.algo), {})
+            pairs[seed] = results
+            if len(pairs) == len(seeds):
+                finish(row, pairs)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(slots)) as pool:
+        futures = [pool.submit(task, row, seed) for row in rows for seed in seeds]
+        for future in futures:
+            future.result()
 
 
 # ---- statistics, verdict and table ------------------------------------------------------
@@ -339,6 +430,12 @@ def render_table(records: list[dict]) -> str:
     if loads:
         lines += ["", f"Load average (1 min) when the runs started: {min(loads):.2f} to "
                       f"{max(loads):.2f} on {os.cpu_count()} cores."]
+    machines: dict[str, list[str]] = {}
+    for r in records:
+        machines.setdefault(r.get("machine", "not recorded"), []).append(f"{r['env']}:{r['algo']}")
+    if len(machines) > 1:
+        lines += ["", "The rows were measured on more than one machine:"]
+        lines += [f"- {name}: {', '.join(keys)}" for name, keys in machines.items()]
     measured = {(r["env"], r["algo"]) for r in records}
     missing = [f"{row.env}:{row.algo}" for row in ROWS if (row.env, row.algo) not in measured]
     if missing and records:
@@ -404,6 +501,12 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="print the rows and budgets; exit")
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="seconds one child process may take (default 3600)")
+    parser.add_argument("--slots", type=int, default=None,
+                        help="run (row, seed) pairs in parallel on this many CPU slots of "
+                             "--cores-per-slot CPUs each (default: one pair at a time on the "
+                             "whole machine); for many-core machines")
+    parser.add_argument("--cores-per-slot", type=int, default=2,
+                        help="CPUs per slot with --slots (default 2)")
     parser.add_argument("--child", choices=("sb3", "rlfast-eval"), help=argparse.SUPPRESS)
     parser.add_argument("--env", help=argparse.SUPPRESS)
     parser.add_argument("--algo", help=argparse.SUPPRESS)
@@ -427,26 +530,25 @@ def main() -> int:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if steps is not None and steps < 1:
         parser.error(f"--steps must be >= 1; got {steps}")
+    slots = cpu_slots(args.slots, args.cores_per_slot) if args.slots is not None else None
     header = dict(machine=machine_line(), seeds=seeds, eval_episodes=EVAL_EPISODES,
                   eval_seed0=EVAL_SEED0, criterion=CRITERION, python=platform.python_version())
+    if slots:
+        header["machine"] += (f"; {len(slots)} runs in parallel, each pinned to its own "
+                              f"{args.cores_per_slot} CPUs with {args.cores_per_slot} "
+                              f"OpenMP threads")
     print(f"Machine: {header['machine']}", flush=True)
     previous = load_previous(args.out, seeds) if args.out and not args.quick else []
-    records = []
-    for row in rows:
-        budget = steps if steps is not None else row.budget
-        runs: dict[str, list[dict]] = {name: [] for name in FRAMEWORKS}
-        for seed in seeds:
-            for name, run in (("rlfast", run_rlfast), ("sb3", run_sb3)):
-                result = run(row, budget, seed, args.timeout)
-                runs[name].append(result)
-                status = (f"return {result['final_return']:.1f}, "
-                          f"train {result['train_time_s']:.1f} s" if result["ok"]
-                          else f"FAILED: {result['error']}")
-                print(f"  {row.env}:{row.algo} {name} seed {seed}: {status}", file=sys.stderr,
-                      flush=True)
-        records.append(summarize(row, budget, runs))
+
+    def row_done(record: dict) -> None:
+        record["machine"] = header["machine"]
+        records.append(record)
         if args.out:
             write_outputs(args.out, header, merge_records(previous, records))
+
+    records: list[dict] = []
+    measure(rows, seeds, steps, args.timeout, slots, row_done)
+    records.sort(key=lambda r: rows.index(ROWS_BY_KEY[(r["env"], r["algo"])]))
     print(f"Seeds: {', '.join(map(str, seeds))}\n\n{render_table(records)}\n\n{CRITERION}")
     return 0
 
