@@ -27,6 +27,10 @@ keeps its own torch thread defaults (SB3 on the CPU, like rlfast's CPU presets).
 
 Usage: python scripts/bench_presets.py [--rows CartPole-v1:ppo,Pendulum-v1:sac]
            [--seeds 0,1,2] [--steps N] [--out DIR] [--quick] [--list]
+           [--slots N [--cores-per-slot K]]
+``--slots N``: on a many-core machine, run N (row, seed) pairs side by side, each pinned to
+its own K CPUs (default 2) with K OpenMP threads, rlfast then SB3 on the same CPUs; the machine
+line says so. Pairs start in ``--rows`` order, so put the longest rows first.
 ``--out DIR`` writes DIR/bench_presets.md (machine line and table) and DIR/bench_presets.json
 (every run's numbers), rewritten after each row. The suite takes hours on a small machine, so
 it can be run in pieces into one DIR: the rows already in DIR/bench_presets.json stay (in

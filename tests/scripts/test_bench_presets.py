@@ -124,3 +124,61 @@ def test_pieces_merge_into_one_table_in_suite_order(tmp_path):
         bp.load_previous(str(tmp_path), [0])
     assert bp.load_previous(str(tmp_path / "empty"), [0]) == []
     assert bp.code_version() != ""
+
+
+def test_cpu_slots_split_this_process_cpus_and_refuse_too_many():
+    bp = _bench_presets_module()
+    import os
+    cpus = sorted(os.sched_getaffinity(0))
+    assert bp.cpu_slots(1, 1) == [cpus[:1]]
+    assert bp.cpu_slots(len(cpus), 1) == [[c] for c in cpus]
+    with pytest.raises(SystemExit, match=rf"need {len(cpus) + 1} CPUs; this process may use "
+                                         rf"{len(cpus)}"):
+        bp.cpu_slots(len(cpus) + 1, 1)
+    with pytest.raises(SystemExit, match="must be >= 1"):
+        bp.cpu_slots(0, 1)
+
+
+def test_child_runs_on_its_slot_cpus_with_as_many_threads():
+    bp = _bench_presets_module()
+    import os
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    ok, out, _ = bp._call([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)),"
+                           " os.environ['OMP_NUM_THREADS'])"], 60, [cpu])
+    assert ok and out.split() == [f"[{cpu}]", "1"]
+
+
+def test_slots_run_each_pair_once_never_two_on_one_slot(monkeypatch):
+    """With slots, every (row, seed) pair runs exactly once, no two pairs share a slot at the
+    same time, the slots do run side by side, and each row is summarized once, when its last
+    seed is done, with its runs in seed order."""
+    import threading
+    import time
+    bp = _bench_presets_module()
+    rows, seeds = bp.ROWS[:3], [0, 1, 2]
+    slots = [[10], [11], [12, 13]]
+    lock, busy, ran, peak = threading.Lock(), set(), [], [0]
+
+    def fake_pair(row, budget, seed, timeout, cpus):
+        with lock:
+            assert tuple(cpus) not in busy
+            busy.add(tuple(cpus))
+            peak[0] = max(peak[0], len(busy))
+            ran.append((row.env, row.algo, seed))
+        time.sleep(0.05)
+        with lock:
+            busy.remove(tuple(cpus))
+        run = dict(seed=seed, ok=True, load_before=0.0, final_return=float(seed),
+                   train_time_s=1.0 + seed, cpus=cpus)
+        return dict(rlfast=dict(run), sb3=dict(run, train_time_s=2.0 + seed))
+
+    monkeypatch.setattr(bp, "_run_pair", fake_pair)
+    done = []
+    bp.measure(rows, seeds, 100, 60.0, slots, done.append)
+    assert sorted(ran) == sorted((r.env, r.algo, s) for r in rows for s in seeds)
+    assert peak[0] == len(slots)
+    assert sorted((d["env"], d["algo"]) for d in done) == sorted((r.env, r.algo) for r in rows)
+    for record in done:
+        assert [run["seed"] for run in record["rlfast"]["runs"]] == seeds
+        assert record["rlfast"]["time_mean_s"] == pytest.approx(2.0)
+        assert record["time_ratio"] == pytest.approx(2.0 / 3.0)
