@@ -159,13 +159,14 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def _call(cmd: list[str], timeout: float,
-          cpus: list[int] | None = None) -> tuple[bool, str, float]:
+def _call(cmd: list[str], timeout: float, cpus: list[int] | None = None,
+          extra_env: dict | None = None) -> tuple[bool, str, float]:
     """Run ``cmd``; (ok, stdout or the error's last line, wall seconds). With ``cpus`` the child
     runs on those CPUs alone (its affinity mask) with one OpenMP/MKL thread per CPU, so that
-    torch does not start a thread per core of the whole machine."""
+    torch does not start a thread per core of the whole machine. ``extra_env``: more
+    environment variables for the child."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p))
+        p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p), **(extra_env or {}))
     preexec = None
     if cpus is not None:
         env.update(OMP_NUM_THREADS=str(len(cpus)), MKL_NUM_THREADS=str(len(cpus)))
@@ -219,9 +220,12 @@ def run_sb3(row: Row, steps: int, seed: int, timeout: float,
     result: dict[str, Any] = dict(seed=seed, ok=False, load_before=os.getloadavg()[0])
     if cpus is not None:
         result["cpus"] = list(cpus)
-    ok, out, wall = _call([sys.executable, os.path.abspath(__file__), "--child", "sb3",
-                           "--env", row.env, "--algo", row.algo, "--steps", str(steps),
-                           "--seed", str(seed)], timeout, cpus)
+    # SB3 makes a logger folder even when it logs nothing (SB3_LOGDIR, else a new
+    # /tmp/SB3-<time>): give it one that goes away with the run.
+    with tempfile.TemporaryDirectory(prefix="bench_presets_sb3_") as tmp:
+        ok, out, wall = _call([sys.executable, os.path.abspath(__file__), "--child", "sb3",
+                               "--env", row.env, "--algo", row.algo, "--steps", str(steps),
+                               "--seed", str(seed)], timeout, cpus, dict(SB3_LOGDIR=tmp))
     result["wall_s"] = wall
     if not ok:
         return dict(result, error=out)

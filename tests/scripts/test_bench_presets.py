@@ -144,8 +144,9 @@ def test_child_runs_on_its_slot_cpus_with_as_many_threads():
     import os
     cpu = sorted(os.sched_getaffinity(0))[-1]
     ok, out, _ = bp._call([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)),"
-                           " os.environ['OMP_NUM_THREADS'])"], 60, [cpu])
-    assert ok and out.split() == [f"[{cpu}]", "1"]
+                           " os.environ['OMP_NUM_THREADS'], os.environ['SB3_LOGDIR'])"], 60, [cpu],
+                          dict(SB3_LOGDIR="/some/dir"))
+    assert ok and out.split() == [f"[{cpu}]", "1", "/some/dir"]
 
 
 def test_slots_run_each_pair_once_never_two_on_one_slot(monkeypatch):
