@@ -76,3 +76,15 @@ class Env(ABC):
 
     def close(self) -> None:
         """Release resources (windows, emulators, subprocesses); nothing to release here."""
+
+
+def trajectory_done(env_info: Any, done: bool) -> bool:
+    """``env_info.traj_done`` when the environment reports it (Atari episodic lives: a lost
+    life is ``done`` but not the end of the trajectory), else ``done``.
+
+    Namedtuple infos are checked through their ``_fields``: looking up a missing field on
+    them raises (and formats) an AttributeError, which cost microseconds at every step."""
+    fields = getattr(env_info, "_fields", None)
+    if fields is not None:
+        return env_info.traj_done if "traj_done" in fields else done
+    return getattr(env_info, "traj_done", done)

@@ -28,12 +28,15 @@ class TrajInfo(AttrDict):
         self._cur_discount = 1.0
 
     def step(self, observation, action, reward, done, agent_info, env_info) -> None:
+        # Item access: attribute access on an AttrDict is a Python-level call per name, and
+        # this runs at every environment step.
         reward = float(reward)
-        self.Length += 1
-        self.Return += reward
-        self.NonzeroRewards += reward != 0
-        self.DiscountedReturn += self._cur_discount * reward
-        self._cur_discount *= self._discount
+        self["Length"] += 1
+        self["Return"] += reward
+        self["NonzeroRewards"] += reward != 0
+        discount = self["_cur_discount"]
+        self["DiscountedReturn"] += discount * reward
+        self["_cur_discount"] = discount * self["_discount"]
 
     def terminate(self, observation) -> "TrajInfo":
         return self

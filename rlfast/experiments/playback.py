@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlfast.envs.base import Env
+from rlfast.envs.base import Env, trajectory_done
 from rlfast.envs.traj_info import TrajInfo
 from rlfast.experiments.run_dir import RunDirError, latest_snapshot, read_run_params
 from rlfast.experiments.video import (_VIDEO_EXTRA, VIDEO_FORMATS, PlaybackError,  # noqa: F401
@@ -235,7 +235,7 @@ def run_episodes(agent: Any, env: Env, n_episodes: int, seed: int | None = None,
             traj_info.step(observation[0], action[0], r, d, None, env_info)
             if frames is not None:
                 frames.append(_render(env))
-            if getattr(env_info, "traj_done", d):
+            if trajectory_done(env_info, d):
                 completed = True
                 break
             if d:  # e.g. a lost life: the game goes on, the agent's memory starts afresh

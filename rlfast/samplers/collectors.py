@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from rlfast.agents.base import AgentInputs
+from rlfast.envs.base import trajectory_done
 from rlfast.samplers.collections import Samples
 from rlfast.samplers.parallel.status import ENV, ITR, PHASE, STEP, Phase, WorkerStatus
 from rlfast.utils.buffer import buffer_from_example, numpify_buffer, torchify_buffer
@@ -182,7 +183,7 @@ class BaseCollector:
                 row[ENV] = b
             o, r, d, env_info = env.step(action[b])
             traj_infos[b].step(observation[b], action[b], r, d, None, env_info)
-            if getattr(env_info, "traj_done", d):
+            if trajectory_done(env_info, d):
                 completed.append(traj_infos[b].terminate(o))
                 traj_infos[b] = self.TrajInfoCls()
                 if reset_now:
@@ -251,7 +252,7 @@ class TrainCollector(BaseCollector):
                     a = env.action_space.sample()
                     o, r, d, info = env.step(a)
                     traj_infos[b].step(o, a, r, d, None, info)
-                    if getattr(info, "traj_done", d):
+                    if trajectory_done(info, d):
                         o = env.reset()
                         traj_infos[b] = self.TrajInfoCls()
                     if d:

@@ -145,6 +145,52 @@ def test_mode_switches_set_module_training_flag(cartpole_spaces):
     assert agent.device == torch.device("cpu")
 
 
+class _NestedModel(torch.nn.Module):
+    """Dropout deep inside, so a stale training flag would change outputs."""
+
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Sequential(
+            torch.nn.Dropout(0.5), torch.nn.Linear(8, 2)))
+
+    def forward(self, observation, prev_action, prev_reward):
+        return self.body(observation)
+
+
+class _CountingTrain(torch.nn.Module):
+    """Overrides train(): the agent must call it rather than set the flags itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def train(self, mode: bool = True):
+        self.calls.append(mode)
+        return super().train(mode)
+
+
+def test_mode_switches_reach_every_submodule(cartpole_spaces):
+    agent = TinyAgent(ModelCls=_NestedModel)
+    agent.initialize(cartpole_spaces)
+    for switch, flag in [(agent.train_mode, True), (agent.sample_mode, False),
+                         (agent.train_mode, True), (agent.eval_mode, False)]:
+        switch(0)
+        assert [m.training for m in agent.model.modules()] == [flag] * 6
+    # A new model (e.g. a reloaded or wrapped one) is walked afresh.
+    agent.model = _NestedModel()
+    agent.model.eval()
+    agent.train_mode(1)
+    assert all(m.training for m in agent.model.modules())
+    # A module that overrides train() gets its train() called.
+    counting = _CountingTrain()
+    agent.model = torch.nn.Sequential(torch.nn.Linear(4, 2), counting)
+    agent.model.eval()
+    counting.calls.clear()
+    agent.train_mode(2)
+    agent.sample_mode(2)
+    assert counting.calls == [True, False] and not agent.model[0].training
+
+
 def test_to_model_inputs_keeps_structure(cartpole_spaces):
     agent = TinyAgent(ModelCls=TinyModel)
     agent.initialize(cartpole_spaces)
