@@ -363,6 +363,36 @@ def test_ddpg_pretraining_uses_pretrain_std_until_min_itr_learn():
     assert not plain.pretraining
 
 
+def test_td3_uniform_pretraining_covers_the_bounds_until_min_itr_learn():
+    """pretrain_uniform: actions uniform over the environment's bounds (the TD3 paper's
+    start), whatever the policy's output, then mu(s) plus the exploration noise."""
+    agent = _agent(Td3Agent, ASYM, action_std=0.01, pretrain_uniform=True)
+    agent.give_min_itr_learn(2)
+    obs, pa, pr = _inputs(ASYM, lead=(20000,))
+    agent.sample_mode(1)
+    assert agent.pretraining
+    action = agent.step(obs, pa, pr).action
+    low = torch.as_tensor(ASYM.action.low, dtype=action.dtype)
+    high = torch.as_tensor(ASYM.action.high, dtype=action.dtype)
+    assert bool(((action >= low) & (action <= high)).all())
+    unit = (action - low) / (high - low)  # uniform on [0, 1] in every dimension
+    assert torch.allclose(unit.mean(0), torch.full_like(unit[0], 0.5), atol=0.02)
+    assert torch.allclose(unit.var(0), torch.full_like(unit[0], 1 / 12), atol=0.005)
+    for q in (0.1, 0.5, 0.9):
+        assert torch.allclose(unit.quantile(q, dim=0), torch.full_like(unit[0], q), atol=0.02)
+    agent.sample_mode(2)
+    step = agent.step(obs, pa, pr)
+    assert not agent.pretraining
+    assert (agent.normalize_action(step.action) - step.agent_info.mu).std().item() < 0.02
+    # DDPG has no pretraining without pretrain_std, unless uniform is asked for.
+    ddpg = _agent(DdpgAgent, ASYM, pretrain_uniform=True)
+    ddpg.give_min_itr_learn(1)
+    ddpg.sample_mode(0)
+    assert ddpg.pretraining
+    with pytest.raises(TypeError, match="pretrain_uniform must be True or False"):
+        DdpgAgent(pretrain_uniform="yes")
+
+
 def test_sac_pretraining_uses_pretrain_std():
     agent = _agent(SacAgent, PENDULUM, pretrain_std=0.75)
     last = agent.model.mlp.model[-1]

@@ -80,6 +80,7 @@ class QpgAgentBase:
         self.QModelCls = QModelCls
         self.q_model_kwargs = dict(q_model_kwargs or {})
         self.pretrain_std = positive_or_none(pretrain_std, "pretrain_std", type(self).__name__)
+        self.pretrain_uniform = False  # DDPG/TD3: uniform random actions before learning
         self.min_itr_learn = 0
         self._itr = 0
         self.q_model: torch.nn.Module | None = None
@@ -241,8 +242,8 @@ class QpgAgentBase:
     @property
     def pretraining(self) -> bool:
         """Sampling before learning starts, with random-action pretraining configured."""
-        return self.pretrain_std is not None and self._mode == "sample" \
-            and self._itr < self.min_itr_learn
+        return (self.pretrain_std is not None or self.pretrain_uniform) \
+            and self._mode == "sample" and self._itr < self.min_itr_learn
 
     # ---- action scaling -----------------------------------------------------------------
     def scale_action(self, action: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,9 @@ class DdpgAgent(QpgAgentBase, BaseAgent):
     In sample mode ``step`` returns ``mu(s) + clip(N(0, action_std), +-action_noise_clip)``
     clipped to ``[-1, 1]`` and scaled to the action bounds; in eval mode ``mu(s)``. Before
     learning starts (``give_min_itr_learn``) the noise std is ``pretrain_std`` when that is
-    set. Networks take and give normalized actions (see ``QpgAgentBase``).
+    set; with ``pretrain_uniform`` the actions are instead uniform over the action bounds,
+    whatever the policy (the TD3 paper's start: Fujimoto et al. 2018 sample the first 10k
+    actions uniformly). Networks take and give normalized actions (see ``QpgAgentBase``).
     """
 
     target_names = ("target_model", "target_q_model")
@@ -25,7 +27,8 @@ class DdpgAgent(QpgAgentBase, BaseAgent):
     def __init__(self, ModelCls: type = MuMlpModel, QModelCls: type = QofMuMlpModel,
                  model_kwargs: dict | None = None, q_model_kwargs: dict | None = None,
                  initial_model_state_dict: dict | None = None, action_std: float = 0.1,
-                 action_noise_clip: float | None = None, pretrain_std: float | None = None):
+                 action_noise_clip: float | None = None, pretrain_std: float | None = None,
+                 pretrain_uniform: bool = False):
         model_kwargs = {"hidden_sizes": [400, 300], **(model_kwargs or {})}
         q_model_kwargs = {"hidden_sizes": [400, 300], **(q_model_kwargs or {})}
         super().__init__(ModelCls, QModelCls, model_kwargs, q_model_kwargs,
@@ -33,6 +36,10 @@ class DdpgAgent(QpgAgentBase, BaseAgent):
         owner = type(self).__name__
         self.action_std = positive_or_none(action_std, "action_std", owner)
         self.action_noise_clip = positive_or_none(action_noise_clip, "action_noise_clip", owner)
+        if not isinstance(pretrain_uniform, bool):
+            raise TypeError(f"{owner}: pretrain_uniform must be True or False; got "
+                            f"{pretrain_uniform!r}")
+        self.pretrain_uniform = pretrain_uniform
 
     # ---- values for the algorithm ----------------------------------------------------------
     def q(self, observation, prev_action, prev_reward, action) -> torch.Tensor:
@@ -64,12 +71,15 @@ class DdpgAgent(QpgAgentBase, BaseAgent):
     @torch.no_grad()
     def step(self, observation, prev_action, prev_reward) -> AgentStep:
         """``mu(s)`` plus clipped Gaussian noise in sample mode (``pretrain_std`` before
-        learning starts), ``mu(s)`` otherwise; scaled to the action bounds, on the CPU."""
+        learning starts, or uniform actions with ``pretrain_uniform``), ``mu(s)`` otherwise;
+        scaled to the action bounds, on the CPU."""
         observation, prev_action, prev_reward = self.to_model_inputs(
             observation, prev_action, prev_reward)
         mu = self.model(observation, prev_action, prev_reward)
         action = mu
-        if self._mode == "sample":
+        if self._mode == "sample" and self.pretrain_uniform and self.pretraining:
+            action = torch.rand_like(mu).mul_(2.0).sub_(1.0)
+        elif self._mode == "sample":
             std = self.pretrain_std if self.pretraining else self.action_std
             if std is not None:
                 noise = std * torch.randn_like(mu)
