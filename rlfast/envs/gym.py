@@ -98,11 +98,12 @@ class _InfoLayout:
 
     def convert(self, info: Mapping, *trailing_values: Any) -> Any:
         """Turn one step's info dict into this layout's namedtuple (trailing values last)."""
-        if info is None:
+        if not info:
+            if not self._fields:  # the common case of classic control: trailing values only
+                return self._make(trailing_values)
             info = {}
-        new_keys = info.keys() - self._known
-        if new_keys:
-            self._warn_new_keys(new_keys)
+        elif not self._known.issuperset(info):  # no set built at steps without new keys
+            self._warn_new_keys(info.keys() - self._known)
         values = []
         append = values.append
         for field in self._fields:
