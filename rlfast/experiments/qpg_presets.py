@@ -35,7 +35,10 @@ def _qpg_preset(hidden_sizes: list, agent: dict, algo: dict) -> dict:
 
 
 QPG_PRESETS: dict[str, dict] = {
-    "ddpg": _qpg_preset([400, 300], dict(action_std=0.1, action_noise_clip=0.5),
+    # exploration "gaussian" (or "ou": the DDPG paper's Ornstein-Uhlenbeck noise) and
+    # pretrain_uniform are the agents' defaults, listed so that --set can reach them.
+    "ddpg": _qpg_preset([400, 300], dict(action_std=0.1, action_noise_clip=0.5,
+                                         exploration="gaussian", pretrain_uniform=False),
                         dict(target_update_interval=1, policy_update_interval=1,
                              learning_rate=1e-3, q_learning_rate=1e-3)),
     # TD3: 256x256 networks, as in the TD3 author's reference implementation since its 2020
@@ -45,7 +48,8 @@ QPG_PRESETS: dict[str, dict] = {
     # time, seeds 0 / 1: 400x300 2227 / 2953 in 579 / 590 s; 256x256 3507 / 3332 in 390 / 386
     # s; SB3 with the zoo's settings (400x300) 2501 / 3864 in 598 / 591 s.
     "td3": _qpg_preset([256, 256], dict(action_std=0.1, pretrain_std=0.5, target_noise_std=0.2,
-                                        target_noise_clip=0.5),
+                                        target_noise_clip=0.5, exploration="gaussian",
+                                        pretrain_uniform=False),
                        dict(target_update_interval=2, policy_update_interval=2,
                             mu_learning_rate=1e-3, q_learning_rate=1e-3)),
     "sac": _qpg_preset([256, 256], dict(pretrain_std=0.75),

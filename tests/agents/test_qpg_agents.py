@@ -393,6 +393,70 @@ def test_td3_uniform_pretraining_covers_the_bounds_until_min_itr_learn():
         DdpgAgent(pretrain_uniform="yes")
 
 
+def test_ou_exploration_follows_the_ornstein_uhlenbeck_statistics():
+    """x_{t+1} = a x_t + s e_t with a = 1 - theta dt, s = sigma sqrt(dt), x_0 = 0: Var x_t =
+    s^2 (1 - a^(2t)) / (1 - a^2) and Cov(x_t, x_{t+1}) = a Var x_t (closed forms), per env."""
+    theta, dt, sigma, n_envs, steps = 0.15, 0.05, 0.2, 20000, 60
+    agent = _agent(Td3Agent, PENDULUM, action_std=sigma, exploration="ou", ou_theta=theta,
+                   ou_dt=dt, pretrain_std=None)
+    obs, pa, pr = _inputs(PENDULUM, lead=(n_envs,))
+    agent.sample_mode(0)
+    noise = []
+    for _ in range(steps):
+        step = agent.step(obs, pa, pr)
+        noise.append(agent.normalize_action(step.action) - step.agent_info.mu)
+    a, s2 = 1 - theta * dt, sigma ** 2 * dt
+    t = steps  # the last draw is x_t after t steps
+    var_t = s2 * (1 - a ** (2 * t)) / (1 - a ** 2)
+    var_prev = s2 * (1 - a ** (2 * (t - 1))) / (1 - a ** 2)
+    # |mu| is small at initialization and the noise std is 0.28: clipping to [-1, 1] is rare
+    last, prev = noise[-1][:, 0].double(), noise[-2][:, 0].double()
+    assert last.var().item() == pytest.approx(var_t, rel=0.05)
+    cov = ((last - last.mean()) * (prev - prev.mean())).mean().item()
+    assert cov == pytest.approx(a * var_prev, rel=0.06)
+    # Gaussian exploration of the same std: consecutive draws uncorrelated.
+    gauss = _agent(Td3Agent, PENDULUM, action_std=sigma, pretrain_std=None)
+    gauss.sample_mode(0)
+    g1, g2 = [(gauss.normalize_action(st.action) - st.agent_info.mu)[:, 0]
+              for st in (gauss.step(obs, pa, pr), gauss.step(obs, pa, pr))]
+    assert abs(torch.corrcoef(torch.stack([g1, g2]))[0, 1].item()) < 0.03
+
+
+def test_ou_exploration_state_resets_and_groups():
+    agent = _agent(DdpgAgent, PENDULUM, action_std=0.5, exploration="ou", ou_theta=0.0,
+                   ou_dt=1.0)
+    obs, pa, pr = _inputs(PENDULUM, lead=(4,))
+    agent.sample_mode(0)
+    for _ in range(3):
+        agent.step(obs, pa, pr)
+    state = agent._ou_states[0].clone()
+    assert bool((state != 0).all())
+    agent.reset_one(2)  # env 2's episode ended: only its process restarts
+    assert bool((agent._ou_states[0][2] == 0).all())
+    assert torch.equal(agent._ou_states[0][[0, 1, 3]], state[[0, 1, 3]])
+    # theta 0, dt 1: x_{t+1} = x_t + sigma * e, so after reset_one env 2 moves from zero.
+    step = agent.step(obs, pa, pr)
+    assert bool((agent._ou_states[0][2] != 0).all())
+    # An evaluation (eval mode, reset) leaves the processes; a sampling reset clears them.
+    kept = agent._ou_states[0].clone()
+    agent.eval_mode(1)
+    agent.reset()
+    assert torch.equal(agent.step(obs, pa, pr).action, agent.scale_action(
+        agent.model(*agent.to_model_inputs(obs, pa, pr))))  # no noise in eval mode
+    agent.sample_mode(1)
+    assert torch.equal(agent._ou_states[0], kept)
+    agent.reset()
+    assert agent._ou_states == {}
+    # Alternating samplers: each group has its own processes.
+    agent.use_group(1)
+    agent.step(obs, pa, pr)
+    agent.use_group(0)
+    agent.step(obs, pa, pr)
+    assert set(agent._ou_states) == {0, 1}
+    assert not torch.equal(agent._ou_states[0], agent._ou_states[1])
+    del step
+
+
 def test_sac_pretraining_uses_pretrain_std():
     agent = _agent(SacAgent, PENDULUM, pretrain_std=0.75)
     last = agent.model.mlp.model[-1]
@@ -511,6 +575,9 @@ def test_agents_reject_unbounded_actions():
     lambda: DdpgAgent(action_std=0),
     lambda: DdpgAgent(action_noise_clip=-1.0),
     lambda: DdpgAgent(pretrain_std=0),
+    lambda: DdpgAgent(exploration="ornstein"),
+    lambda: DdpgAgent(exploration="ou", ou_theta=-0.1),
+    lambda: Td3Agent(exploration="ou", ou_dt=0),
     lambda: Td3Agent(target_noise_std=-0.2),
     lambda: Td3Agent(target_noise_clip=0),
     lambda: SacAgent(action_squash=2.0),

@@ -2,11 +2,14 @@
 critic ``Q(s, a)`` (twin critics for TD3, as one two-member ensemble)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rlfast.agents.base import AgentStep, BaseAgent
 from rlfast.agents.qpg.base import QpgAgentBase, _unwrap, positive_or_none
 from rlfast.models.qpg import MuMlpModel, QofMuMlpModel
+from rlfast.utils.checks import check_positive
 
 __all__ = ["DdpgAgent", "Td3Agent"]
 
@@ -20,6 +23,14 @@ class DdpgAgent(QpgAgentBase, BaseAgent):
     set; with ``pretrain_uniform`` the actions are instead uniform over the action bounds,
     whatever the policy (the TD3 paper's start: Fujimoto et al. 2018 sample the first 10k
     actions uniformly). Networks take and give normalized actions (see ``QpgAgentBase``).
+
+    ``exploration="ou"`` replaces the independent Gaussian draws (after pretraining) by an
+    Ornstein-Uhlenbeck process per environment, the DDPG paper's temporally correlated
+    exploration (Lillicrap et al. 2016: theta 0.15): ``x <- (1 - ou_theta * ou_dt) * x +
+    action_std * sqrt(ou_dt) * N(0, 1)`` at every sampling step, from ``x = 0`` when the
+    environment's episode starts (``reset_one``). Consecutive actions then push the same way,
+    which finds rewards that need a long push (MountainCarContinuous). Each group of an
+    alternating sampler keeps its own states (``use_group``); evaluation leaves them alone.
     """
 
     target_names = ("target_model", "target_q_model")
@@ -28,7 +39,8 @@ class DdpgAgent(QpgAgentBase, BaseAgent):
                  model_kwargs: dict | None = None, q_model_kwargs: dict | None = None,
                  initial_model_state_dict: dict | None = None, action_std: float = 0.1,
                  action_noise_clip: float | None = None, pretrain_std: float | None = None,
-                 pretrain_uniform: bool = False):
+                 pretrain_uniform: bool = False, exploration: str = "gaussian",
+                 ou_theta: float = 0.15, ou_dt: float = 1e-2):
         model_kwargs = {"hidden_sizes": [400, 300], **(model_kwargs or {})}
         q_model_kwargs = {"hidden_sizes": [400, 300], **(q_model_kwargs or {})}
         super().__init__(ModelCls, QModelCls, model_kwargs, q_model_kwargs,
@@ -40,6 +52,16 @@ class DdpgAgent(QpgAgentBase, BaseAgent):
             raise TypeError(f"{owner}: pretrain_uniform must be True or False; got "
                             f"{pretrain_uniform!r}")
         self.pretrain_uniform = pretrain_uniform
+        if exploration not in ("gaussian", "ou"):
+            raise ValueError(f"{owner}: exploration must be 'gaussian' or 'ou' "
+                             f"(Ornstein-Uhlenbeck); got {exploration!r}")
+        self.exploration = exploration
+        self.ou_theta = float(ou_theta)
+        if not (math.isfinite(self.ou_theta) and self.ou_theta >= 0):
+            raise ValueError(f"{owner}: ou_theta must be a finite number >= 0; got {ou_theta!r}")
+        self.ou_dt = check_positive(ou_dt, "ou_dt", owner=owner)
+        self._ou_states: dict[int, torch.Tensor] = {}  # group -> [B, A] process values
+        self._ou_group = 0
 
     # ---- values for the algorithm ----------------------------------------------------------
     def q(self, observation, prev_action, prev_reward, action) -> torch.Tensor:
@@ -80,13 +102,47 @@ class DdpgAgent(QpgAgentBase, BaseAgent):
         if self._mode == "sample" and self.pretrain_uniform and self.pretraining:
             action = torch.rand_like(mu).mul_(2.0).sub_(1.0)
         elif self._mode == "sample":
-            std = self.pretrain_std if self.pretraining else self.action_std
+            pretraining = self.pretraining
+            std = self.pretrain_std if pretraining else self.action_std
             if std is not None:
-                noise = std * torch.randn_like(mu)
+                if self.exploration == "ou" and not pretraining:
+                    noise = self._ou_step(mu, std)
+                else:
+                    noise = std * torch.randn_like(mu)
                 if self.action_noise_clip is not None:
                     noise = noise.clamp(-self.action_noise_clip, self.action_noise_clip)
                 action = (mu + noise).clamp(-1.0, 1.0)
         return self._step_output(action, mu)
+
+    # ---- Ornstein-Uhlenbeck exploration ---------------------------------------------------
+    def _ou_step(self, mu: torch.Tensor, sigma: float) -> torch.Tensor:
+        """Advance this group's processes one step and return them (``mu``'s shape; a batch
+        of another shape starts from zeros)."""
+        state = self._ou_states.get(self._ou_group)
+        if state is None or state.shape != mu.shape:
+            state = torch.zeros_like(mu)
+        state = state * (1.0 - self.ou_theta * self.ou_dt) \
+            + (sigma * math.sqrt(self.ou_dt)) * torch.randn_like(mu)
+        self._ou_states[self._ou_group] = state
+        return state
+
+    def reset(self) -> None:
+        """Every environment restarts: the noise processes restart from zero (not in eval
+        mode: an evaluation does not touch the training environments' exploration)."""
+        super().reset()
+        if self._mode != "eval":
+            self._ou_states.clear()
+
+    def reset_one(self, idx: int) -> None:
+        """Environment ``idx``'s episode ended: its noise process restarts from zero."""
+        super().reset_one(idx)
+        state = self._ou_states.get(self._ou_group)
+        if state is not None and state.dim() > 1 and 0 <= idx < state.shape[0]:
+            state[idx] = 0.0
+
+    def use_group(self, group: int) -> None:
+        """Alternating samplers: step ``group``'s environments next (their own processes)."""
+        self._ou_group = int(group)
 
 
 class Td3Agent(DdpgAgent):
