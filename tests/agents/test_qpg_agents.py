@@ -441,6 +441,7 @@ def test_ou_exploration_state_resets_and_groups():
     kept = agent._ou_states[0].clone()
     agent.eval_mode(1)
     agent.reset()
+    agent.reset_one(0)  # an evaluation episode ended
     assert torch.equal(agent.step(obs, pa, pr).action, agent.scale_action(
         agent.model(*agent.to_model_inputs(obs, pa, pr))))  # no noise in eval mode
     agent.sample_mode(1)

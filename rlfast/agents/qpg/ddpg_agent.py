@@ -99,12 +99,12 @@ class DdpgAgent(QpgAgentBase, BaseAgent):
             observation, prev_action, prev_reward)
         mu = self.model(observation, prev_action, prev_reward)
         action = mu
-        if self._mode == "sample" and self.pretrain_uniform and self.pretraining:
-            action = torch.rand_like(mu).mul_(2.0).sub_(1.0)
-        elif self._mode == "sample":
+        if self._mode == "sample":
             pretraining = self.pretraining
             std = self.pretrain_std if pretraining else self.action_std
-            if std is not None:
+            if pretraining and self.pretrain_uniform:
+                action = torch.rand_like(mu).mul_(2.0).sub_(1.0)
+            elif std is not None:
                 if self.exploration == "ou" and not pretraining:
                     noise = self._ou_step(mu, std)
                 else:
@@ -134,8 +134,11 @@ class DdpgAgent(QpgAgentBase, BaseAgent):
             self._ou_states.clear()
 
     def reset_one(self, idx: int) -> None:
-        """Environment ``idx``'s episode ended: its noise process restarts from zero."""
+        """Environment ``idx``'s episode ended: its noise process restarts from zero (an
+        evaluation environment's end, in eval mode, touches no training process)."""
         super().reset_one(idx)
+        if self._mode == "eval":
+            return
         state = self._ou_states.get(self._ou_group)
         if state is not None and state.dim() > 1 and 0 <= idx < state.shape[0]:
             state[idx] = 0.0
