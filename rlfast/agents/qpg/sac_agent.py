@@ -6,10 +6,10 @@ import math
 import torch
 
 from rlfast.agents.base import AgentStep, BaseAgent
-from rlfast.agents.qpg.base import QpgAgentBase
+from rlfast.agents.qpg.base import QpgAgentBase, _unwrap
 from rlfast.distributions import DistInfoStd, Gaussian
-from rlfast.models.qpg import PiMlpModel, QofMuMlpModel
-from rlfast.utils.checks import check_fraction
+from rlfast.models.qpg import PiMlpModel, PiSdeMlpModel, QofMuMlpModel
+from rlfast.utils.checks import check_fraction, check_int
 
 __all__ = ["SacAgent"]
 
@@ -22,12 +22,29 @@ class SacAgent(QpgAgentBase, BaseAgent):
     action bounds. Eval mode acts with ``action_squash * tanh(mean)``. Until learning starts
     the pre-squash std is ``pretrain_std`` (near-uniform exploration with the default 0.75
     around an untrained mean of about 0). The critic has a target copy; the policy does not.
+
+    ``exploration="gsde"``: generalized state-dependent exploration (Raffin et al. 2022), the
+    setting rl-baselines3-zoo uses where plain Gaussian noise does not find the reward
+    (MountainCarContinuous). The policy is ``PiSdeMlpModel`` (the default ``ModelCls`` is
+    replaced by it): sampling adds ``z(s) @ W`` to the mean, ``z`` the policy's last hidden
+    features and ``W`` a noise matrix per environment drawn from the model's learned std,
+    kept for ``sde_sample_interval`` sampling steps, then drawn afresh. The losses use the
+    Gaussian that this noise has over ``W`` (the model's state-dependent log-std), sampled
+    independently per replayed state. Each group of an alternating sampler keeps its own
+    matrices (``use_group``); evaluation acts with the mean and leaves them alone.
     """
 
     def __init__(self, ModelCls: type = PiMlpModel, QModelCls: type = QofMuMlpModel,
                  model_kwargs: dict | None = None, q_model_kwargs: dict | None = None,
                  initial_model_state_dict: dict | None = None, action_squash: float = 1.0,
-                 pretrain_std: float | None = 0.75):
+                 pretrain_std: float | None = 0.75, exploration: str = "gaussian",
+                 sde_sample_interval: int = 1):
+        owner = type(self).__name__
+        if exploration not in ("gaussian", "gsde"):
+            raise ValueError(f"{owner}: exploration must be 'gaussian' or 'gsde' (generalized "
+                             f"state-dependent exploration); got {exploration!r}")
+        if exploration == "gsde" and ModelCls is PiMlpModel:
+            ModelCls = PiSdeMlpModel
         model_kwargs = {"hidden_sizes": [256, 256], **(model_kwargs or {})}
         q_model_kwargs = {"hidden_sizes": [256, 256], **(q_model_kwargs or {})}
         super().__init__(ModelCls, QModelCls, model_kwargs, q_model_kwargs,
@@ -35,13 +52,25 @@ class SacAgent(QpgAgentBase, BaseAgent):
         # Normalized action units: the agent scales to the env bounds.
         self.action_squash = check_fraction(action_squash, "action_squash", allow_zero=False,
                                             owner=type(self).__name__)
+        self.exploration = exploration
+        self.sde_sample_interval = check_int(sde_sample_interval, "sde_sample_interval",
+                                             minimum=1, owner=owner)
+        self._sde_noise: dict[int, list] = {}  # group -> [W [N, F, A], steps left]
+        self._sde_group = 0
 
     def q_model_extra_kwargs(self) -> dict:
         """Twin critics: one two-member ensemble."""
         return dict(ensemble_size=2)
 
     def make_distribution(self) -> None:
-        """The squashed Gaussian (log-std clamped), and the pretraining one when configured."""
+        """The squashed Gaussian (log-std clamped), and the pretraining one when configured;
+        checks that a gSDE agent's policy model gives state-dependent noise."""
+        if self.exploration == "gsde" and not getattr(_unwrap(self.model),
+                                                      "state_dependent_noise", False):
+            raise TypeError(f"{type(self).__name__}: exploration='gsde' needs a policy model "
+                            f"with state-dependent noise (PiSdeMlpModel); got "
+                            f"{type(_unwrap(self.model)).__name__}")
+        self._sde_noise.clear()
         dim = self.env_model_kwargs["action_size"]
         self.distribution = Gaussian(dim=dim, squash=self.action_squash,
                                      min_std=math.exp(LOG_STD_MIN), max_std=math.exp(LOG_STD_MAX))
@@ -84,12 +113,39 @@ class SacAgent(QpgAgentBase, BaseAgent):
     def step(self, observation, prev_action, prev_reward) -> AgentStep:
         """A squashed Gaussian sample in sample mode (``pretrain_std`` before learning starts),
         ``action_squash * tanh(mean)`` otherwise; scaled to the action bounds, on the CPU."""
-        mean, log_std = self.model(*self.to_model_inputs(observation, prev_action, prev_reward))
+        inputs = self.to_model_inputs(observation, prev_action, prev_reward)
+        sde = self.exploration == "gsde" and self._mode == "sample" and not self.pretraining
+        if sde:
+            mean, log_std, features = self.model(*inputs, features=True)
+        else:
+            mean, log_std = self.model(*inputs)
         mu = self.action_squash * torch.tanh(mean)
         if self._mode != "sample":
             action = mu
         elif self.pretraining:
             action = self._pretrain_distribution.sample(DistInfoStd(mean=mean, log_std=log_std))
+        elif sde:
+            action = self.action_squash * torch.tanh(mean + self._sde_step(features))
         else:
             action = self.distribution.sample(DistInfoStd(mean=mean, log_std=log_std))
         return self._step_output(action, mu)
+
+    # ---- state-dependent exploration -------------------------------------------------------
+    def _sde_step(self, features: torch.Tensor) -> torch.Tensor:
+        """This group's noise ``z @ W`` for one sampling step (``[..., A]``); draws new
+        matrices every ``sde_sample_interval`` steps, or when the batch's size changes."""
+        z = features.reshape(-1, features.shape[-1])  # [N, F]
+        entry = self._sde_noise.get(self._sde_group)
+        if entry is None or entry[1] <= 0 or entry[0].shape[0] != z.shape[0]:
+            sigma = _unwrap(self.model).noise_std().detach()  # [F, A]
+            weights = sigma * torch.randn((z.shape[0],) + tuple(sigma.shape), device=z.device,
+                                          dtype=sigma.dtype)
+            entry = [weights, self.sde_sample_interval]
+            self._sde_noise[self._sde_group] = entry
+        entry[1] -= 1
+        noise = torch.bmm(z.unsqueeze(1), entry[0]).squeeze(1)  # [N, A]
+        return noise.reshape(features.shape[:-1] + noise.shape[-1:])
+
+    def use_group(self, group: int) -> None:
+        """Alternating samplers: step ``group``'s environments next (their own matrices)."""
+        self._sde_group = int(group)

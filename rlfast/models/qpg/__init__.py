@@ -1,4 +1,5 @@
 """Models for Q-value policy gradient agents (DDPG, TD3, SAC)."""
-from rlfast.models.qpg.mlp import EnsembleMlp, MuMlpModel, PiMlpModel, QofMuMlpModel
+from rlfast.models.qpg.mlp import (EnsembleMlp, MuMlpModel, PiMlpModel, PiSdeMlpModel,
+                                   QofMuMlpModel)
 
-__all__ = ["MuMlpModel", "QofMuMlpModel", "PiMlpModel", "EnsembleMlp"]
+__all__ = ["MuMlpModel", "QofMuMlpModel", "PiMlpModel", "PiSdeMlpModel", "EnsembleMlp"]

@@ -1,6 +1,7 @@
 """MLP models for Q-value policy gradient agents (DDPG, TD3, SAC) on vector observations.
 
 ``MuMlpModel`` is a deterministic policy, ``PiMlpModel`` a Gaussian policy (mean and log-std),
+``PiSdeMlpModel`` a Gaussian policy with state-dependent exploration noise (gSDE),
 ``QofMuMlpModel`` a state-action value. Twin critics (TD3, SAC) are one ``QofMuMlpModel`` with
 ``ensemble_size=2``: the members' weights are stacked, so both Q-values come out of one batched
 matrix multiply per layer instead of two separate networks' worth of small kernels and Python
@@ -17,7 +18,7 @@ from rlfast.models.mlp import MlpModel
 from rlfast.utils.checks import check_positive
 from rlfast.utils.tensor import infer_leading_dims, restore_leading_dims
 
-__all__ = ["MuMlpModel", "PiMlpModel", "QofMuMlpModel", "EnsembleMlp"]
+__all__ = ["MuMlpModel", "PiMlpModel", "PiSdeMlpModel", "QofMuMlpModel", "EnsembleMlp"]
 
 
 def _hidden(hidden_sizes, default: Sequence[int]) -> list:
@@ -75,6 +76,66 @@ class PiMlpModel(torch.nn.Module):
         output = self.mlp(observation.reshape(T * B, -1).float())
         mean, log_std = output[:, :self.action_size], output[:, self.action_size:]
         return restore_leading_dims((mean, log_std), lead_dim, T, B)
+
+
+class PiSdeMlpModel(torch.nn.Module):
+    """Gaussian policy with generalized state-dependent exploration (gSDE; Raffin et al. 2022,
+    "Smooth Exploration for Robotic Reinforcement Learning").
+
+    An MLP trunk gives features ``z(s)`` (its last hidden layer); a linear head gives the
+    pre-squash mean, clamped to ``[-mean_clip, mean_clip]`` as in the paper's SAC. The noise
+    is ``z(s) @ W`` with ``W ~ N(0, sigma^2)`` elementwise, ``sigma = exp(log_std)`` one
+    learned entry per (feature, action) pair, started at ``log_std_init``. For one ``W`` the
+    noise is a smooth function of the state; the agent keeps ``W`` for several steps, so
+    exploration is consistent in time. Over ``W`` the pre-squash action is Gaussian with
+    variance ``z(s)^2 @ sigma^2`` per action, which is the log-std that ``forward`` returns
+    (the features are detached there: the std does not train the trunk).
+
+    ``forward(observation, prev_action, prev_reward, features=False) -> (mean, log_std)``,
+    each ``[..., action_size]``; with ``features=True`` also ``z`` ``[..., hidden_sizes[-1]]``.
+    """
+
+    state_dependent_noise = True
+
+    def __init__(self, observation_shape: Sequence[int], hidden_sizes: Sequence[int] | None,
+                 action_size: int, log_std_init: float = -3.0, mean_clip: float | None = 2.0,
+                 nonlinearity: type[torch.nn.Module] = torch.nn.ReLU):
+        super().__init__()
+        self.observation_shape = tuple(observation_shape)
+        self.action_size = check_positive(action_size, "action_size", integer=True,
+                                          owner="PiSdeMlpModel")
+        hidden = _hidden(hidden_sizes, [256, 256])
+        if not hidden:
+            raise ValueError("PiSdeMlpModel: needs at least one hidden layer (its features "
+                             "carry the exploration noise); got hidden_sizes=[]")
+        if not math.isfinite(float(log_std_init)):
+            raise ValueError(f"PiSdeMlpModel: log_std_init must be finite; got {log_std_init!r}")
+        self.mean_clip = None if mean_clip is None else check_positive(
+            mean_clip, "mean_clip", owner="PiSdeMlpModel")
+        self.trunk = MlpModel(int(math.prod(self.observation_shape)), hidden,
+                              nonlinearity=nonlinearity)
+        self.feature_size = hidden[-1]
+        self.mean_head = torch.nn.Linear(self.feature_size, self.action_size)
+        self.log_std = torch.nn.Parameter(
+            torch.full((self.feature_size, self.action_size), float(log_std_init)))
+
+    def noise_std(self) -> torch.Tensor:
+        """``sigma`` ``[feature_size, action_size]``: the std of each entry of ``W``."""
+        return self.log_std.exp()
+
+    def forward(self, observation: torch.Tensor, prev_action: torch.Tensor = None,
+                prev_reward: torch.Tensor = None, features: bool = False):
+        """Pre-squash mean and state-dependent log-std (and the features); ``prev_action`` and
+        ``prev_reward`` are unused."""
+        lead_dim, T, B, _ = infer_leading_dims(observation, len(self.observation_shape))
+        z = self.trunk(observation.reshape(T * B, -1).float())
+        mean = self.mean_head(z)
+        if self.mean_clip is not None:
+            mean = mean.clamp(-self.mean_clip, self.mean_clip)
+        variance = (z.detach() ** 2) @ (2.0 * self.log_std).exp()
+        log_std = 0.5 * torch.log(variance + 1e-6)
+        outputs = (mean, log_std, z) if features else (mean, log_std)
+        return restore_leading_dims(outputs, lead_dim, T, B)
 
 
 class EnsembleMlp(torch.nn.Module):
