@@ -83,7 +83,7 @@ class PiSdeMlpModel(torch.nn.Module):
     "Smooth Exploration for Robotic Reinforcement Learning").
 
     An MLP trunk gives features ``z(s)`` (its last hidden layer); a linear head gives the
-    pre-squash mean, clamped to ``[-mean_clip, mean_clip]`` as in the paper's SAC. The noise
+    pre-squash mean, clamped to ``[-mean_clip, mean_clip]`` as SB3's gSDE SAC does (clip_mean 2). The noise
     is ``z(s) @ W`` with ``W ~ N(0, sigma^2)`` elementwise, ``sigma = exp(log_std)`` one
     learned entry per (feature, action) pair, started at ``log_std_init``. For one ``W`` the
     noise is a smooth function of the state; the agent keeps ``W`` for several steps, so
