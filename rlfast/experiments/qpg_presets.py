@@ -21,7 +21,7 @@ _QPG_AFFINITY = dict(master_torch_threads=0)
 # Replay and target settings every QPG preset shares (standard published values).
 _QPG_REPLAY = dict(discount=0.99, batch_size=256, min_steps_learn=10_000, replay_size=1_000_000,
                    replay_ratio=256, target_update_tau=0.005, n_step_return=1,
-                   bootstrap_timelimit=True)
+                   bootstrap_timelimit=True, linear_lr_schedule=False)
 
 
 def _qpg_preset(hidden_sizes: list, agent: dict, algo: dict) -> dict:

@@ -433,6 +433,55 @@ def test_ddpg_optim_state_dict_round_trip():
         assert torch.equal(s1["state"][k]["exp_avg_sq"], s2["state"][k]["exp_avg_sq"])
 
 
+# ---------------------------------------------------------------- learning-rate schedule
+@pytest.mark.parametrize("make,agent_cls,rates", [
+    (lambda **kw: TD3(mu_learning_rate=2e-4, q_learning_rate=5e-4, **kw), Td3Agent, [2e-4, 5e-4]),
+    (lambda **kw: SAC(learning_rate=7.3e-4, **kw), SacAgent, [7.3e-4] * 3),
+    (lambda **kw: DDPG(learning_rate=1e-4, q_learning_rate=1e-3, **kw), DdpgAgent, [1e-4, 1e-3]),
+])
+def test_linear_lr_schedule_scales_every_group_by_the_remaining_fraction(make, agent_cls, rates):
+    common = dict(min_steps_learn=0, batch_size=8, replay_ratio=2, replay_size=256)
+    _, algo = _setup(make(linear_lr_schedule=True, **common), agent_cls)  # n_itr = 100
+    for itr, fraction in [(0, 1.0), (25, 0.75), (60, 0.4), (99, 0.01)]:
+        algo.optimize_agent(itr, _samples(PENDULUM, 4, 2, seed=itr))
+        assert [g["lr"] for g in algo.optimizer.param_groups] == \
+            pytest.approx([r * fraction for r in rates], rel=1e-12)
+    # the async runner's sampler iteration decides the fraction when given
+    algo.optimize_agent(3, _samples(PENDULUM, 4, 2), sampler_itr=80)
+    assert [g["lr"] for g in algo.optimizer.param_groups] == pytest.approx(
+        [r * 0.2 for r in rates])
+    # at the end of the run the rate is zero: an update leaves the weights as they were
+    before = [p.detach().clone() for g in algo.optimizer.param_groups for p in g["params"]]
+    algo.optimize_agent(100, _samples(PENDULUM, 4, 2, seed=5))
+    assert all(g["lr"] == 0.0 for g in algo.optimizer.param_groups)
+    after = [p.detach() for g in algo.optimizer.param_groups for p in g["params"]]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    # without the schedule the configured rates stay
+    _, plain = _setup(make(**common), agent_cls)
+    plain.optimize_agent(60, _samples(PENDULUM, 4, 2))
+    assert [g["lr"] for g in plain.optimizer.param_groups] == pytest.approx(rates, rel=1e-12)
+
+
+def test_linear_lr_schedule_resumes_from_the_configured_rate():
+    """A restored optimizer state carries the decayed rates; the schedule scales the
+    configured ones, so a resumed run continues where the first left off."""
+    common = dict(min_steps_learn=0, batch_size=8, replay_ratio=2, replay_size=256,
+                  linear_lr_schedule=True)
+    _, algo = _setup(SAC(learning_rate=1e-3, **common), SacAgent)
+    algo.optimize_agent(50, _samples(PENDULUM, 4, 2))
+    state = algo.optim_state_dict()
+    assert [g["lr"] for g in state["optimizer"]["param_groups"]] == pytest.approx([5e-4] * 3)
+    _, resumed = _setup(SAC(learning_rate=1e-3, initial_optim_state_dict=state, **common),
+                        SacAgent)
+    resumed.optimize_agent(60, _samples(PENDULUM, 4, 2))
+    assert [g["lr"] for g in resumed.optimizer.param_groups] == pytest.approx([4e-4] * 3)
+
+
+def test_linear_lr_schedule_must_be_a_bool():
+    with pytest.raises(TypeError, match="linear_lr_schedule"):
+        TD3(linear_lr_schedule="yes")
+
+
 # ---------------------------------------------------------------- argument checks
 def test_param_group_learning_rates():
     _, ddpg = _setup(DDPG(learning_rate=1e-4, q_learning_rate=3e-3, replay_size=64), DdpgAgent)

@@ -38,7 +38,8 @@ class QpgAlgoBase(RLAlgorithm):
 
     The replay buffer is time-limit aware (prioritized with ``prioritized_replay``) unless
     ``ReplayBufferCls`` names another; ``replay_ratio`` is how many times each sampled step
-    is replayed on average.
+    is replayed on average. ``linear_lr_schedule`` scales every learning rate by the fraction
+    of the run still to come (zero at its end; rl-baselines3-zoo's ``lin_`` rates).
     """
 
     OptInfoCls = None  # namedtuple of lists, set by subclasses
@@ -49,7 +50,7 @@ class QpgAlgoBase(RLAlgorithm):
                  initial_optim_state_dict: dict | None, clip_grad_norm: float,
                  n_step_return: int, bootstrap_timelimit: bool, ReplayBufferCls: type | None,
                  prioritized_replay: bool = False, pri_alpha: float = 0.6,
-                 pri_beta: float = 0.4):
+                 pri_beta: float = 0.4, linear_lr_schedule: bool = False):
         owner = type(self).__name__
         self.discount = check_fraction(discount, "discount", owner=owner)
         self.batch_size = check_positive(batch_size, "batch_size", integer=True, owner=owner)
@@ -73,6 +74,10 @@ class QpgAlgoBase(RLAlgorithm):
         self.ReplayBufferCls = ReplayBufferCls
         self.prioritized_replay = bool(prioritized_replay)
         self.pri_alpha, self.pri_beta = pri_alpha, pri_beta
+        if not isinstance(linear_lr_schedule, bool):
+            raise TypeError(f"{owner}: linear_lr_schedule must be True or False; got "
+                            f"{linear_lr_schedule!r}")
+        self.linear_lr_schedule = linear_lr_schedule
         self.update_counter = 0
 
     # ---- setup ---------------------------------------------------------------------------
@@ -166,6 +171,9 @@ class QpgAlgoBase(RLAlgorithm):
                 not {"fused", "foreach"} & set(kwargs):
             kwargs["fused"] = True  # one kernel for all parameters: ~3x faster steps on CPU
         self.optimizer = self.OptimCls(groups, **kwargs)
+        # The configured rates, kept before a restored state dict replaces the groups' ``lr``
+        # (the schedule scales these, so a resumed run continues the same schedule).
+        self._base_lrs = [g["lr"] for g in self.optimizer.param_groups]
         if self.initial_optim_state_dict is not None:
             self.load_optim_state_dict(self.initial_optim_state_dict)
 
@@ -197,6 +205,8 @@ class QpgAlgoBase(RLAlgorithm):
             self.replay_buffer.append_samples(self.samples_to_buffer(samples))
         if not self.learning(itr):
             return self.OptInfoCls(*([] for _ in self.OptInfoCls._fields))
+        if self.linear_lr_schedule:
+            self.schedule_learning_rates(itr if sampler_itr is None else sampler_itr)
         diagnostics = []
         for _ in range(self.updates_per_optimize):
             batch = self.replay_buffer.sample_batch(self.replay_batch_size)
@@ -217,6 +227,15 @@ class QpgAlgoBase(RLAlgorithm):
                 self.agent.update_target(self.target_update_tau)
             diagnostics.append(self.diagnostics(info, norms, update_policy))
         return self._opt_info(diagnostics)
+
+    def schedule_learning_rates(self, itr: int) -> None:
+        """``linear_lr_schedule``: every group's rate is its configured one times the fraction
+        of the run's sampler iterations still to come, ``(n_itr - itr) / n_itr`` (SB3's
+        ``lin_<rate>`` schedules of rl-baselines3-zoo: zero at the end of the run)."""
+        n_itr = max(int(self.n_itr), 1)
+        fraction = min(max(n_itr - itr, 0) / n_itr, 1.0)
+        for group, base_lr in zip(self.optimizer.param_groups, self._base_lrs):
+            group["lr"] = base_lr * fraction
 
     def check_update_finite(self, itr: int, loss: torch.Tensor, info: dict,
                             norms: list[torch.Tensor]) -> None:

@@ -40,7 +40,8 @@ class DDPG(QpgAlgoBase):
     loss ``0.5 (y - Q(s, a))^2``, with ``f`` from :meth:`bootstrap_factor` (a time-limit end
     bootstraps). Actor, every ``policy_update_interval`` updates: ``-Q(s, mu(s))``. Targets
     are Polyak-averaged with ``target_update_tau`` every ``target_update_interval`` updates.
-    ``learning_rate`` is the actor's, ``q_learning_rate`` the critic's. ``updates_per_sync``
+    ``learning_rate`` is the actor's, ``q_learning_rate`` the critic's (both decaying linearly
+    to zero over the run with ``linear_lr_schedule``). ``updates_per_sync``
     is read by asynchronous runners (updates between copies to the sampler's model).
     """
 
@@ -57,7 +58,7 @@ class DDPG(QpgAlgoBase):
                  q_target_clip: float = 1e6, n_step_return: int = 1, updates_per_sync: int = 1,
                  bootstrap_timelimit: bool = True, ReplayBufferCls: type | None = None,
                  prioritized_replay: bool = False, pri_alpha: float = 0.6,
-                 pri_beta: float = 0.4):
+                 pri_beta: float = 0.4, linear_lr_schedule: bool = False):
         super().__init__(**qpg_base_arguments(locals()))
         _set_rates(self, learning_rate, q_learning_rate, q_target_clip, updates_per_sync)
 
@@ -123,7 +124,7 @@ class TD3(QpgAlgoBase):
                  q_target_clip: float = 1e6, n_step_return: int = 1, updates_per_sync: int = 1,
                  bootstrap_timelimit: bool = True, ReplayBufferCls: type | None = None,
                  prioritized_replay: bool = False, pri_alpha: float = 0.6,
-                 pri_beta: float = 0.4):
+                 pri_beta: float = 0.4, linear_lr_schedule: bool = False):
         super().__init__(**qpg_base_arguments(locals()))
         _set_rates(self, mu_learning_rate, q_learning_rate, q_target_clip, updates_per_sync)
         self.mu_learning_rate = self.learning_rate

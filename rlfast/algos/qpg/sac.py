@@ -32,6 +32,7 @@ class SAC(QpgAlgoBase):
     ``target_entropy='auto'`` meaning ``-action_dim``. ``action_prior`` is 'uniform' (0) or
     'gaussian' (standard normal log-density of the normalized action). The actor, critics and
     ``log_alpha`` share ``learning_rate``; all three losses take one backward pass.
+    ``linear_lr_schedule`` decays that rate linearly to zero over the run.
     """
 
     OptInfoCls = OptInfo
@@ -48,12 +49,13 @@ class SAC(QpgAlgoBase):
                  clip_grad_norm: float = 1e9, n_step_return: int = 1, updates_per_sync: int = 1,
                  bootstrap_timelimit: bool = True, ReplayBufferCls: type | None = None,
                  prioritized_replay: bool = False, pri_alpha: float = 0.6,
-                 pri_beta: float = 0.4, initial_alpha: float = 1.0):
+                 pri_beta: float = 0.4, initial_alpha: float = 1.0,
+                 linear_lr_schedule: bool = False):
         super().__init__(discount, batch_size, min_steps_learn, replay_size, replay_ratio,
                          target_update_tau, target_update_interval, 1, OptimCls, optim_kwargs,
                          initial_optim_state_dict, clip_grad_norm, n_step_return,
                          bootstrap_timelimit, ReplayBufferCls, prioritized_replay, pri_alpha,
-                         pri_beta)
+                         pri_beta, linear_lr_schedule)
         self.action_prior = check_choice(action_prior, "action_prior", _ACTION_PRIORS,
                                          owner="SAC")
         if fixed_alpha is not None and not fixed_alpha >= 0:
