@@ -183,9 +183,10 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # for the other tasks, Hopper among them); the general preset waits 10k (the zoo's
     # MuJoCo default). Hopper falls within a few hundred steps at first, so the extra 9k
     # updates are what lets it stand. 50k steps, 10 greedy episodes of bench_presets, one CPU
-    # each, seeds 1 / 2: this entry 309.5 / 343.6 in 487 / 468 s; the general preset 214.2 /
-    # 272.4 (seed 0: 331.1); the zoo's Hopper learning rate 3e-4 on the general preset 203.9
-    # / 297.3; SB3 with the zoo's settings 308.7 / 347.2 (seed 0: 372.3) in 572-612 s.
+    # each, seeds 0 / 1 / 2: this entry 197.8 / 309.5 / 343.6 in 430-457 s (283.7 +- 76.3);
+    # the general preset 331.1 / 214.2 / 272.4 (272.6 +- 58.4); the zoo's Hopper learning rate
+    # 3e-4 on the general preset (seeds 1 / 2) 203.9 / 297.3; SB3 with the zoo's settings
+    # 372.3 / 308.7 / 347.2 in 570-592 s. At 50k steps one seed swings by 100 with any change.
     ("td3", "Hopper-v5"): dict(algo=dict(min_steps_learn=1000)),
     # HalfCheetah-v5, PPO: rl-baselines3-zoo hyperparams/ppo.yml, HalfCheetah-v4 entry (gamma
     # 0.98, gae_lambda 0.92, clip_range 0.1, n_epochs 20, learning_rate 2.0633e-5 constant,
