@@ -181,8 +181,8 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # Hopper-v5, TD3: learning starts after 1000 steps of pretraining noise, as in the TD3 paper
     # (Fujimoto et al. 2018, section 6.1: 10k exploratory steps for HalfCheetah and Ant, 1000
     # for the other tasks, Hopper among them); the general preset waits 10k (the zoo's
-    # MuJoCo default). Hopper falls within a few hundred steps at first, so the extra 9k
-    # updates are what lets it stand. 50k steps, 10 greedy episodes of bench_presets, one CPU
+    # MuJoCo default), which leaves 49k of the 50k steps to learning instead of 40k. 50k
+    # steps, 10 greedy episodes of bench_presets, one CPU
     # each, seeds 0 / 1 / 2: this entry 197.8 / 309.5 / 343.6 in 430-457 s (283.7 +- 76.3);
     # the general preset 331.1 / 214.2 / 272.4 (272.6 +- 58.4); the zoo's Hopper learning rate
     # 3e-4 on the general preset (seeds 1 / 2) 203.9 / 297.3; SB3 with the zoo's settings
