@@ -188,6 +188,14 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # 3e-4 on the general preset (seeds 1 / 2) 203.9 / 297.3; SB3 with the zoo's settings
     # 372.3 / 308.7 / 347.2 in 570-592 s. At 50k steps one seed swings by 100 with any change.
     ("td3", "Hopper-v5"): dict(algo=dict(min_steps_learn=1000)),
+    # BipedalWalker-v3, SAC: rl-baselines3-zoo hyperparams/sac.yml, BipedalWalker-v3 entry
+    # (learning_rate 7.3e-4, gamma 0.98, tau 0.02; its gSDE, 400x300 networks and 64-step
+    # update bursts are left out), on the general preset. 50k steps, 10 greedy episodes of
+    # bench_presets, one CPU each, seeds 0 / 1: this entry -68.3 / -19.5 in 556 / 546 s; the
+    # general preset -108.5 / -84.6 / -97.7 (seeds 0-2, 551-617 s), where SB3 with the zoo's
+    # settings gets -95.9 / -43.2 / -30.0 in 912-940 s.
+    ("sac", "BipedalWalker-v3"): dict(
+        algo=dict(learning_rate=7.3e-4, discount=0.98, target_update_tau=0.02)),
     # HalfCheetah-v5, PPO: rl-baselines3-zoo hyperparams/ppo.yml, HalfCheetah-v4 entry (gamma
     # 0.98, gae_lambda 0.92, clip_range 0.1, n_epochs 20, learning_rate 2.0633e-5 constant,
     # ent_coef 0.000401762, vf_coef 0.58096, max_grad_norm 0.8, log_std_init -2, 256x256
