@@ -22,6 +22,12 @@ import psutil
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def torchrun(tmp_path) -> list:
+    """``torchrun`` with its per-run log folders under ``tmp_path``: without ``--log-dir`` it
+    makes a ``torchelastic_*`` folder in the system's temporary directory and leaves it."""
+    return TORCHRUN + ["--log-dir", str(tmp_path / "torchrun-logs")]
 RLFAST = [sys.executable, "-m", "rlfast"]
 SHM = "/dev/shm"
 SHM_PATTERNS = ("pymp-", "psm_", "torch_")

@@ -60,8 +60,8 @@ def _train_args(env_id: str, log_dir, steps: int, *extra: str) -> list:
             "--log-dir", str(log_dir), "--no-progress", *extra]
 
 
-def _standalone(args: list, *torchrun_opts: str) -> list:
-    return h.TORCHRUN + ["--standalone", "--nproc-per-node", "2", *torchrun_opts,
+def _standalone(tmp_path, args: list, *torchrun_opts: str) -> list:
+    return h.torchrun(tmp_path) + ["--standalone", "--nproc-per-node", "2", *torchrun_opts,
                          "-m", "rlfast"] + args
 
 
@@ -95,9 +95,9 @@ def _check_rank0_logged(tmp_path, log_dir, output: str, launcher: str) -> None:
 
 def test_torchrun_standalone_two_ranks(tmp_path, watchdog):  # noqa: F811
     watchdog(RUN_LIMIT_S + GUARD_MARGIN_S)
-    log_dir, tlog, out = tmp_path / "run", tmp_path / "torchrun_logs", tmp_path / "output.txt"
-    cmd = _standalone(_train_args("CartPole-v1", log_dir, STEPS),
-                      "--log-dir", str(tlog), "--redirects", "3", "--tee", "3")
+    log_dir, tlog, out = tmp_path / "run", tmp_path / "torchrun-logs", tmp_path / "output.txt"
+    cmd = _standalone(tmp_path, _train_args("CartPole-v1", log_dir, STEPS),
+                      "--redirects", "3", "--tee", "3")
     proc = h.start(cmd, tmp_path, out, h.child_env())
     try:
         gone = h.wait_all_gone([proc], str(log_dir), time.monotonic() + RUN_LIMIT_S)
@@ -121,7 +121,7 @@ def test_torchrun_two_nodes_on_one_machine(tmp_path, watchdog):  # noqa: F811
     watchdog(RUN_LIMIT_S + GUARD_MARGIN_S)
     log_dir = tmp_path / "run"
     port, rdzv_id = h.free_port(), f"rlfast-test-{uuid.uuid4().hex}"
-    cmd = h.TORCHRUN + ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+    cmd = h.torchrun(tmp_path) + ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", rdzv_id,
                         "-m", "rlfast"] + _train_args("CartPole-v1", log_dir, STEPS)
     outs = [tmp_path / "node0.txt", tmp_path / "node1.txt"]
@@ -144,7 +144,7 @@ def test_torchrun_two_nodes_on_one_machine(tmp_path, watchdog):  # noqa: F811
 def _fault_command(launcher: str, log_dir, *extra: str) -> list:
     args = _train_args(ENV_ID, log_dir, 100_000_000, *extra)
     if launcher == "torchrun":
-        return _standalone(args)
+        return _standalone(log_dir.parent, args)
     return h.RLFAST + args + ["--world-size", "2"]
 
 
@@ -234,7 +234,7 @@ def test_sigint_to_process_group_ends_every_process(launcher, tmp_path, watchdog
     log_dir, out = tmp_path / "run", tmp_path / "output.txt"
     args = _train_args("CartPole-v1", log_dir, 100_000_000,
                        "--set", "runner.log_interval_steps=2048")
-    cmd = _standalone(args) if launcher == "torchrun" else h.RLFAST + args + ["--world-size", "2"]
+    cmd = _standalone(tmp_path, args) if launcher == "torchrun" else h.RLFAST + args + ["--world-size", "2"]
     before = h.shm_entries()
     proc = h.start(cmd, tmp_path, out, h.child_env(), default_sigint=True)
     tag = str(log_dir)
