@@ -35,10 +35,12 @@ def _qpg_preset(hidden_sizes: list, agent: dict, algo: dict) -> dict:
 
 
 QPG_PRESETS: dict[str, dict] = {
-    # exploration "gaussian" (or "ou": the DDPG paper's Ornstein-Uhlenbeck noise) and
-    # pretrain_uniform are the agents' defaults, listed so that --set can reach them.
+    # exploration "gaussian" (or "ou": the DDPG paper's Ornstein-Uhlenbeck noise, with its
+    # ou_theta and ou_dt) and pretrain_uniform are the agents' defaults, listed so that --set
+    # can reach them.
     "ddpg": _qpg_preset([400, 300], dict(action_std=0.1, action_noise_clip=0.5,
-                                         exploration="gaussian", pretrain_uniform=False),
+                                         exploration="gaussian", pretrain_uniform=False,
+                                         ou_theta=0.15, ou_dt=0.01),
                         dict(target_update_interval=1, policy_update_interval=1,
                              learning_rate=1e-3, q_learning_rate=1e-3)),
     # TD3: 256x256 networks, as in the TD3 author's reference implementation since its 2020
@@ -49,7 +51,7 @@ QPG_PRESETS: dict[str, dict] = {
     # s; SB3 with the zoo's settings (400x300) 2501 / 3864 in 598 / 591 s.
     "td3": _qpg_preset([256, 256], dict(action_std=0.1, pretrain_std=0.5, target_noise_std=0.2,
                                         target_noise_clip=0.5, exploration="gaussian",
-                                        pretrain_uniform=False),
+                                        pretrain_uniform=False, ou_theta=0.15, ou_dt=0.01),
                        dict(target_update_interval=2, policy_update_interval=2,
                             mu_learning_rate=1e-3, q_learning_rate=1e-3)),
     # exploration "gaussian" (or "gsde": state-dependent exploration) and its resampling
