@@ -174,10 +174,10 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # in episode 2-11 or never); at 0.1 the push reverses about as often as the car swings
     # (15-19 of 20, first in episode 0-2). The stationary std is the same (0.91). Gaussian
     # exploration learns to stand still. Measured here (50k steps, 10 greedy episodes of
-    # bench_presets, one CPU shared with an SB3 run): seeds 0-2: 93.2 / 93.4 / 93.6 in
-    # 231-322 s; the zoo's dt 0.01 with 64x64 networks 93.5 / -2.7 (seeds 0 / 1), with
-    # 128x128 92.5 / -0.1, with 400x300 92.7 (seed 0) in 743 s; SB3 with the zoo's settings
-    # 92.3 / 90.6 / 91.3.
+    # bench_presets, one CPU each): seeds 0-2: 93.2 / 93.4 / 93.6 in 107-108 s; the zoo's dt
+    # 0.01 with 64x64 networks 93.5 / -2.7 (seeds 0 / 1), with 128x128 92.5 / -0.1, with
+    # 400x300 92.7 (seed 0) in 743 s; SB3 with the zoo's settings 92.3 / 90.6 / 91.3 in
+    # 646-665 s.
     ("td3", "MountainCarContinuous-v0"): dict(
         agent=dict(exploration="ou", action_std=0.5, ou_dt=0.1,
                    model_kwargs=dict(hidden_sizes=[64, 64]),
@@ -209,9 +209,9 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # BipedalWalker-v3, SAC: rl-baselines3-zoo hyperparams/sac.yml, BipedalWalker-v3 entry
     # (learning_rate 7.3e-4, gamma 0.98, tau 0.02; its gSDE, 400x300 networks and 64-step
     # update bursts are left out), on the general preset. 50k steps, 10 greedy episodes of
-    # bench_presets, one CPU each, seeds 0 / 1: this entry -68.3 / -19.5 in 556 / 546 s; the
-    # general preset -108.5 / -84.6 / -97.7 (seeds 0-2, 551-617 s), where SB3 with the zoo's
-    # settings gets -95.9 / -43.2 / -30.0 in 912-940 s.
+    # bench_presets, one CPU each, seeds 0-2: this entry -68.3 / -19.5 / -64.1 in 523-550 s;
+    # the general preset -108.5 / -84.6 / -97.7 in 551-617 s, where SB3 with the zoo's
+    # settings gets -95.9 / -43.2 / -30.0 in 843-940 s.
     ("sac", "BipedalWalker-v3"): dict(
         algo=dict(learning_rate=7.3e-4, discount=0.98, target_update_tau=0.02)),
     # HalfCheetah-v5, PPO: rl-baselines3-zoo hyperparams/ppo.yml, HalfCheetah-v4 entry (gamma

@@ -22,12 +22,6 @@ import psutil
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
-
-
-def torchrun(tmp_path) -> list:
-    """``torchrun`` with its per-run log folders under ``tmp_path``: without ``--log-dir`` it
-    makes a ``torchelastic_*`` folder in the system's temporary directory and leaves it."""
-    return TORCHRUN + ["--log-dir", str(tmp_path / "torchrun-logs")]
 RLFAST = [sys.executable, "-m", "rlfast"]
 SHM = "/dev/shm"
 SHM_PATTERNS = ("pymp-", "psm_", "torch_")
@@ -36,6 +30,12 @@ SHM_PATTERNS = ("pymp-", "psm_", "torch_")
 _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                   "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "NODE_RANK")
 _LAUNCHER_PREFIXES = ("SLURM_", "TORCHELASTIC_", "RLFAST_SYNC_")
+
+
+def torchrun(tmp_path) -> list:
+    """``torchrun`` with its per-run log folders under ``tmp_path``: without ``--log-dir`` it
+    makes a ``torchelastic_*`` folder in the system's temporary directory and leaves it."""
+    return TORCHRUN + ["--log-dir", str(tmp_path / "torchrun-logs")]
 
 
 def child_env(**extra: str) -> dict:

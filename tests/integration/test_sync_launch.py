@@ -62,7 +62,7 @@ def _train_args(env_id: str, log_dir, steps: int, *extra: str) -> list:
 
 def _standalone(tmp_path, args: list, *torchrun_opts: str) -> list:
     return h.torchrun(tmp_path) + ["--standalone", "--nproc-per-node", "2", *torchrun_opts,
-                         "-m", "rlfast"] + args
+                                   "-m", "rlfast"] + args
 
 
 def _check_rank0_logged(tmp_path, log_dir, output: str, launcher: str) -> None:
@@ -121,9 +121,10 @@ def test_torchrun_two_nodes_on_one_machine(tmp_path, watchdog):  # noqa: F811
     watchdog(RUN_LIMIT_S + GUARD_MARGIN_S)
     log_dir = tmp_path / "run"
     port, rdzv_id = h.free_port(), f"rlfast-test-{uuid.uuid4().hex}"
-    cmd = h.torchrun(tmp_path) + ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", rdzv_id,
-                        "-m", "rlfast"] + _train_args("CartPole-v1", log_dir, STEPS)
+    cmd = h.torchrun(tmp_path) + [
+        "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", rdzv_id,
+        "-m", "rlfast"] + _train_args("CartPole-v1", log_dir, STEPS)
     outs = [tmp_path / "node0.txt", tmp_path / "node1.txt"]
     procs = []
     try:
@@ -234,7 +235,8 @@ def test_sigint_to_process_group_ends_every_process(launcher, tmp_path, watchdog
     log_dir, out = tmp_path / "run", tmp_path / "output.txt"
     args = _train_args("CartPole-v1", log_dir, 100_000_000,
                        "--set", "runner.log_interval_steps=2048")
-    cmd = _standalone(tmp_path, args) if launcher == "torchrun" else h.RLFAST + args + ["--world-size", "2"]
+    cmd = (_standalone(tmp_path, args) if launcher == "torchrun"
+           else h.RLFAST + args + ["--world-size", "2"])
     before = h.shm_entries()
     proc = h.start(cmd, tmp_path, out, h.child_env(), default_sigint=True)
     tag = str(log_dir)

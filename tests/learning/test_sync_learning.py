@@ -35,10 +35,10 @@ def test_ppo_cartpole_two_ranks_reaches_475_within_100k_steps(tmp_path, watchdog
                                                               record_property):
     watchdog(RUN_LIMIT_S + 10)
     log_dir, out = tmp_path / "run", tmp_path / "output.txt"
-    cmd = h.torchrun(tmp_path) + ["--standalone", "--nproc-per-node", "2", "-m", "rlfast", "train",
-                        "ppo", "CartPole-v1", "--sampler", "serial", "--steps", str(N_STEPS),
-                        "--seed", str(SEED), "--log-dir", str(log_dir), "--no-progress",
-                        "--set", f"runner.stop_return={THRESHOLD}"]
+    cmd = h.torchrun(tmp_path) + [
+        "--standalone", "--nproc-per-node", "2", "-m", "rlfast", "train", "ppo", "CartPole-v1",
+        "--sampler", "serial", "--steps", str(N_STEPS), "--seed", str(SEED),
+        "--log-dir", str(log_dir), "--no-progress", "--set", f"runner.stop_return={THRESHOLD}"]
     start = time.monotonic()
     proc = h.start(cmd, tmp_path, out, h.child_env())
     try:
