@@ -54,10 +54,11 @@ QPG_PRESETS: dict[str, dict] = {
                                         pretrain_uniform=False, ou_theta=0.15, ou_dt=0.01),
                        dict(target_update_interval=2, policy_update_interval=2,
                             mu_learning_rate=1e-3, q_learning_rate=1e-3)),
-    # exploration "gaussian" (or "gsde": state-dependent exploration) and its resampling
-    # interval are the agent's defaults, listed so that --set can reach them.
+    # exploration "gaussian" (or "gsde": state-dependent exploration), its resampling
+    # interval and pretrain_uniform are the agent's defaults, listed so that --set can reach
+    # them.
     "sac": _qpg_preset([256, 256], dict(pretrain_std=0.75, exploration="gaussian",
-                                        sde_sample_interval=1),
+                                        sde_sample_interval=1, pretrain_uniform=False),
                        dict(target_update_interval=1, learning_rate=3e-4,
                             target_entropy="auto", reward_scale=1.0)),
 }

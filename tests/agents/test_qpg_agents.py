@@ -477,6 +477,36 @@ def test_sac_pretraining_uses_pretrain_std():
     assert _agent(SacAgent, pretrain_std=None).pretrain_std is None
 
 
+@pytest.mark.parametrize("action_squash", [1.0, 0.5])
+def test_sac_uniform_pretraining_covers_the_squashed_bounds(action_squash):
+    """pretrain_uniform: until min_itr_learn, SAC's normalized actions are uniform on
+    [-action_squash, action_squash] whatever the policy outputs (checked against the uniform
+    law's mean, variance and quantiles), then the policy's squashed Gaussian again."""
+    agent = _agent(SacAgent, ASYM, action_squash=action_squash, pretrain_uniform=True)
+    last = agent.model.mlp.model[-1]
+    with torch.no_grad():  # mean 3 (tanh ~ 1) and std exp(-5): far from uniform
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([3.0, 3.0, -5.0, -5.0]))
+    agent.give_min_itr_learn(2)
+    obs, pa, pr = _inputs(ASYM, lead=(20000,))
+    agent.sample_mode(1)
+    assert agent.pretraining
+    u = agent.normalize_action(agent.step(obs, pa, pr).action)
+    assert bool((u.abs() <= action_squash + 1e-6).all())
+    unit = (u + action_squash) / (2 * action_squash)  # uniform on [0, 1] in every dimension
+    assert torch.allclose(unit.mean(0), torch.full_like(unit[0], 0.5), atol=0.02)
+    assert torch.allclose(unit.var(0), torch.full_like(unit[0], 1 / 12), atol=0.005)
+    for q in (0.1, 0.5, 0.9):
+        assert torch.allclose(unit.quantile(q, dim=0), torch.full_like(unit[0], q), atol=0.02)
+    agent.sample_mode(2)
+    assert not agent.pretraining
+    u = agent.normalize_action(agent.step(obs, pa, pr).action)
+    expected = action_squash * math.tanh(3.0)
+    assert torch.allclose(u, torch.full_like(u, expected), atol=1e-3)
+    with pytest.raises(TypeError, match="pretrain_uniform must be True or False"):
+        SacAgent(pretrain_uniform=1)
+
+
 # ---------------------------------------------------------------- values and gradients
 def test_ddpg_q_at_mu_gradient_reaches_policy_only():
     agent = _agent(DdpgAgent)

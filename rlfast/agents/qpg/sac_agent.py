@@ -21,7 +21,10 @@ class SacAgent(QpgAgentBase, BaseAgent):
     ``x ~ N(mean(s), std(s))`` (log-std clamped to [-20, 2]); ``step`` scales them to the
     action bounds. Eval mode acts with ``action_squash * tanh(mean)``. Until learning starts
     the pre-squash std is ``pretrain_std`` (near-uniform exploration with the default 0.75
-    around an untrained mean of about 0). The critic has a target copy; the policy does not.
+    around an untrained mean of about 0); with ``pretrain_uniform`` the actions are instead
+    uniform over ``[-action_squash, action_squash]`` (the whole action bounds by default), as
+    Stable-Baselines3 and the SAC paper's code explore before learning starts. The critic has
+    a target copy; the policy does not.
 
     ``exploration="gsde"``: generalized state-dependent exploration (Raffin et al. 2022), the
     setting rl-baselines3-zoo uses where plain Gaussian noise does not find the reward
@@ -38,8 +41,11 @@ class SacAgent(QpgAgentBase, BaseAgent):
                  model_kwargs: dict | None = None, q_model_kwargs: dict | None = None,
                  initial_model_state_dict: dict | None = None, action_squash: float = 1.0,
                  pretrain_std: float | None = 0.75, exploration: str = "gaussian",
-                 sde_sample_interval: int = 1):
+                 sde_sample_interval: int = 1, pretrain_uniform: bool = False):
         owner = type(self).__name__
+        if not isinstance(pretrain_uniform, bool):
+            raise TypeError(f"{owner}: pretrain_uniform must be True or False; got "
+                            f"{pretrain_uniform!r}")
         if exploration not in ("gaussian", "gsde"):
             raise ValueError(f"{owner}: exploration must be 'gaussian' or 'gsde' (generalized "
                              f"state-dependent exploration); got {exploration!r}")
@@ -49,6 +55,7 @@ class SacAgent(QpgAgentBase, BaseAgent):
         q_model_kwargs = {"hidden_sizes": [256, 256], **(q_model_kwargs or {})}
         super().__init__(ModelCls, QModelCls, model_kwargs, q_model_kwargs,
                          initial_model_state_dict, pretrain_std)
+        self.pretrain_uniform = pretrain_uniform
         # Normalized action units: the agent scales to the env bounds.
         self.action_squash = check_fraction(action_squash, "action_squash", allow_zero=False,
                                             owner=type(self).__name__)
@@ -111,8 +118,9 @@ class SacAgent(QpgAgentBase, BaseAgent):
     # ---- sampling ------------------------------------------------------------------------
     @torch.no_grad()
     def step(self, observation, prev_action, prev_reward) -> AgentStep:
-        """A squashed Gaussian sample in sample mode (``pretrain_std`` before learning starts),
-        ``action_squash * tanh(mean)`` otherwise; scaled to the action bounds, on the CPU."""
+        """A squashed Gaussian sample in sample mode (``pretrain_std`` before learning starts,
+        or uniform actions with ``pretrain_uniform``), ``action_squash * tanh(mean)``
+        otherwise; scaled to the action bounds, on the CPU."""
         inputs = self.to_model_inputs(observation, prev_action, prev_reward)
         sde = self.exploration == "gsde" and self._mode == "sample" and not self.pretraining
         if sde:
@@ -122,6 +130,8 @@ class SacAgent(QpgAgentBase, BaseAgent):
         mu = self.action_squash * torch.tanh(mean)
         if self._mode != "sample":
             action = mu
+        elif self.pretraining and self.pretrain_uniform:
+            action = torch.rand_like(mu).mul_(2.0 * self.action_squash).sub_(self.action_squash)
         elif self.pretraining:
             action = self._pretrain_distribution.sample(DistInfoStd(mean=mean, log_std=log_std))
         elif sde:
