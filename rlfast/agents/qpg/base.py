@@ -74,13 +74,16 @@ class QpgAgentBase:
     def __init__(self, ModelCls: type, QModelCls: type, model_kwargs: dict | None = None,
                  q_model_kwargs: dict | None = None,
                  initial_model_state_dict: dict | None = None,
-                 pretrain_std: float | None = None):
+                 pretrain_std: float | None = None, pretrain_uniform: bool = False):
         super().__init__(ModelCls=ModelCls, model_kwargs=model_kwargs,
                          initial_model_state_dict=initial_model_state_dict)
         self.QModelCls = QModelCls
         self.q_model_kwargs = dict(q_model_kwargs or {})
         self.pretrain_std = positive_or_none(pretrain_std, "pretrain_std", type(self).__name__)
-        self.pretrain_uniform = False  # DDPG/TD3: uniform random actions before learning
+        if not isinstance(pretrain_uniform, bool):
+            raise TypeError(f"{type(self).__name__}: pretrain_uniform must be True or False; "
+                            f"got {pretrain_uniform!r}")
+        self.pretrain_uniform = pretrain_uniform  # uniform random actions before learning
         self.min_itr_learn = 0
         self._itr = 0
         self.q_model: torch.nn.Module | None = None

@@ -44,14 +44,10 @@ class DdpgAgent(QpgAgentBase, BaseAgent):
         model_kwargs = {"hidden_sizes": [400, 300], **(model_kwargs or {})}
         q_model_kwargs = {"hidden_sizes": [400, 300], **(q_model_kwargs or {})}
         super().__init__(ModelCls, QModelCls, model_kwargs, q_model_kwargs,
-                         initial_model_state_dict, pretrain_std)
+                         initial_model_state_dict, pretrain_std, pretrain_uniform)
         owner = type(self).__name__
         self.action_std = positive_or_none(action_std, "action_std", owner)
         self.action_noise_clip = positive_or_none(action_noise_clip, "action_noise_clip", owner)
-        if not isinstance(pretrain_uniform, bool):
-            raise TypeError(f"{owner}: pretrain_uniform must be True or False; got "
-                            f"{pretrain_uniform!r}")
-        self.pretrain_uniform = pretrain_uniform
         if exploration not in ("gaussian", "ou"):
             raise ValueError(f"{owner}: exploration must be 'gaussian' or 'ou' "
                              f"(Ornstein-Uhlenbeck); got {exploration!r}")

@@ -43,9 +43,6 @@ class SacAgent(QpgAgentBase, BaseAgent):
                  pretrain_std: float | None = 0.75, exploration: str = "gaussian",
                  sde_sample_interval: int = 1, pretrain_uniform: bool = False):
         owner = type(self).__name__
-        if not isinstance(pretrain_uniform, bool):
-            raise TypeError(f"{owner}: pretrain_uniform must be True or False; got "
-                            f"{pretrain_uniform!r}")
         if exploration not in ("gaussian", "gsde"):
             raise ValueError(f"{owner}: exploration must be 'gaussian' or 'gsde' (generalized "
                              f"state-dependent exploration); got {exploration!r}")
@@ -54,8 +51,7 @@ class SacAgent(QpgAgentBase, BaseAgent):
         model_kwargs = {"hidden_sizes": [256, 256], **(model_kwargs or {})}
         q_model_kwargs = {"hidden_sizes": [256, 256], **(q_model_kwargs or {})}
         super().__init__(ModelCls, QModelCls, model_kwargs, q_model_kwargs,
-                         initial_model_state_dict, pretrain_std)
-        self.pretrain_uniform = pretrain_uniform
+                         initial_model_state_dict, pretrain_std, pretrain_uniform)
         # Normalized action units: the agent scales to the env bounds.
         self.action_squash = check_fraction(action_squash, "action_squash", allow_zero=False,
                                             owner=type(self).__name__)
