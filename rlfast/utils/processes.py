@@ -14,7 +14,7 @@ DDP ranks build on it too) starts its children through :class:`ProcessSupervisor
   the caller's ``describe``, what it was doing;
 - :meth:`ProcessSupervisor.stop` asks every child to quit, joins them all within one shared
   ``join_s``, then terminates and kills stragglers; a stopped (SIGSTOP) child, which can read
-  nothing, is terminated and continued at once. It runs on every exit path, and a
+  nothing, is terminated and continued as soon as it is seen stopped during that wait. It runs on every exit path, and a
   ``weakref.finalize`` runs it when the owner is dropped without calling it (or at
   interpreter exit);
 - in a child, SIGTERM (from :meth:`ProcessSupervisor.stop`, or from a job scheduler signalling
@@ -187,14 +187,36 @@ def _join_all(processes: list, seconds: float) -> None:
         p.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
+def _join_watching_stopped(processes: list, seconds: float, signalled: set,
+                           poll_s: float = 0.1) -> None:
+    """Join every process within one shared ``seconds``; a child found stopped meanwhile is
+    terminated and continued at once instead of costing the rest of ``seconds``.
+
+    Watching for the whole wait, not once before it, matters: a SIGSTOP sent just before
+    :func:`_stop` may not have taken effect yet when the child is first looked at.
+    ``signalled`` holds the pids already terminated (and is updated)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = [p for p in processes if p.is_alive()]
+        remaining = deadline - time.monotonic()
+        if not alive or remaining <= 0:
+            return
+        for p in alive:
+            if p.pid not in signalled and _is_stopped(p.pid):
+                _terminate(p)
+                signalled.add(p.pid)
+        wait_connections([p.sentinel for p in alive], timeout=min(poll_s, remaining))
+
+
 def _stop(processes: list, conns: list, stop_flags: list, join_s: float,
           terminate_first: bool = False) -> None:
     """Ask children to quit, join, then terminate / kill stragglers. Safe to call twice.
 
     A stopped child cannot read the request, nor act on SIGTERM until continued: it is
-    terminated and continued at once instead of costing ``join_s``. With
-    ``terminate_first`` every child gets SIGTERM at once (children that read no requests
-    while they work), and ``join_s`` is their grace period before SIGKILL.
+    terminated and continued as soon as it is seen stopped, at any point of the wait,
+    instead of costing ``join_s``. With ``terminate_first`` every child gets SIGTERM at
+    once (children that read no requests while they work), and ``join_s`` is their grace
+    period before SIGKILL.
     """
     for flag in stop_flags:
         flag.value = True
@@ -203,10 +225,13 @@ def _stop(processes: list, conns: list, stop_flags: list, join_s: float,
             conn.send(QUIT)
         except (OSError, ValueError):
             pass
-    for p in processes:
-        if p.is_alive() and (terminate_first or _is_stopped(p.pid)):
-            _terminate(p)
-    _join_all(processes, join_s)
+    signalled: set = set()
+    if terminate_first:
+        for p in processes:
+            if p.is_alive():
+                _terminate(p)
+                signalled.add(p.pid)
+    _join_watching_stopped(processes, join_s, signalled)
     stragglers = [p for p in processes if p.is_alive()]
     for p in stragglers:
         _terminate(p)

@@ -226,6 +226,23 @@ def test_stop_of_stopped_children_is_quick():
     assert _gone(pids)
 
 
+def test_child_stopped_during_the_join_is_caught():
+    """A SIGSTOP that lands while stop() is already waiting (or was sent just before it and
+    has not taken effect yet) must not cost the rest of ``join_s`` either."""
+    sup = ProcessSupervisor(join_s=20.0)
+    sup.start(targets.sleeps_forever, [dict()])  # never reads the pipe: only SIGTERM ends it
+    pid = sup.gather("ready")[0]
+    timer = threading.Timer(0.5, os.kill, (pid, signal.SIGSTOP))
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        sup.stop()
+    finally:
+        timer.join()
+    assert time.monotonic() - t0 < 10
+    assert _gone([pid])
+
+
 def test_sigterm_makes_a_child_leave_quietly(capfd):
     sup = ProcessSupervisor()
     sup.start(targets.sleeps_forever, [dict()])
