@@ -45,10 +45,12 @@ import csv
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -159,12 +161,41 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
+# ---- stopping: SIGTERM or SIGINT ends the live children and leaves nothing behind ----------
+
+_CHILDREN: set = set()  # the live child processes (subprocess.Popen)
+_STOPPING = threading.Event()
+
+
+def _stop_on_signal(signum, frame) -> None:
+    """SIGTERM / SIGINT in the main thread: no new child starts, the live ones are
+    terminated, and SystemExit unwinds every ``with`` (temporary folders go away); the
+    threads of ``--slots`` see their child end and return, and no record is written."""
+    _STOPPING.set()
+    for proc in list(_CHILDREN):
+        proc.terminate()
+    raise SystemExit(128 + signum)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Terminate ``proc`` if it still runs, and reap it (SIGKILL after 10 s)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _call(cmd: list[str], timeout: float, cpus: list[int] | None = None,
           extra_env: dict | None = None) -> tuple[bool, str, float]:
     """Run ``cmd``; (ok, stdout or the error's last line, wall seconds). With ``cpus`` the child
     runs on those CPUs alone (its affinity mask) with one OpenMP/MKL thread per CPU, so that
     torch does not start a thread per core of the whole machine. ``extra_env``: more
     environment variables for the child."""
+    if _STOPPING.is_set():
+        return False, "stopped by a signal", 0.0
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p), **(extra_env or {}))
     preexec = None
@@ -172,15 +203,25 @@ def _call(cmd: list[str], timeout: float, cpus: list[int] | None = None,
         env.update(OMP_NUM_THREADS=str(len(cpus)), MKL_NUM_THREADS=str(len(cpus)))
         preexec = lambda: os.sched_setaffinity(0, cpus)  # noqa: E731 (runs in the child)
     start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO_ROOT, env=env, preexec_fn=preexec)
+    _CHILDREN.add(proc)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              cwd=REPO_ROOT, env=env, preexec_fn=preexec)
-    except subprocess.TimeoutExpired:
-        return False, f"timed out after {timeout:.0f} s", time.perf_counter() - start
+        if _STOPPING.is_set():  # the signal came while it started
+            proc.terminate()
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False, f"timed out after {timeout:.0f} s", time.perf_counter() - start
+    finally:
+        _end(proc)
+        _CHILDREN.discard(proc)
     wall = time.perf_counter() - start
+    if _STOPPING.is_set():
+        return False, "stopped by a signal", wall
     if proc.returncode != 0:
-        return False, _last_line(proc.stderr or proc.stdout), wall
-    return True, proc.stdout, wall
+        return False, _last_line(stderr or stdout), wall
+    return True, stdout, wall
 
 
 def _child_json(stdout: str) -> dict:
@@ -305,6 +346,8 @@ def measure(rows: list[Row], seeds: list[int], steps: int | None, timeout: float
             results = _run_pair(row, budget(row), seed, timeout, cpus)
         finally:
             free.put(cpus)
+        if _STOPPING.is_set():
+            return  # stopped by a signal: no record of unfinished runs
         with lock:
             pairs = done.setdefault((row.env, row.algo), {})
             pairs[seed] = results
@@ -555,6 +598,8 @@ def main() -> int:
             write_outputs(args.out, header, merge_records(previous, records))
 
     records: list[dict] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _stop_on_signal)
     measure(rows, seeds, steps, args.timeout, slots, row_done)
     records.sort(key=lambda r: rows.index(ROWS_BY_KEY[(r["env"], r["algo"])]))
     print(f"Seeds: {', '.join(map(str, seeds))}\n\n{render_table(records)}\n\n{CRITERION}")

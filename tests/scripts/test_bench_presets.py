@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -183,3 +186,46 @@ def test_slots_run_each_pair_once_never_two_on_one_slot(monkeypatch):
         assert [run["seed"] for run in record["rlfast"]["runs"]] == seeds
         assert record["rlfast"]["time_mean_s"] == pytest.approx(2.0)
         assert record["time_ratio"] == pytest.approx(2.0 / 3.0)
+
+
+@pytest.mark.parametrize("slots", [False, True], ids=["one-pair-at-a-time", "slots"])
+def test_sigterm_ends_the_children_and_leaves_nothing(tmp_path, slots):
+    """SIGTERM to the suite while a child trains: the child ends, the suite exits 143, its
+    temporary run folders are gone and no half-measured row is written."""
+    psutil = pytest.importorskip("psutil")
+    tmp, out = tmp_path / "tmp", tmp_path / "out"
+    tmp.mkdir()
+    cmd = [sys.executable, str(SCRIPT), "--quick", "--out", str(out)]
+    if slots:
+        cmd += ["--slots", "1", "--cores-per-slot", "1"]
+    env = dict(os.environ, TMPDIR=str(tmp))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, env=env)
+    try:
+        children = []
+        deadline = time.monotonic() + 120
+        while not children and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            try:
+                children = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                            if "train" in c.cmdline()]
+            except psutil.Error:
+                pass
+        assert children, "no training child appeared"
+        assert any(p.name.startswith("bench_presets_") for p in tmp.iterdir())
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        _, alive = psutil.wait_procs(children, timeout=10)  # before the clean-up below
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for child in children:  # a failing run must not leave its children behind
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert alive == [], alive
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("bench_presets_")] == []
+    assert not (out / "bench_presets.json").exists()
