@@ -208,20 +208,21 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # 197.8 / 309.5 / 343.6 in 430-457 s (283.7 +- 76.3); with the paper's uniform random
     # actions for those 1000 steps (pretrain_uniform) 268.0 / 200.7 / 351.7 in 443-457 s
     # (273.5 +- 75.6); the general preset 331.1 / 214.2 / 272.4 (272.6 +- 58.4); the zoo's
-    # Hopper learning rate 3e-4 on the general preset (seeds 1 / 2) 203.9 / 297.3; SB3 with
-    # the zoo's settings 372.3 / 308.7 / 347.2 in 566-592 s. At 50k steps one seed swings by
-    # 100 with any change.
+    # Hopper learning rate 3e-4 on the general preset (seeds 1 / 2) 203.9 / 297.3; this entry
+    # with 3e-4 for both networks (the TD3 author's 2020 reference, 256x256 too) 164.7 / 235.7
+    # (seeds 0 / 1, 459-461 s); SB3 with the zoo's settings 372.3 / 308.7 / 347.2 in 566-592 s.
+    # At 50k steps one seed swings by 100 with any change.
     ("td3", "Hopper-v5"): dict(algo=dict(min_steps_learn=1000)),
     # LunarLanderContinuous-v3, SAC: rl-baselines3-zoo hyperparams/sac.yml,
     # LunarLanderContinuous entry (learning_rate lin_7.3e-4: linear to zero over the run, tau
     # 0.01, 400x300 networks, learning_starts 10000 with uniform random actions), on the
     # general preset (batch 256, gamma 0.99, one update per step, learned temperature: the
     # zoo's values too). 50k steps, 10 greedy episodes of bench_presets, one CPU each, seeds
-    # 0 / 1 / 2: this entry -44.6 / 209.6 / 160.8 in 758-770 s (seeds 1-2); the general
+    # 0 / 1 / 2: this entry -44.6 / 209.6 / 160.8 in 761-782 s; the general
     # preset -75.5 / -63.0 (seeds 0 / 1); the general preset with uniform warm-up -134.5 /
     # -31.7; this entry with the general preset's Gaussian warm-up (std 0.75) -57.1 (seed 0);
     # the zoo's rates and tau alone -99.3 (seed 0); SB3 with the zoo's settings 101.0 / 170.8
-    # / 5.4 in 903-924 s. At 50k steps the lander has just learned to hover and land: one
+    # / 5.4 in 919-940 s. At 50k steps the lander has just learned to hover and land: one
     # seed's 10-episode return swings by 100-250.
     ("sac", "LunarLanderContinuous-v3"): dict(
         agent=dict(pretrain_uniform=True, model_kwargs=dict(hidden_sizes=[400, 300]),
