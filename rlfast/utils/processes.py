@@ -14,9 +14,9 @@ DDP ranks build on it too) starts its children through :class:`ProcessSupervisor
   the caller's ``describe``, what it was doing;
 - :meth:`ProcessSupervisor.stop` asks every child to quit, joins them all within one shared
   ``join_s``, then terminates and kills stragglers; a stopped (SIGSTOP) child, which can read
-  nothing, is terminated and continued as soon as it is seen stopped during that wait. It runs on every exit path, and a
-  ``weakref.finalize`` runs it when the owner is dropped without calling it (or at
-  interpreter exit);
+  nothing, is terminated and continued as soon as it is seen stopped during that wait. It
+  runs on every exit path, and a ``weakref.finalize`` runs it when the owner is dropped
+  without calling it (or at interpreter exit);
 - in a child, SIGTERM (from :meth:`ProcessSupervisor.stop`, or from a job scheduler signalling
   the whole process group) raises :class:`StopChild`: the child leaves quietly, without a
   traceback.
