@@ -211,7 +211,9 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # Hopper learning rate 3e-4 on the general preset (seeds 1 / 2) 203.9 / 297.3; this entry
     # with 3e-4 for both networks (the TD3 author's 2020 reference, 256x256 too) 164.7 / 235.7
     # (seeds 0 / 1, 459-461 s); SB3 with the zoo's settings 372.3 / 308.7 / 347.2 in 566-592 s.
-    # At 50k steps one seed swings by 100 with any change.
+    # Seeds 3 / 4: this entry 305.3 / 324.4 in 407-410 s, SB3 289.9 / 204.1 in 542-549 s
+    # (seeds 0-4: 296.1 +- 57.0 against 304.4 +- 64.7). At 50k steps one seed swings by 100
+    # with any change.
     ("td3", "Hopper-v5"): dict(algo=dict(min_steps_learn=1000)),
     # LunarLanderContinuous-v3, SAC: rl-baselines3-zoo hyperparams/sac.yml,
     # LunarLanderContinuous entry (learning_rate lin_7.3e-4: linear to zero over the run, tau
