@@ -21,6 +21,7 @@ from rlfast.experiments.config import apply_overrides, flatten
 from rlfast.experiments.presets import PRESETS, get_preset
 from rlfast.experiments.search_spaces import SEARCH_SPACES, check_space, spec_contains
 from rlfast.experiments.tune import STUDY_NAME, aligned_log_interval
+from rlfast.utils.misc import available_cpus
 from tests.integration._guards import session_pids
 
 TINY = ["--steps", "4096", "--set", "sampler.batch_B=2"]
@@ -166,6 +167,12 @@ def test_rerun_counts_finished_trials_and_refuses_another_command(pruned_search,
 
 # --------------------------------------------------------------- interrupt and continue
 
+# `rlfast tune --parallel 2` refuses to start with fewer than two CPUs to run on (a clear
+# error, tested above); the interrupt tests below need two trials running at once.
+needs_two_cpus = pytest.mark.skipif(len(available_cpus()) < 2,
+                                    reason="--parallel 2 needs two available CPUs")
+
+
 def _start_search(log_dir, trials):
     argv = _tune(log_dir, "--trials", str(trials), "--parallel", "2", "--search", "random",
                  "--set", "sampler.eval_n_envs=4", "--set", "sampler.eval_max_trajectories=4")
@@ -196,6 +203,7 @@ def _running_child(log_dir):
     return None
 
 
+@needs_two_cpus
 def test_sigkill_then_restart_continues_the_study(tmp_path):
     log_dir = tmp_path / "search"
     proc, argv = _start_search(log_dir, trials=3)
@@ -227,6 +235,7 @@ def test_sigkill_then_restart_continues_the_study(tmp_path):
     assert "Best trial" in result.stdout
 
 
+@needs_two_cpus
 def test_sigterm_stops_the_children_and_leaves_the_study_consistent(tmp_path):
     log_dir = tmp_path / "search"
     proc, _ = _start_search(log_dir, trials=6)
