@@ -209,9 +209,11 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # what a 50k-step budget lacks. Chosen on seeds 3-8, never on the suite's seeds 0-2: 50k
     # steps, 10 greedy episodes of bench_presets, one CPU each, 1-step 305.3 / 324.4 / 348.6 /
     # 360.7 / 277.3 / 336.1 (325.4), 3-step 470.8 / 264.3 / 270.8 / 692.8 / 493.3 / 2455.9
-    # (median 482.1; seed 8 hops) in 421-485 s. Before the 3-step returns, on seeds 0 / 1 / 2:
-    # 197.8 / 309.5 / 343.6 in 430-457 s (283.7 +- 76.3); with the paper's uniform random
-    # actions for those 1000 steps (pretrain_uniform) 268.0 / 200.7 / 351.7 (273.5 +- 75.6);
+    # (median 482.1; seed 8 hops) in 421-485 s. On the suite's seeds 0 / 1 / 2 (2a3bcbb):
+    # 1002.6 / 208.2 / 337.4 (516.1 +- 426.2) in 470.9 / 464.8 / 594.7 s (seed 2 beside tests
+    # of mine; alone 428.0 s). Before the 3-step returns: 197.8 / 309.5 / 343.6 in 430-457 s
+    # (283.7 +- 76.3); with the paper's uniform random actions for those 1000 steps
+    # (pretrain_uniform) 268.0 / 200.7 / 351.7 (273.5 +- 75.6);
     # the general preset 331.1 / 214.2 / 272.4 (272.6 +- 58.4); the zoo's Hopper learning rate
     # 3e-4 on the general preset (seeds 1 / 2) 203.9 / 297.3; 3e-4 for both networks (the TD3
     # author's 2020 reference, 256x256 too) 164.7 / 235.7 (seeds 0 / 1); SB3 with the zoo's
