@@ -1,8 +1,11 @@
 """Helpers shared by the benchmark scripts in this folder."""
 from __future__ import annotations
 
+import atexit
 import os
 import platform
+import shutil
+import tempfile
 import time
 
 
@@ -33,3 +36,17 @@ def rate(step, items_per_call: int, seconds: float) -> float:
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
             return calls * items_per_call / elapsed
+
+
+def sb3_log_dir() -> None:
+    """Give Stable-Baselines3 a logger folder that goes away with this process.
+
+    SB3 makes one on every ``learn`` even when it logs nothing: ``$SB3_LOGDIR``, else a new
+    ``/tmp/SB3-<time>`` that nobody removes. Call this first in a benchmark's ``main``: child
+    processes inherit ``SB3_LOGDIR``, and the folder is removed when this process exits. A
+    ``SB3_LOGDIR`` set by the caller is left alone."""
+    if os.environ.get("SB3_LOGDIR"):
+        return
+    folder = tempfile.mkdtemp(prefix="rlfast_bench_sb3_log_")
+    os.environ["SB3_LOGDIR"] = folder
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)

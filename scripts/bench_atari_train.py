@@ -76,7 +76,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import machine  # noqa: E402
+from _bench_common import machine, sb3_log_dir  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
 REPO_ROOT = os.path.dirname(os.path.dirname(SCRIPT))
@@ -689,6 +689,7 @@ def print_tables(args, names, medians, runs, status) -> None:
 
 
 def main() -> None:
+    sb3_log_dir()  # SB3's children log nowhere lasting
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=None, help="default 3 (--quick: 1)")
     parser.add_argument("--seconds", type=float, default=None, help="default 60 (--quick: 0.2)")

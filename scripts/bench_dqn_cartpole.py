@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from _bench_common import machine
+from _bench_common import machine, sb3_log_dir
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -129,6 +129,7 @@ def run_sb3(steps: int, seed: int) -> dict:
 
 
 def main() -> None:
+    sb3_log_dir()  # SB3's children log nowhere lasting
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from _bench_common import machine
+from _bench_common import machine, sb3_log_dir
 
 SB3_SCRIPT = r"""
 import json, sys, time
@@ -77,6 +77,7 @@ def run_sb3(steps: int, seed: int) -> dict | None:
 
 
 def main() -> None:
+    sb3_log_dir()  # SB3's children log nowhere lasting
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

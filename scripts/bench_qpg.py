@@ -41,7 +41,7 @@ import statistics
 import subprocess
 import sys
 
-from _bench_common import machine
+from _bench_common import machine, sb3_log_dir
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV_ID = "Pendulum-v1"
@@ -260,6 +260,7 @@ def _summarize(algo: str, rows: list[dict], have_sb3: bool) -> dict:
 
 
 def main() -> None:
+    sb3_log_dir()  # SB3's children log nowhere lasting
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000, help="env steps per run (20000)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -48,10 +49,16 @@ def _number(cell: str) -> float:
 def test_quick_run_prints_machine_tables_and_ratios(tmp_path):
     pytest.importorskip("ale_py")
     out_json = tmp_path / "out.json"
+    scratch = tmp_path / "tmp"  # the run's temporary folder: SB3's logger folders land here
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "SB3_LOGDIR"}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", str(out_json),
                            "--contenders", *PPO, *DQN],
-                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                          env=dict(env, TMPDIR=str(scratch)))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    left = [n for n in os.listdir(scratch) if n.startswith(("SB3-", "rlfast_bench_sb3"))]
+    assert left == []  # no SB3 logger folder left behind
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("Machine: ") and "torch" in lines[0]
     ppo = _rows(lines, "| contender | env steps/s (median) | rounds | vs CleanRL+EnvPool")
