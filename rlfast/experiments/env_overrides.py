@@ -213,11 +213,11 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # 1002.6 / 208.2 / 337.4 (516.1 +- 426.2) in 470.9 / 464.8 / 594.7 s (seed 2 beside tests
     # of mine; alone 428.0 s). Before the 3-step returns: 197.8 / 309.5 / 343.6 in 430-457 s
     # (283.7 +- 76.3); with the paper's uniform random actions for those 1000 steps
-    # (pretrain_uniform) 268.0 / 200.7 / 351.7 (273.5 +- 75.6);
-    # the general preset 331.1 / 214.2 / 272.4 (272.6 +- 58.4); the zoo's Hopper learning rate
-    # 3e-4 on the general preset (seeds 1 / 2) 203.9 / 297.3; 3e-4 for both networks (the TD3
-    # author's 2020 reference, 256x256 too) 164.7 / 235.7 (seeds 0 / 1); SB3 with the zoo's
-    # settings 372.3 / 308.7 / 347.2 in 566-592 s, and on seeds 3 / 4 289.9 / 204.1.
+    # (pretrain_uniform) 268.0 / 200.7 / 351.7 (273.5 +- 75.6); the general preset 331.1 /
+    # 214.2 / 272.4 (272.6 +- 58.4); the zoo's Hopper learning rate 3e-4 on the general preset
+    # (seeds 1 / 2) 203.9 / 297.3; 3e-4 for both networks (the TD3 author's 2020 reference,
+    # 256x256 too) 164.7 / 235.7 (seeds 0 / 1); SB3 with the zoo's settings 372.3 / 308.7 /
+    # 347.2 in 566-592 s, and on seeds 3 / 4 289.9 / 204.1.
     ("td3", "Hopper-v5"): dict(algo=dict(min_steps_learn=1000, n_step_return=3)),
     # LunarLanderContinuous-v3, SAC: rl-baselines3-zoo hyperparams/sac.yml,
     # LunarLanderContinuous entry (learning_rate lin_7.3e-4: linear to zero over the run, tau
