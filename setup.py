@@ -9,7 +9,7 @@ setup(
     packages=find_packages(include=["rlfast", "rlfast.*"]),
     python_requires=">=3.10",
     install_requires=[
-        "torch>=2.0,<3",
+        "torch>=2.4,<3",
         "numpy>=1.23",
         "gymnasium>=0.29",
         "ale-py>=0.9",

@@ -18,6 +18,7 @@ from rlfast.agents.shared_params import SharedParams
 from rlfast.models.utils import strip_ddp_state_dict
 from rlfast.utils.buffer import buffer_to
 from rlfast.utils.collections import namedarraytuple
+from rlfast.utils.torch_compat import wrap_ddp
 
 __all__ = ["AgentInputs", "AgentStep", "BaseAgent", "RandomAgent", "RecurrentAgentMixin",
            "AlternatingRecurrentAgentMixin", "rnn_state_for_storage", "stored_rnn_state",
@@ -125,13 +126,10 @@ class BaseAgent(ABC):
 
         Buffers are synchronized once, at wrapping, and not re-broadcast at each forward:
         the only ones rlfast models keep are running observation statistics, which every
-        rank updates alike (pooled over ranks).
+        rank updates alike (pooled over ranks). The keyword that says so differs between
+        torch releases; :func:`~rlfast.utils.torch_compat.wrap_ddp` picks it.
         """
-        if self.device.type == "cpu":
-            return torch.nn.parallel.DistributedDataParallel(module, forward_sync_buffers=False)
-        return torch.nn.parallel.DistributedDataParallel(
-            module, device_ids=[self.device.index], output_device=self.device.index,
-            forward_sync_buffers=False)
+        return wrap_ddp(module, self.device)
 
     def async_share(self, ctx=None) -> None:
         """Asynchronous runners, in the master before the sampler process forks: make the

@@ -20,6 +20,8 @@ seed 3: 40,960; seed 4: 51,200; seed 5: 30,720. Every seed reached 500. A run ta
 """
 import json
 import math
+import os
+import sys
 import time
 
 from tests.integration import _sync_helpers as h
@@ -78,3 +80,52 @@ def test_ppo_cartpole_two_ranks_reaches_475_within_100k_steps(tmp_path, watchdog
     assert reached is not None and reached <= N_STEPS, (
         f"two-rank PPO (seed {SEED}) never reached an evaluation return >= {THRESHOLD} within "
         f"{N_STEPS} steps; evals: {history}")
+
+
+# ---- the same learning on a torch whose DDP lacks forward_sync_buffers (2.4-2.12) ----------
+_LEGACY_DRIVER = (
+    "import sys; sys.path.insert(0, {helpers!r}); import _legacy_ddp; _legacy_ddp.install(); "
+    "from rlfast.cli import main; sys.exit(main(sys.argv[1:]))")
+_LEGACY_SEED = 3
+
+
+def _world_size_two_run(tmp_path, name: str, legacy: bool) -> tuple[list, str]:
+    """``rlfast train ppo CartPole-v1 --world-size 2`` (ranks forked by rlfast, so the legacy
+    constructor installed in the parent is every rank's); its evaluations and output."""
+    helpers = os.path.join(h.REPO, "tests", "utils")
+    log_dir, out = tmp_path / name, tmp_path / f"{name}.txt"
+    driver = _LEGACY_DRIVER.format(helpers=helpers) if legacy else (
+        "import sys; from rlfast.cli import main; sys.exit(main(sys.argv[1:]))")
+    cmd = [sys.executable, "-c", driver, "train", "ppo", "CartPole-v1", "--world-size", "2",
+           "--sampler", "serial", "--steps", str(N_STEPS), "--seed", str(_LEGACY_SEED),
+           "--log-dir", str(log_dir), "--no-progress", "--snapshot-mode", "none",
+           "--set", f"runner.stop_return={THRESHOLD}"]
+    start = time.monotonic()
+    proc = h.start(cmd, tmp_path, out, h.child_env())
+    try:
+        gone = h.wait_all_gone([proc], str(log_dir), start + RUN_LIMIT_S)
+        output = h.read_text(out)
+        assert gone is not None, f"still running after {RUN_LIMIT_S} s:\n{output[-3000:]}"
+        assert proc.returncode == 0, output[-3000:]
+    finally:
+        h.kill_all([proc], str(log_dir))
+    rows = h.read_progress(str(log_dir / "progress.csv"))
+    return [(int(r["Diagnostics/CumSteps"]), r["ReturnAverage"]) for r in rows], output
+
+
+def test_world_size_two_learns_alike_without_forward_sync_buffers(tmp_path, watchdog):  # noqa: F811
+    """Acceptance of the torch-compatibility issue: with torch's DDP constructor lacking
+    ``forward_sync_buffers`` (simulated), ``--world-size 2`` trains as with today's torch:
+    the legacy keyword is taken on both ranks, and the same seed gives the same evaluations,
+    which reach 475 within 100k steps."""
+    watchdog(2 * RUN_LIMIT_S + 20)
+    legacy, legacy_output = _world_size_two_run(tmp_path, "legacy", legacy=True)
+    assert legacy_output.count("legacy DistributedDataParallel: broadcast_buffers=False") == 2, (
+        legacy_output[-3000:])
+    today, today_output = _world_size_two_run(tmp_path, "today", legacy=False)
+    assert "legacy DistributedDataParallel" not in today_output
+    history = ", ".join(f"{s}:{r:.1f}" for s, r in legacy)
+    print(f"seed {_LEGACY_SEED}, legacy DDP constructor (global steps:return): {history}")
+    assert legacy == today, (legacy, today)
+    assert legacy[0][1] < 200 and legacy[-1][1] >= THRESHOLD, history
+    assert legacy[-1][0] <= N_STEPS, history

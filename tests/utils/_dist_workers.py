@@ -61,7 +61,32 @@ def _running_mean_std(rank, world, data):
             "count": float(model.count)}
 
 
-SCENARIOS = {"collectives": _collectives, "running_mean_std": _running_mean_std}
+def _wrap_ddp(rank, world, data):
+    """rlfast's DDP wrapping with rank-dependent parameters and buffer; with
+    ``data["legacy"]`` the constructor is the pre-2.13 one (no ``forward_sync_buffers``)."""
+    if data["legacy"]:
+        import _legacy_ddp
+
+        _legacy_ddp.install()
+    from rlfast.utils.torch_compat import wrap_ddp
+
+    torch.manual_seed(rank)  # different initial parameters on each rank
+    module = torch.nn.Linear(3, 2)
+    module.register_buffer("stat", torch.full((2,), float(rank + 1)))
+    wrapped = wrap_ddp(module, torch.device("cpu"))
+    out = {"type": type(wrapped).__name__,
+           "params": [p.detach().clone().numpy() for p in module.parameters()],
+           "stat_after_wrap": module.stat.clone().numpy()}
+    with torch.no_grad():
+        module.stat += 10.0 * rank  # a rank-local change: not broadcast at the next forward
+    wrapped(torch.full((4, 3), float(rank + 1))).sum().backward()
+    out["stat_after_forward"] = module.stat.clone().numpy()
+    out["weight_grad"] = module.weight.grad.clone().numpy()
+    return out
+
+
+SCENARIOS = {"collectives": _collectives, "running_mean_std": _running_mean_std,
+             "wrap_ddp": _wrap_ddp}
 
 
 def run_rank(rank, world, port, scenario, data, queue):

@@ -16,6 +16,7 @@ warning.
 """
 from __future__ import annotations
 
+import codecs
 import errno
 import hashlib
 import os
@@ -135,9 +136,12 @@ def snapshot_digest(snapshot: Mapping[str, Any]) -> str:
 
 def _numpy_safe_globals() -> list[Any]:
     """The numpy reconstructors ``weights_only`` loading needs for arrays and numpy scalars
-    (data only: no callable beyond array construction is allowed)."""
+    (data only: no callable beyond array construction is allowed), and ``_codecs.encode``,
+    through which pickle protocol 2 (``torch.save``'s) writes the bytes inside them: torch
+    2.5+ allows it by default, 2.4 does not."""
     core = getattr(np, "_core", None) or np.core
-    names = [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype]
+    names = [codecs.encode, core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray,
+             np.dtype]
     return names + [type(np.dtype(code)) for code in "?bBhHiIlLqQefdgFDGSUV"]
 
 
@@ -167,11 +171,13 @@ def load_snapshot(path: str | os.PathLike,
     """
     import torch
 
+    from rlfast.utils.torch_compat import safe_globals
+
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(errno.ENOENT, "no snapshot file", path)
     try:
-        with torch.serialization.safe_globals(_numpy_safe_globals()):
+        with safe_globals(_numpy_safe_globals()):
             snapshot = torch.load(path, map_location=map_location, weights_only=True)
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
