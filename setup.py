@@ -18,8 +18,10 @@ setup(
         "pyprind>=2.11",
     ],
     extras_require={
-        # The test extra installs every optional extra the tests exercise.
-        "test": ["pytest>=7", "tensorboard>=2.10", "matplotlib>=3.5", "imageio>=2.20",
+        # The test extra installs every optional extra the tests exercise, and pytest-xdist,
+        # which runs the in-process test modules beside the process tests (-n 2; see
+        # tests/_parallel.py).
+        "test": ["pytest>=7", "pytest-xdist>=3.0", "tensorboard>=2.10", "matplotlib>=3.5", "imageio>=2.20",
                  "imageio-ffmpeg>=0.4.5", "pygame>=2.1", "submitit>=1.4",
                  "gymnasium[box2d,mujoco]>=0.29", "optuna>=4", "cma>=3.2"],
         "tensorboard": ["tensorboard>=2.10"],

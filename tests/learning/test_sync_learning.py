@@ -33,14 +33,9 @@ THRESHOLD = 475.0
 RUN_LIMIT_S = 80.0  # observed 11-17 s; the watchdog ends a hang before the suite's limit
 
 
-def test_ppo_cartpole_two_ranks_reaches_475_within_100k_steps(tmp_path, watchdog,  # noqa: F811
-                                                              record_property):
-    watchdog(RUN_LIMIT_S + 10)
-    log_dir, out = tmp_path / "run", tmp_path / "output.txt"
-    cmd = h.torchrun(tmp_path) + [
-        "--standalone", "--nproc-per-node", "2", "-m", "rlfast", "train", "ppo", "CartPole-v1",
-        "--sampler", "serial", "--steps", str(N_STEPS), "--seed", str(SEED),
-        "--log-dir", str(log_dir), "--no-progress", "--set", f"runner.stop_return={THRESHOLD}"]
+def _run_to_the_end(cmd: list, tmp_path, log_dir, out) -> tuple[str, float]:
+    """Run ``cmd`` (a two-rank run writing into ``log_dir``) until it and every process it
+    started are gone, within ``RUN_LIMIT_S``; it must succeed. Its output and wall time."""
     start = time.monotonic()
     proc = h.start(cmd, tmp_path, out, h.child_env())
     try:
@@ -50,7 +45,19 @@ def test_ppo_cartpole_two_ranks_reaches_475_within_100k_steps(tmp_path, watchdog
         assert proc.returncode == 0, output[-3000:]
     finally:
         h.kill_all([proc], str(log_dir))
-    print(f"two-rank PPO CartPole-v1 (seed {SEED}): {gone - start:.1f} s")
+    return output, gone - start
+
+
+def test_ppo_cartpole_two_ranks_reaches_475_within_100k_steps(tmp_path, watchdog,  # noqa: F811
+                                                              record_property):
+    watchdog(RUN_LIMIT_S + 10)
+    log_dir, out = tmp_path / "run", tmp_path / "output.txt"
+    cmd = h.torchrun(tmp_path) + [
+        "--standalone", "--nproc-per-node", "2", "-m", "rlfast", "train", "ppo", "CartPole-v1",
+        "--sampler", "serial", "--steps", str(N_STEPS), "--seed", str(SEED),
+        "--log-dir", str(log_dir), "--no-progress", "--set", f"runner.stop_return={THRESHOLD}"]
+    output, seconds = _run_to_the_end(cmd, tmp_path, log_dir, out)
+    print(f"two-rank PPO CartPole-v1 (seed {SEED}): {seconds:.1f} s")
 
     # Rank 0 alone wrote the run's files and printed its result.
     progress = h.find_files(tmp_path, "progress.csv")
@@ -100,15 +107,7 @@ def _world_size_two_run(tmp_path, name: str, legacy: bool) -> tuple[list, str]:
            "--sampler", "serial", "--steps", str(N_STEPS), "--seed", str(_LEGACY_SEED),
            "--log-dir", str(log_dir), "--no-progress", "--snapshot-mode", "none",
            "--set", f"runner.stop_return={THRESHOLD}"]
-    start = time.monotonic()
-    proc = h.start(cmd, tmp_path, out, h.child_env())
-    try:
-        gone = h.wait_all_gone([proc], str(log_dir), start + RUN_LIMIT_S)
-        output = h.read_text(out)
-        assert gone is not None, f"still running after {RUN_LIMIT_S} s:\n{output[-3000:]}"
-        assert proc.returncode == 0, output[-3000:]
-    finally:
-        h.kill_all([proc], str(log_dir))
+    output, _ = _run_to_the_end(cmd, tmp_path, log_dir, out)
     rows = h.read_progress(str(log_dir / "progress.csv"))
     return [(int(r["Diagnostics/CumSteps"]), r["ReturnAverage"]) for r in rows], output
 

@@ -5,6 +5,7 @@ Spawned children import their target by module name; the parent puts this file's
 on sys.path, which multiprocessing hands to the child. Only the children initialize
 torch.distributed (which also writes the torchrun variables into their os.environ).
 """
+import gc
 import os
 import traceback
 
@@ -82,6 +83,10 @@ def _wrap_ddp(rank, world, data):
     wrapped(torch.full((4, 3), float(rank + 1))).sum().backward()
     out["stat_after_forward"] = module.stat.clone().numpy()
     out["weight_grad"] = module.weight.grad.clone().numpy()
+    # Free the wrapper's reducer while the group is alive (as the agents' undo_data_parallel
+    # does): freed during interpreter teardown, after the group, it can abort the process.
+    del wrapped
+    gc.collect()
     return out
 
 
