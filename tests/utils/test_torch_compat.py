@@ -84,3 +84,35 @@ def test_snapshot_with_numpy_loads_with_either_allow_list(tmp_path, monkeypatch,
     np.testing.assert_array_equal(loaded["obs_mean"], saved["obs_mean"])
     assert loaded["count"] == 7 and loaded["itr"] == 3
     assert torch.equal(loaded["weight"], saved["weight"])
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["installed", "without_forward_sync"])
+def test_wrap_ddp_on_a_cuda_device_places_the_module_there(monkeypatch, legacy):
+    """The CUDA branch's arguments, checked on the CPU with a constructor that records them."""
+    calls, broadcasts = [], []
+
+    class Recording(torch.nn.parallel.DistributedDataParallel):
+        if legacy:
+            def __init__(self, module, device_ids=None, output_device=None,
+                         broadcast_buffers=True):
+                calls.append(dict(device_ids=device_ids, output_device=output_device,
+                                  broadcast_buffers=broadcast_buffers))
+        else:
+            def __init__(self, module, device_ids=None, output_device=None,
+                         broadcast_buffers=None, forward_sync_buffers=None):
+                calls.append(dict(device_ids=device_ids, output_device=output_device,
+                                  broadcast_buffers=broadcast_buffers,
+                                  forward_sync_buffers=forward_sync_buffers))
+
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", Recording)
+    monkeypatch.setattr(torch_compat, "_broadcast_buffers_once", broadcasts.append)
+    module = torch.nn.Linear(2, 2)
+    wrapped = torch_compat.wrap_ddp(module, torch.device("cuda", 1))
+    assert isinstance(wrapped, Recording)
+    if legacy:
+        assert calls == [dict(device_ids=[1], output_device=1, broadcast_buffers=False)]
+        assert broadcasts == [module]
+    else:
+        assert calls == [dict(device_ids=[1], output_device=1, broadcast_buffers=None,
+                              forward_sync_buffers=False)]
+        assert broadcasts == []
