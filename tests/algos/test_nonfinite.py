@@ -4,7 +4,8 @@ For each algorithm a batch (or the replay it trains from) holds a NaN reward or 
 or a gradient hook turns a gradient NaN while the loss stays finite. ``optimize_agent`` must
 raise :class:`NonFiniteError` naming the algorithm, the quantity and the iteration, and leave
 every tensor of the agent (online and target networks, SAC's temperature) bit-for-bit as it
-was, with the optimizer never stepped (its state still empty).
+was, with the optimizer never stepped (its state empty, or, for a fused optimizer that
+refused the step on the device, its step counts and moments still zero).
 """
 from __future__ import annotations
 
@@ -53,7 +54,18 @@ def _assert_untouched(before: dict, agent, algo) -> None:
     for name, tensor in after.items():
         assert bool(torch.isfinite(tensor).all()), f"{name} is no longer finite"
         assert torch.equal(tensor, before[name]), f"{name} changed"
-    assert not algo.optimizer.state, "the optimizer took a step"
+    _assert_never_stepped(algo.optimizer)
+
+
+def _assert_never_stepped(optimizer: torch.optim.Optimizer) -> None:
+    """The optimizer took no step: its state is empty, or (a fused optimizer that refused the
+    step on the device, which initializes its state first) every step count is 0 and every
+    moment is 0."""
+    for param, state in optimizer.state.items():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                assert not bool(value.any()), f"the optimizer took a step ({key} of a " \
+                                              f"{tuple(param.shape)} parameter is {value})"
 
 
 def _nan_grad_hook(module: torch.nn.Module) -> None:
@@ -101,6 +113,46 @@ def test_pg_finite_batch_still_trains():
     info = algo.optimize_agent(0, samples)
     assert math.isfinite(info.loss[0]) and math.isfinite(info.gradNorm[0])
     assert any(not torch.equal(before[k], v) for k, v in _agent_tensors(agent).items())
+
+
+def _nan_grad_from_call(module: torch.nn.Module, first_bad: int) -> None:
+    """Make the gradient of ``module``'s first parameter NaN from its ``first_bad``-th
+    backward pass on (counted from 1); earlier passes are untouched."""
+    calls = [0]
+
+    def hook(grad):
+        calls[0] += 1
+        return torch.full_like(grad, NAN) if calls[0] >= first_bad else grad
+
+    next(iter(module.parameters())).register_hook(hook)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_ppo_nan_in_a_later_step_keeps_the_steps_before_it(fused):
+    """The second of three gradient steps is not finite: the call raises naming it, and the
+    weights are those after the first step (the refused step and the one after it never
+    reached them), whether the optimizer refuses on the device (fused) or on the host."""
+    def run(epochs, poison):
+        algo = PPO(minibatches=1, epochs=epochs, optim_kwargs=dict(fused=fused) if fused
+                   else dict(foreach=True))
+        agent, samples = _pg_batch.setup(algo, "categorical")
+        if poison:
+            _nan_grad_from_call(agent.model, first_bad=2)
+        torch.manual_seed(5)  # the same first minibatch order in both runs
+        return algo, agent, samples
+
+    algo, agent, samples = run(1, poison=False)
+    algo.optimize_agent(0, samples)
+    after_one_step = _agent_tensors(agent)
+    algo, agent, samples = run(3, poison=True)
+    assert algo.skips_on_device is fused
+    with pytest.raises(NonFiniteError, match=r"^PPO: gradNorm is nan at iteration 4;"):
+        algo.optimize_agent(4, samples)
+    for name, tensor in _agent_tensors(agent).items():
+        assert torch.equal(tensor, after_one_step[name]), f"{name} differs from one step's"
+    assert algo.update_counter == 1
+    steps = [state["step"] for state in algo.optimizer.state.values()]
+    assert steps and all(float(step) == 1 for step in steps)
 
 
 # ---------------------------------------------------------------- DQN, CategoricalDQN, R2D1

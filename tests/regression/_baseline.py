@@ -68,6 +68,15 @@ def _cpuinfo() -> dict[str, str]:
     return info
 
 
+def _default_torch_threads(environ, cores: int) -> int:
+    """torch's intra-op thread count in a new process: ``OMP_NUM_THREADS`` when set, else
+    one per available core (OpenMP's default under the process's CPU affinity)."""
+    try:
+        return max(1, int(environ.get("OMP_NUM_THREADS", "")))
+    except ValueError:
+        return cores
+
+
 def fingerprint(environ: dict | None = None) -> dict[str, Any]:
     """What decides the float kernels a run on this machine uses (see the module docstring).
     ``environ`` (default ``os.environ``) is the environment the run will get."""
@@ -84,7 +93,7 @@ def fingerprint(environ: dict | None = None) -> dict[str, Any]:
         cores = os.cpu_count()
     return {
         "machine": platform.machine(),
-        "cpu_vendor": info.get("vendor_id", platform.processor()),
+        "cpu_vendor": info.get("vendor_id") or platform.processor(),  # uname -p only if needed
         "cpu_model": info.get("model name", ""),
         "cpu_family_model_stepping": "/".join(info.get(k, "?") for k in
                                               ("cpu family", "model", "stepping")),
@@ -95,7 +104,9 @@ def fingerprint(environ: dict | None = None) -> dict[str, Any]:
         "gymnasium": gymnasium.__version__,
         "python": ".".join(map(str, sys.version_info[:2])),
         "available_cores": cores,
-        "torch_threads": torch.get_num_threads(),
+        # What a fresh ``rlfast train`` starts with, not this process's count (the test
+        # suite runs on one thread; the recorded runs are child processes).
+        "torch_threads": _default_torch_threads(environ, cores),
         "kernel_env": {k: environ[k] for k in KERNEL_ENV if k in environ},
     }
 

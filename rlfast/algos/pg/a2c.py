@@ -6,8 +6,9 @@ from typing import Any
 import torch
 
 from rlfast.agents.base import AgentInputs
-from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_kl,
-                                  explained_variance, pg_hyperparameters)
+from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_kl, check_compile,
+                                  diagnostic_row, explained_variance_tensor,
+                                  pg_hyperparameters)
 from rlfast.utils.buffer import buffer_func, buffer_to
 from rlfast.utils.distributed import pooled_valid_mean, rank_loss_count
 
@@ -16,8 +17,8 @@ class A2C(PolicyGradientAlgo):
     """A2C: ``loss = -E[log pi(a|s) A] + c_v E[0.5 (V(s) - R)^2] - c_H E[H(pi(.|s))]``.
 
     One gradient step on the whole ``[T, B]`` batch per iteration, with returns and
-    advantages from :meth:`process_returns`. The arguments are those of
-    :class:`PolicyGradientAlgo`.
+    advantages from :meth:`process_returns`. ``compile=True`` runs the loss under
+    ``torch.compile``. The other arguments are those of :class:`PolicyGradientAlgo`.
     """
 
     def __init__(self, discount: float = 0.99, learning_rate: float = 0.001,
@@ -26,24 +27,33 @@ class A2C(PolicyGradientAlgo):
                  clip_grad_norm: float = 1.0, initial_optim_state_dict: dict | None = None,
                  gae_lambda: float = 1, normalize_advantage: bool = False,
                  bootstrap_timelimit: bool = True,
-                 normalize_reward: bool = False):
+                 normalize_reward: bool = False, compile: bool = False):
         super().__init__(**pg_hyperparameters(locals()))
+        self.compile = check_compile(compile, "A2C")
 
     def optimize_agent(self, itr: int, samples: Any = None,
                        sampler_itr: int | None = None) -> OptInfo:
         """One gradient step on the batch; returns its loss, gradient norm and diagnostics.
 
         The observation statistics (if the model normalizes) are updated from the batch
-        first, as the sampler's agent will use them next.
+        first, as the sampler's agent will use them next. The loss, gradient norm and
+        diagnostics are read on the host once, together, between the backward pass and the
+        optimizer step: the finite check needs them there, and it is the call's only host
+        synchronisation, whatever the optimizer.
         """
         self.agent.update_obs_rms(samples.env.observation)
         return_, advantage, valid = buffer_to(self.process_returns(samples), self.agent.device)
-        loss, info = self.loss(samples, return_, advantage, valid)
-        loss_value, grad_norm = self._grad_step(itr, loss)
+        loss, info = self.compiled_loss(samples, return_, advantage, valid)
+        grad_norm = self._clip_gradients(loss)
         value = samples.agent.agent_info.value
-        return OptInfo(loss=[loss_value], gradNorm=[grad_norm], entropy=[info.entropy.item()],
-                       perplexity=[info.perplexity.item()], approxKl=[info.approxKl.item()],
-                       explainedVariance=[explained_variance(return_, value, valid)])
+        values = diagnostic_row(loss, grad_norm, info.entropy, info.perplexity, info.approxKl,
+                                explained_variance_tensor(return_, value, valid)).tolist()
+        self.check_finite(itr, {"loss": values[0], "gradNorm": values[1]})
+        self.optimizer.step()
+        self.update_counter += 1
+        return OptInfo(loss=[values[0]], gradNorm=[values[1]], entropy=[values[2]],
+                       perplexity=[values[3]], approxKl=[values[4]],
+                       explainedVariance=[values[5]])
 
     def loss(self, samples: Any, return_: torch.Tensor, advantage: torch.Tensor,
              valid: torch.Tensor) -> tuple[torch.Tensor, LossInfo]:

@@ -26,6 +26,13 @@ PG_HYPERPARAMETERS = ("discount", "learning_rate", "value_loss_coeff", "entropy_
                       "normalize_reward")
 
 
+def check_compile(compile: Any, owner: str) -> bool:
+    """``compile`` must be True or False (a string from a config file is refused by name)."""
+    if not isinstance(compile, bool):
+        raise TypeError(f"{owner}: compile must be True or False; got {compile!r}")
+    return compile
+
+
 def pg_hyperparameters(arguments: dict) -> dict:
     """The shared hyperparameters picked from a subclass constructor's ``locals()``, so A2C
     and PPO keep their own documented signatures and defaults without repeating the list."""
@@ -84,7 +91,7 @@ class PolicyGradientAlgo(RLAlgorithm):
         self.batch_spec = batch_spec
         self.mid_batch_reset = mid_batch_reset
         self.world_size, self.rank = world_size, rank
-        self.optimizer = build_optimizer(self.OptimCls, agent.parameters(),
+        self.optimizer = build_optimizer(self.OptimCls, agent.parameters(), prefer_fused=True,
                                          lr=self.learning_rate, **self.optim_kwargs)
         if self.initial_optim_state_dict is not None:
             self.optimizer.load_state_dict(self.initial_optim_state_dict)
@@ -137,11 +144,82 @@ class PolicyGradientAlgo(RLAlgorithm):
         if self.reward_normalizer is not None and "reward_normalizer" in state:
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
 
-    def _grad_step(self, itr: int, loss: torch.Tensor) -> tuple[float, float]:
-        """``(loss, gradient norm)`` of one clipped, finite-checked step on all parameters."""
-        values = self.clipped_step(itr, loss, self.agent.parameters(), self.clip_grad_norm)
-        self.update_counter += 1
-        return values
+    # ---- gradient steps without host reads ------------------------------------------------
+    def _clip_gradients(self, loss: torch.Tensor) -> torch.Tensor:
+        """Backward ``loss`` and clip the gradient norm to ``clip_grad_norm``; returns the
+        norm before clipping as a device tensor (nothing is read on the host)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        return torch.nn.utils.clip_grad_norm_(self.agent.parameters(), self.clip_grad_norm)
+
+    @property
+    def skips_on_device(self) -> bool:
+        """Whether a non-finite step can be refused on the device, without reading a value on
+        the host: the optimizer is a fused one (Adam, AdamW, SGD with ``fused=True``), whose
+        kernel leaves the parameters, moments and step count untouched while its
+        ``found_inf`` tensor is nonzero (the mechanism ``torch.amp.GradScaler`` drives)."""
+        return bool(getattr(self.optimizer, "_step_supports_amp_scaling", False)) and all(
+            group.get("fused") for group in self.optimizer.param_groups)
+
+    def _begin_steps(self, failed: torch.Tensor | None = None) -> None:
+        """Start the gradient steps of one ``optimize_agent`` call: no step has failed yet.
+        ``failed``: a 0-d bool device tensor, False, to keep the call's sticky failure flag in
+        (a compiled step program shares its own), else one is made at the first step."""
+        self._failed = failed  # device flag: some step of this call was not finite
+        self._steps_taken = 0
+
+    def _guarded_step(self, itr: int, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One clipped gradient step of ``loss``; returns ``(gradient norm, finite)`` as device
+        tensors (``finite``: 1.0 when the loss and norm were finite, else 0.0).
+
+        With an optimizer that :attr:`skips_on_device`, nothing is read on the host: from the
+        first non-finite step of the call on, every step is refused by the optimizer's own
+        kernel, so the weights stay as they were before it, and :meth:`_end_steps` raises once
+        the call's diagnostics are read. Other optimizers read the loss and norm on the host
+        before each step and raise at once (one synchronisation per step).
+        """
+        grad_norm = self._clip_gradients(loss)
+        finite = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
+        if not self.skips_on_device:
+            values = torch.stack([loss.detach().to(grad_norm.dtype), grad_norm]).tolist()
+            self.check_finite(itr, dict(zip(("loss", "gradNorm"), values)))
+            self.optimizer.step()
+            self.update_counter += 1
+            self._steps_taken += 1
+            return grad_norm, finite.to(grad_norm.dtype)
+        if self._failed is None:
+            self._failed = torch.zeros((), dtype=torch.bool, device=finite.device)
+        torch.logical_or(self._failed, ~finite, out=self._failed)
+        self.optimizer.found_inf = self._failed.to(torch.float32)
+        try:
+            self.optimizer.step()
+        finally:
+            del self.optimizer.found_inf
+        return grad_norm, finite.to(grad_norm.dtype)
+
+    @property
+    def compiled_loss(self) -> Any:
+        """``loss`` under ``torch.compile`` when ``compile`` is on (compiled once), else
+        ``loss`` itself."""
+        if not getattr(self, "compile", False):
+            return self.loss
+        if getattr(self, "_compiled_loss", None) is None:
+            self._compiled_loss = torch.compile(self.loss, dynamic=False)
+        return self._compiled_loss
+
+    def _end_steps(self, itr: int, steps: list[list[float]], loss_col: int = 0,
+                   grad_norm_col: int = 1, finite_col: int = -1) -> None:
+        """After the call's one host read: raise ``NonFiniteError`` for the first step whose
+        loss or gradient norm was not finite (the optimizer refused it and every later one),
+        naming the value as a per-step check would have; else count the steps taken.
+        ``steps``: one row of host values per gradient step."""
+        if not self.skips_on_device:
+            return  # checked and counted step by step
+        for row in steps:
+            if row[finite_col] != 1.0:
+                self.check_finite(itr, {"loss": row[loss_col], "gradNorm": row[grad_norm_col]})
+            self.update_counter += 1
+            self._steps_taken += 1
 
 
 # ---- diagnostics (computed under no_grad; they never feed a loss) ----------------------------
@@ -154,25 +232,38 @@ def approx_kl(ratio: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
         return valid_mean((ratio - 1) - ratio.log(), valid)
 
 
-def explained_variance(return_: torch.Tensor, value: torch.Tensor,
-                       valid: torch.Tensor | None) -> float:
-    """``1 - Var[return - value] / Var[return]`` over valid steps: 1 for a perfect critic,
-    0 for one that predicts the mean, negative for worse; NaN when the returns are constant
-    (or no step is valid)."""
+def diagnostic_row(*values: torch.Tensor) -> torch.Tensor:
+    """0-d tensors (detached) stacked into one float64 row on their device: a gradient
+    step's diagnostics, kept there until the call's one host read."""
+    return torch.stack([v.detach().reshape(()).to(torch.float64) for v in values])
+
+
+def explained_variance_tensor(return_: torch.Tensor, value: torch.Tensor,
+                               valid: torch.Tensor | None) -> torch.Tensor:
+    """``1 - Var[return - value] / Var[return]`` over valid steps, as a 0-d float64 tensor on
+    ``return_``'s device: 1 for a perfect critic, 0 for one that predicts the mean, negative
+    for worse; NaN when the returns are constant (or no step is valid). Nothing is read on the
+    host, so a learner can report it with its other diagnostics in one read."""
     with torch.no_grad():
         return_ = return_.double()
         value = value.to(return_.device, torch.float64)
         valid = torch.ones_like(return_) if valid is None else valid.to(return_.device,
                                                                         torch.float64)
         n = valid.sum()
-        if not n > 0:
-            return float("nan")
+        safe_n = torch.where(n > 0, n, torch.ones_like(n))
 
         def variance(x: torch.Tensor) -> torch.Tensor:
-            mean = (x * valid).sum() / n
-            return ((x - mean) ** 2 * valid).sum() / n
+            mean = (x * valid).sum() / safe_n
+            return ((x - mean) ** 2 * valid).sum() / safe_n
 
         var_return = variance(return_)
-        if not var_return > 0:
-            return float("nan")
-        return float(1 - variance(return_ - value) / var_return)
+        defined = (n > 0) & (var_return > 0)
+        safe_var = torch.where(defined, var_return, torch.ones_like(var_return))
+        ratio = 1 - variance(return_ - value) / safe_var
+        return torch.where(defined, ratio, torch.full_like(ratio, float("nan")))
+
+
+def explained_variance(return_: torch.Tensor, value: torch.Tensor,
+                       valid: torch.Tensor | None) -> float:
+    """:func:`explained_variance_tensor` read as a Python float."""
+    return float(explained_variance_tensor(return_, value, valid))

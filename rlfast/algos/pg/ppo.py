@@ -7,12 +7,13 @@ from typing import Any
 import torch
 
 from rlfast.agents.base import AgentInputs
-from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_kl,
-                                  explained_variance, pg_hyperparameters)
+from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_kl, check_compile,
+                                  diagnostic_row, explained_variance_tensor,
+                                  pg_hyperparameters)
+from rlfast.algos.pg.step_program import StepProgram, capture_cuda_graph, eager_program
 from rlfast.utils.buffer import buffer_func, buffer_to
 from rlfast.utils.checks import check_int
 from rlfast.utils.collections import namedarraytuple
-from rlfast.utils.misc import iterate_mb_idxs
 from rlfast.utils.distributed import pooled_valid_mean, rank_loss_count
 from rlfast.utils.tensor import valid_mean
 
@@ -28,7 +29,10 @@ class PPO(PolicyGradientAlgo):
     Feedforward agents draw minibatches of single time steps from the flattened ``T*B`` batch;
     recurrent agents draw minibatches of whole environment columns (sequences of length T)
     starting from the recurrent state the sampler had. ``linear_lr_schedule`` anneals the
-    learning rate linearly to zero over the run. The other arguments are those of
+    learning rate linearly to zero over the run. ``compile=True`` runs each feedforward
+    gradient step as a :class:`~rlfast.algos.pg.step_program.StepProgram`: the loss under
+    ``torch.compile`` and, on CUDA, the whole step captured in one CUDA graph (LeanRL's
+    approach); recurrent agents get the compiled loss only. The other arguments are those of
     :class:`PolicyGradientAlgo`.
     """
 
@@ -41,8 +45,11 @@ class PPO(PolicyGradientAlgo):
                  gae_lambda: float = 1, minibatches: int = 4, epochs: int = 4,
                  ratio_clip: float = 0.1, linear_lr_schedule: bool = True,
                  normalize_advantage: bool = False, bootstrap_timelimit: bool = True,
-                 normalize_reward: bool = False):
+                 normalize_reward: bool = False, compile: bool = False):
         super().__init__(**pg_hyperparameters(locals()))
+        self.compile = check_compile(compile, "PPO")
+        self.program_capture = None  # how StepProgram captures (None: by device; tests set it)
+        self._program = None
         self.minibatches = check_int(minibatches, "minibatches", minimum=1, owner="PPO")
         self.epochs = check_int(epochs, "epochs", minimum=1, owner="PPO")
         self.ratio_clip = ratio_clip
@@ -52,6 +59,7 @@ class PPO(PolicyGradientAlgo):
         """As :meth:`PolicyGradientAlgo.initialize`, plus the learning-rate schedule, which
         reaches zero after ``n_itr`` iterations."""
         super().initialize(*args, **kwargs)
+        self._program = None  # built for the new optimizer at the first optimize_agent
         self.lr_scheduler = None
         if self.linear_lr_schedule:
             n_itr = max(int(self.n_itr), 1)
@@ -64,6 +72,13 @@ class PPO(PolicyGradientAlgo):
 
         Returns the per-minibatch loss, gradient norm, entropy, perplexity, approximate KL
         and clip fraction, and the critic's explained variance on the batch (once).
+
+        The batch crosses to the agent's device once (observations as stored, uint8 frames
+        stay uint8); minibatch indices are drawn there (``torch.randperm`` on the device);
+        every diagnostic stays a device tensor until one read at the end of the call. With a
+        fused optimizer (the default for Adam) nothing else is read on the host, so the GPU
+        is never stalled inside the epochs; non-finite steps are refused on the device and
+        reported after the read (see :meth:`PolicyGradientAlgo._guarded_step`).
         """
         device = self.agent.device
         agent_inputs = AgentInputs(observation=samples.env.observation,
@@ -76,9 +91,8 @@ class PPO(PolicyGradientAlgo):
                                  return_=return_, advantage=advantage, valid=valid,
                                  old_dist_info=buffer_to(samples.agent.agent_info.dist_info, device))
         T, B = samples.env.reward.shape[:2]
-        opt_info = PpoOptInfo(*([] for _ in PpoOptInfo._fields))
-        opt_info.explainedVariance.append(
-            explained_variance(return_, samples.agent.agent_info.value, valid))
+        explained = explained_variance_tensor(return_, samples.agent.agent_info.value.to(device),
+                                              valid)
         if self.agent.recurrent:
             rnn = samples.agent.agent_info.prev_rnn_state[0]  # [B, N, H] at the batch start
             rnn = buffer_to(rnn, device)
@@ -88,25 +102,54 @@ class PPO(PolicyGradientAlgo):
             loss_inputs = buffer_func(loss_inputs, lambda x: x.reshape(T * B, *x.shape[2:]))
             n_items = T * B
         mb_size = max(n_items // self.minibatches, 1)
+        rows = []  # per gradient step: loss, gradNorm, entropy, perplexity, approxKl, clipFrac, finite
+        program = self._step_program(loss_inputs, mb_size)
+        self._begin_steps(program.failed if program is not None else None)
         for _ in range(self.epochs):
-            for idxs in iterate_mb_idxs(n_items, mb_size, shuffle=True):
-                idxs = torch.as_tensor(idxs, device=device)
+            for idxs in torch.randperm(n_items, device=device).split(mb_size):
+                if program is not None and len(idxs) == mb_size:
+                    rows.append(program.step(idxs))
+                    continue
                 if self.agent.recurrent:
                     mb = loss_inputs[:, idxs]
                     init_rnn_state = buffer_func(rnn, lambda s: s[idxs].transpose(0, 1).contiguous())
-                    loss, info = self.loss(*mb, init_rnn_state=init_rnn_state)
+                    loss, info = self.compiled_loss(*mb, init_rnn_state=init_rnn_state)
                 else:
-                    loss, info = self.loss(*loss_inputs[idxs])
-                loss_value, grad_norm = self._grad_step(itr, loss)
-                opt_info.loss.append(loss_value)
-                opt_info.gradNorm.append(grad_norm)
-                opt_info.entropy.append(info.entropy.item())
-                opt_info.perplexity.append(info.perplexity.item())
-                opt_info.approxKl.append(info.approxKl.item())
-                opt_info.clipFrac.append(info.clipFrac.item())
+                    loss, info = self.compiled_loss(*loss_inputs[idxs])
+                grad_norm, finite = self._guarded_step(itr, loss)
+                rows.append(diagnostic_row(loss, grad_norm, info.entropy, info.perplexity,
+                                           info.approxKl, info.clipFrac, finite))
+        # The call's one host read: every step's diagnostics and the explained variance.
+        values = torch.cat([torch.stack(rows).flatten(), explained.reshape(1)]).tolist()
+        steps = [values[i:i + 7] for i in range(0, len(values) - 1, 7)]
+        self._end_steps(itr, steps)
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
-        return opt_info
+        columns = list(zip(*steps))
+        return PpoOptInfo(loss=list(columns[0]), gradNorm=list(columns[1]),
+                          entropy=list(columns[2]), perplexity=list(columns[3]),
+                          approxKl=list(columns[4]), clipFrac=list(columns[5]),
+                          explainedVariance=[values[-1]])
+
+    def _step_program(self, loss_inputs: Any, mb_size: int) -> StepProgram | None:
+        """The compiled step program for this batch shape (built at the first call, rebuilt
+        when the shape changes), or None: ``compile`` off, a recurrent agent, or an optimizer
+        that cannot refuse a step on the device."""
+        wanted = self.compile or self.program_capture is not None
+        if not wanted or self.agent.recurrent or not self.skips_on_device:
+            return None
+        program = self._program
+        shape = (tuple(loss_inputs.return_.shape), mb_size)
+        if program is None or program.shape != shape:
+            capture = self.program_capture
+            if capture is None:
+                capture = (capture_cuda_graph if self.agent.device.type == "cuda"
+                           else eager_program)
+            program = StepProgram(self, loss_inputs, mb_size, capture)
+            program.shape = shape
+            self._program = program
+        program.load(loss_inputs)
+        return program
 
     def loss(self, agent_inputs: Any, action: torch.Tensor, return_: torch.Tensor,
              advantage: torch.Tensor, valid: torch.Tensor, old_dist_info: Any,
