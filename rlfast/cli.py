@@ -12,9 +12,11 @@ import tempfile
 
 from rlfast.experiments.config import (ConfigError, apply_config_values, apply_overrides,
                                        load_config_file)
+from rlfast.experiments.device import (DEVICE_HELP, device_label, device_summary,
+                                       learner_device)
 from rlfast.experiments.presets import (ATARI_PREFIX, PRESETS, RUNNERS, SAMPLERS,
                                        build_experiment, check_runner, default_sampler,
-                                       get_preset, run_params)
+                                       get_preset, run_affinity, run_params)
 from rlfast.runners import MinibatchRlBase, TrainingInterrupted
 from rlfast.utils.interrupts import signal_name
 from rlfast.utils.distributed import BACKENDS, DistEnv, launch_env
@@ -40,9 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--n-envs", type=int, default=None, help="parallel environments (batch_B)")
     train.add_argument("--sampler", choices=SAMPLERS, default=None,
                        help="serial: one process (default for ddpg/td3/sac); cpu: workers run "
-                            "the agent (default otherwise); "
-                            "gpu / alternating: workers step envs, the master batches the agent "
-                            "(on GPU 0 when CUDA is available)")
+                            "the agent (default otherwise, except atari:<game> with the "
+                            "learner on a GPU: gpu or cpu, whichever measured faster for the "
+                            "number of envs per core); gpu / alternating: workers step envs, "
+                            "the master batches the agent on the learner's device")
+    train.add_argument("--device", default="auto", metavar="auto|cpu|cuda|cuda:N",
+                       help=DEVICE_HELP + " (the evolution strategies, which have no "
+                                          "learner, take auto or cpu)")
     train.add_argument("--runner", choices=RUNNERS, default="sync",
                        help="sync: sampling and training take turns (default); async: the "
                             "sampler runs in its own process at full speed while the optimizer "
@@ -115,6 +121,7 @@ class TrainRun:
     exp_dir: str
     dist_env: DistEnv | None = None  # the launcher's (torchrun / srun) identity of this rank
     resume: dict | None = None  # rlfast resume: dict(itr=, cum_steps=) of the snapshot
+    device: str | None = None  # where it computes, for the first console line (device_summary)
 
     @property
     def is_logging_rank(self) -> bool:
@@ -266,14 +273,17 @@ def _log_dir_option(args: argparse.Namespace) -> str:
 def configure_train(args: argparse.Namespace) -> TrainRun:
     """Resolve and build everything ``rlfast train`` needs, starting nothing.
 
-    Environment id, preset lookup, overrides, affinity parsing, the log directory
-    (writable, and holding no earlier run unless ``--overwrite``) and experiment
+    Environment id, preset lookup, overrides, affinity parsing, the device, the log
+    directory (writable, and holding no earlier run unless ``--overwrite``) and experiment
     construction are all checked here, so that a mistake in the command line is reported
     (as ``ConfigError`` or ``ValueError``) before any process starts or any file is
     written.
+
+    The device (``--device``, default ``auto``) follows
+    :func:`rlfast.experiments.device.learner_device`: an ``--affinity`` code decides where
+    given, else ``auto`` is GPU 0 when CUDA is available. Without ``--sampler`` the sampler
+    is :func:`~rlfast.experiments.presets.default_sampler`'s for that device.
     """
-    if args.sampler is None:
-        args.sampler = default_sampler(args.algo, args.env)
     if args.algo in PRESETS:  # an unknown algorithm is reported by get_preset
         check_env_id(args.env)
     runner_kind = getattr(args, "runner", "sync")
@@ -281,10 +291,19 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
     check_runner(args.algo, runner_kind)
     affinity = affinity_for_run(args.affinity, runner_kind)
     dist_env, world_size = _distributed_setup(args, affinity, runner_kind)
+    distributed = world_size > 1 or isinstance(affinity, list)
+    multi_rank = distributed and runner_kind == "sync"
+    device = getattr(args, "device", "auto")
+    cuda_idx = learner_device(device, affinity, code=args.affinity, multi_rank=multi_rank)
+    if args.sampler is None:
+        args.sampler = default_sampler(args.algo, args.env, cuda_idx=cuda_idx,
+                                       n_envs=config["sampler"]["batch_B"],
+                                       n_cpus=_sampler_cpus(affinity), runner=runner_kind)
+    affinity = run_affinity(config, args.sampler, runner_kind, affinity, device,
+                            multi_rank=multi_rank, code=args.affinity)
     exp_dir = log_dir_for_run(args)
     if dist_env is None or dist_env.rank == 0:  # the other ranks write nothing
         check_log_dir(exp_dir, _log_dir_option(args), overwrite=getattr(args, "overwrite", False))
-    distributed = world_size > 1 or isinstance(affinity, list)
     runner = build_experiment(args.algo, args.env, config, sampler=args.sampler, seed=args.seed,
                               affinity=affinity, runner=runner_kind,
                               world_size=None if dist_env is not None else world_size,
@@ -294,12 +313,26 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
     log_params = run_params(args.algo, args.env, config, args.sampler, args.seed,
                             affinity=args.affinity, runner=runner_kind, world_size=world_size,
                             backend=getattr(args, "backend", None),
-                            launcher=dist_env.launcher if dist_env is not None else None)
+                            launcher=dist_env.launcher if dist_env is not None else None,
+                            device=device_label(cuda_idx))
     log_params.update(snapshot_mode=args.snapshot_mode,
                       snapshot_replay=bool(getattr(args, "snapshot_replay", False)),
                       tensorboard=bool(getattr(args, "tensorboard", False)))
     return TrainRun(args=args, config=config, runner=runner, log_params=log_params,
-                    exp_dir=exp_dir, dist_env=dist_env)
+                    exp_dir=exp_dir, dist_env=dist_env,
+                    device=device_summary(affinity, args.sampler, multi_rank=multi_rank))
+
+
+def _sampler_cpus(affinity: dict | list | None) -> int | None:
+    """The cores an affinity code gives the sampler's workers (None without a code: the
+    available ones)."""
+    if affinity is None:
+        return None
+    if isinstance(affinity, list):
+        affinity = affinity[0]
+    part = affinity.get("sampler", affinity)
+    cpus = {c for worker in part.get("workers_cpus") or [] for c in worker}
+    return len(cpus) or None
 
 
 def _distributed_setup(args: argparse.Namespace, affinity: dict | list | None,
@@ -352,7 +385,9 @@ def run_train(run: TrainRun) -> dict:
                              console="tables" if getattr(args, "verbose", False) else "lines")
     with context as exp_dir:
         verb = "resume" if run.resume is not None else "train"
-        logger.log(f"rlfast {verb} {args.algo} {args.env}: logging to {exp_dir}", console=True)
+        where = f" on {run.device}" if run.device else ""
+        logger.log(f"rlfast {verb} {args.algo} {args.env}{where}: logging to {exp_dir}",
+                   console=True)
         result = run.runner.train()
     scored = [(steps, ret) for steps, ret in result["eval_returns"] if ret == ret]  # not NaN
     print(f"Logs: {exp_dir}")

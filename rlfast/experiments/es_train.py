@@ -7,7 +7,8 @@ master and gives the workers their cores (one worker per entry of the code's
 ``workers_cpus``; by default one worker per available core), ``--snapshot-mode``,
 ``--verbose``. Options that only mean something for gradient-based training (``--sampler``,
 ``--n-envs``, ``--runner async``, ``--world-size``, ``--backend``, ``--snapshot-replay``) are
-refused with the reason.
+refused with the reason; so is ``--device cuda[:N]`` (the candidates play on CPU workers;
+``auto`` and ``cpu`` are accepted).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from rlfast.es.evaluator import EsEvaluator
 from rlfast.es.policy import EsPolicy, policy_spec
 from rlfast.es.runner import EsRunner
 from rlfast.experiments.config import ConfigError, apply_overrides
+from rlfast.experiments.device import check_no_device
 from rlfast.experiments.es_presets import check_es_task, get_es_preset
 from rlfast.samplers import TrajInfo
 from rlfast.utils.misc import available_cpus
@@ -30,6 +32,7 @@ __all__ = ["es_train_main", "configure_es", "configure_es_resume", "build_es_run
            "STRATEGIES"]
 
 STRATEGIES: dict[str, type[BaseES]] = dict(cem=CEM, cmaes=CMAES, openai_es=OpenAIES)
+_ES_DEVICE = "cpu (evolution strategies: candidates play on the ES workers)"
 
 
 def _refuse_rl_options(args: argparse.Namespace) -> None:
@@ -49,6 +52,7 @@ def _refuse_rl_options(args: argparse.Namespace) -> None:
         refused.append("--backend (ES uses no torch.distributed group)")
     if getattr(args, "snapshot_replay", False):
         refused.append("--snapshot-replay (ES has no replay buffer)")
+    check_no_device(getattr(args, "device", None), f"rlfast train {args.algo}")
     if refused:
         raise ValueError(f"rlfast train {args.algo} does not take " + "; ".join(refused))
 
@@ -127,11 +131,11 @@ def configure_es(args: argparse.Namespace) -> Any:
                   overwrite=getattr(args, "overwrite", False))
     runner, _ = build_es_runner(args.algo, args.env, config, seed=args.seed, affinity=affinity)
     log_params = run_params(args.algo, args.env, config, "es", args.seed,
-                            affinity=args.affinity)
+                            affinity=args.affinity, device="cpu")
     log_params.update(snapshot_mode=args.snapshot_mode, es=True,
                       tensorboard=bool(getattr(args, "tensorboard", False)))
     return TrainRun(args=args, config=config, runner=runner, log_params=log_params,
-                    exp_dir=exp_dir)
+                    exp_dir=exp_dir, device=_ES_DEVICE)
 
 
 def _one_process_affinity(code: str | None) -> dict | None:
@@ -153,6 +157,7 @@ def configure_es_resume(args: argparse.Namespace, params: dict, run_dir: str, sn
 
     from rlfast.cli import TrainRun
     from rlfast.experiments.resume import checked_changes, resume_record
+    check_no_device(getattr(args, "device", None), f"{run_dir} (an evolution-strategies run)")
     for option, value in (("--n-envs", args.n_envs), ("--sampler", args.sampler),
                           ("--world-size", args.world_size if args.world_size != 1 else None),
                           ("--snapshot-replay", args.snapshot_replay)):
@@ -184,7 +189,7 @@ def configure_es_resume(args: argparse.Namespace, params: dict, run_dir: str, sn
         params, args, run_dir, snapshot, snapshot_path, runner.cum_steps,
         config["runner"]["n_steps"], changes, sampler=None)
     return TrainRun(args=run_args, config=config, runner=runner, log_params=log_params,
-                    exp_dir=run_dir,
+                    exp_dir=run_dir, device=_ES_DEVICE,
                     resume=dict(itr=int(snapshot["itr"]), cum_steps=runner.cum_steps))
 
 

@@ -27,6 +27,7 @@ import torch
 
 from rlfast.envs.base import Env, trajectory_done
 from rlfast.envs.traj_info import TrajInfo
+from rlfast.experiments.device import device_label, resolve_device
 from rlfast.experiments.run_dir import RunDirError, latest_snapshot, read_run_params
 from rlfast.experiments.video import (_VIDEO_EXTRA, VIDEO_FORMATS, PlaybackError,  # noqa: F401
                                       VideoWriter,
@@ -74,27 +75,6 @@ class EnvFactory:
         return env
 
 
-def _parse_device(device: str | torch.device | None) -> int | None:
-    """The CUDA index for ``device`` ("cpu", "cuda", "cuda:N"), None for the CPU."""
-    if device is None:
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}") from None
-    if dev.type == "cpu":
-        return None
-    if dev.type != "cuda":
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}")
-    if not torch.cuda.is_available():
-        raise ValueError(f"device {device!r}: CUDA is not available on this machine; use cpu")
-    index = 0 if dev.index is None else dev.index
-    if index >= torch.cuda.device_count():
-        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} "
-                         f"CUDA device(s)")
-    return index
-
-
 def load_trained_agent(run_dir: str | os.PathLike, snapshot: str | os.PathLike | None = None,
                        device: str | torch.device | None = None
                        ) -> tuple[dict, Any, EnvFactory]:
@@ -105,9 +85,12 @@ def load_trained_agent(run_dir: str | os.PathLike, snapshot: str | os.PathLike |
     process; recurrent agents of the alternating sampler have the same weights); its agent is
     initialized from the spaces of one environment and given the weights of ``snapshot``
     (default: the run's newest, :func:`~rlfast.experiments.run_dir.latest_snapshot`), then
-    moved to ``device`` ("cpu" default, "cuda", "cuda:N"). ``make_env`` is an
+    moved to ``device`` (a ``--device`` value: None or "cpu", the default, for the CPU;
+    "auto" for GPU 0 when CUDA is available; "cuda"; "cuda:N"; see
+    :func:`rlfast.experiments.device.resolve_device`). ``make_env`` is an
     :class:`EnvFactory` for the run's evaluation environment. ``params`` is the run's
-    ``params.json`` plus ``params["snapshot"] = {"path", "itr", "cum_steps"}``.
+    ``params.json`` plus ``params["snapshot"] = {"path", "itr", "cum_steps"}`` and
+    ``params["agent_device"]``, where the agent now acts (``"cpu"``, ``"cuda:0"``).
 
     Raises :class:`~rlfast.experiments.run_dir.RunDirError` for a directory that is not a run
     or has no snapshot, ``FileNotFoundError`` for a missing ``snapshot`` file,
@@ -117,7 +100,7 @@ def load_trained_agent(run_dir: str | os.PathLike, snapshot: str | os.PathLike |
     from rlfast.experiments.presets import build_experiment
 
     params = read_run_params(run_dir)
-    cuda_idx = _parse_device(device)
+    cuda_idx = resolve_device("cpu" if device is None else device)
     path = os.fspath(snapshot) if snapshot is not None else latest_snapshot(run_dir)
     state = load_snapshot(path)
     if params.get("es"):  # an evolution-strategies run: play the distribution's center
@@ -126,7 +109,7 @@ def load_trained_agent(run_dir: str | os.PathLike, snapshot: str | os.PathLike |
         raise PlaybackError(f"snapshot {path} holds no agent_state_dict (its entries: "
                             f"{', '.join(sorted(state))}): not a training snapshot")
     runner = build_experiment(params["algo"], params["env"], params["config"], sampler="serial",
-                              seed=params["seed"])
+                              seed=params["seed"], device="cpu")  # moved to cuda_idx below
     sampler, agent = runner.sampler, runner.agent
     sampler.apply_traj_info_kwargs(runner.get_traj_info_kwargs())  # DiscountedReturn's discount
     make_env = EnvFactory(EnvCls=sampler.EnvCls, env_kwargs=dict(sampler.eval_env_kwargs),
@@ -146,7 +129,8 @@ def load_trained_agent(run_dir: str | os.PathLike, snapshot: str | os.PathLike |
                             f"{params['env']}): {str(e).splitlines()[0]}") from e
     agent.to_device(cuda_idx)
     params = dict(params, snapshot=dict(path=path, itr=int(state.get("itr", 0)),
-                                        cum_steps=int(state.get("cum_steps", 0))))
+                                        cum_steps=int(state.get("cum_steps", 0))),
+                  agent_device=device_label(cuda_idx))
     return params, agent, make_env
 
 
@@ -167,7 +151,8 @@ def _load_es_solution(params: dict, state: dict, path: str) -> tuple[dict, Any, 
                           env_kwargs=dict(id=params["env"], **params["config"].get("env", {})),
                           TrajInfoCls=TrajInfo, env_id=params["env"])
     params = dict(params, snapshot=dict(path=path, itr=int(state.get("itr", 0)),
-                                        cum_steps=int(state.get("cum_steps", 0))))
+                                        cum_steps=int(state.get("cum_steps", 0))),
+                  agent_device="cpu")  # an ES policy plays on the CPU
     return params, EsPlaybackAgent(policy), make_env
 
 
@@ -283,7 +268,9 @@ def _add_common(parser: argparse.ArgumentParser, episodes: int) -> None:
                              "episodes differ from each other")
     parser.add_argument("--snapshot", default=None, metavar="PATH",
                         help="snapshot file to load (default: the run's newest)")
-    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    parser.add_argument("--device", default="auto", metavar="auto|cpu|cuda|cuda:N",
+                        help="where the agent runs: auto (default: GPU 0 when CUDA is "
+                             "available, else the CPU), cpu, cuda (= cuda:0) or cuda:N")
     parser.add_argument("--max-steps", type=int, default=None, metavar="N",
                         help=f"cut an episode after N steps (default {MAX_EPISODE_STEPS})")
 
@@ -330,6 +317,7 @@ def _check_args(args: argparse.Namespace) -> None:
         raise PlaybackError(f"--seed must be >= 0; got {args.seed}")
     if getattr(args, "fps", None) is not None and not args.fps > 0:
         raise PlaybackError(f"--fps must be > 0; got {args.fps}")
+    resolve_device(args.device)  # ValueError for a device this machine lacks, before a window
 
 
 _LOAD_ERRORS = (RunDirError, SnapshotCorruptError, FileNotFoundError, ValueError)
@@ -338,7 +326,8 @@ _LOAD_ERRORS = (RunDirError, SnapshotCorruptError, FileNotFoundError, ValueError
 def _snapshot_line(params: dict) -> str:
     snap = params["snapshot"]
     return (f"{params['algo']} on {params['env']}: snapshot {snap['path']} (iteration "
-            f"{snap['itr']}, {snap['cum_steps']} steps)")
+            f"{snap['itr']}, {snap['cum_steps']} steps), agent on "
+            f"{params.get('agent_device', 'cpu')}")
 
 
 def eval_main(args: argparse.Namespace) -> int:

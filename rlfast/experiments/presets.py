@@ -29,6 +29,8 @@ from rlfast.algos.qpg import DDPG, SAC, TD3
 from rlfast.envs import make as make_gym_env
 from rlfast.envs.gym import gym_horizon
 from rlfast.envs.gym import gym_spaces as make_gym_spaces
+from rlfast.experiments.device import (device_label, learner_device, resolve_device,
+                                      sampler_for_device)
 from rlfast.experiments.env_overrides import DQN_CARTPOLE, ENV_SAMPLER, ENV_TUNED
 from rlfast.experiments.qpg_presets import QPG_ALGOS, QPG_PRESETS
 from rlfast.runners import AsyncRlEval, MinibatchRlEval, SyncRlEval
@@ -356,54 +358,100 @@ def get_preset(algo: str, env_id: str) -> dict:
         config["runner"].setdefault("overlap", False)
         config["agent"].setdefault("autocast", None)
         config["algo"].setdefault("normalize_reward", False)  # VecNormalize-style scaling
+        # torch.compile of the loss; on CUDA PPO's whole step in one CUDA graph (LeanRL)
+        config["algo"].setdefault("compile", False)
     config.setdefault("distributed", dict(DISTRIBUTED_DEFAULTS))  # read by multi-rank runs
     return config
 
 
-def default_sampler(algo: str, env_id: str | None = None) -> str:
+def default_sampler(algo: str, env_id: str | None = None, cuda_idx: int | None = None,
+                    n_envs: int | None = None, n_cpus: int | None = None,
+                    runner: str = "sync") -> str:
     """The sampler ``rlfast train`` uses without ``--sampler``.
 
-    The per-environment choice of ``ENV_SAMPLER`` (``env_overrides``) where it has one for
-    (``algo``, ``env_id``); else serial for the replay-based continuous-control algorithms
-    (one environment and many updates per step leave nothing for parallel workers to hide),
-    and ``"cpu"`` for the others.
+    In this order: the per-environment choice of ``ENV_SAMPLER`` (``env_overrides``) where it
+    has one for (``algo``, ``env_id``); serial for the replay-based continuous-control
+    algorithms (one environment and many updates per step leave nothing for parallel workers
+    to hide); with the learner on a GPU (``cuda_idx``) and a convolutional agent
+    (``atari:<game>``) in a synchronous run, the measured rule of
+    :func:`rlfast.experiments.device.sampler_for_device` (the GPU action server or
+    worker-side inference, whichever measured faster at ``n_envs`` environments, default the
+    preset's ``batch_B``, on ``n_cpus`` cores, default the available ones); else ``"cpu"``.
     """
     if env_id is not None and (algo, env_id) in ENV_SAMPLER:
         return ENV_SAMPLER[(algo, env_id)]
-    return "serial" if algo in QPG_ALGOS else "cpu"
+    if algo in QPG_ALGOS:
+        return "serial"
+    conv = env_id is not None and env_id.startswith(ATARI_PREFIX)
+    if conv and cuda_idx is not None and runner == "sync" and algo in PRESETS:
+        if n_envs is None:
+            n_envs = PRESETS[algo]["atari"]["sampler"]["batch_B"]
+        n_cpus = len(available_cpus()) if n_cpus is None else n_cpus
+        measured = sampler_for_device(True, n_envs, n_cpus, cuda_idx)
+        if measured is not None:
+            return measured
+    return "cpu"
 
 
-def default_affinity(n_envs: int, sampler: str, master_threads: int | None = None) -> dict:
+def default_affinity(n_envs: int, sampler: str, master_threads: int | None = None,
+                     device: str | None = "auto") -> dict:
     """The affinity dict of a single-machine run that uses every available core.
 
     One worker per core (at most one per environment; the alternating sampler needs two),
-    and the agent on GPU 0 for the GPU-agent samplers when CUDA is available.
+    and the learner on the GPU that ``device`` names (``--device``: ``auto``, the default,
+    is GPU 0 when CUDA is available; ``cpu``; ``cuda``; ``cuda:N``), for every sampler; the
+    gpu and alternating samplers serve their actions on that device too.
     ``master_threads`` sets the master's torch threads while the algorithm optimizes
     (default None: every core, since the synchronous samplers' workers are idle then; the
     master samples on one thread, see ``MinibatchRlBase``).
     """
     cpus = available_cpus()
-    cuda_idx = 0 if sampler in ("gpu", "alternating") and torch.cuda.is_available() else None
+    cuda_idx = resolve_device(device)
     if sampler == "serial":
-        return dict(master_cpus=cpus, master_torch_threads=master_threads, cuda_idx=None)
+        return dict(master_cpus=cpus, master_torch_threads=master_threads, cuda_idx=cuda_idx)
     n_workers = max(2 if sampler == "alternating" else 1, min(len(cpus), n_envs))
     workers = [[cpus[i % len(cpus)]] for i in range(n_workers)]
     return dict(master_cpus=cpus, master_torch_threads=master_threads, workers_cpus=workers,
                 worker_torch_threads=1, cuda_idx=cuda_idx)
 
 
-def default_async_affinity(sampler: str) -> dict:
-    """The async affinity of a single-machine run: the optimizer on GPU 0 when CUDA is
-    available (else the CPU), the sampler process and its workers on every core (one worker
-    per core, two at least for the alternating sampler)."""
+def default_async_affinity(sampler: str, device: str | None = "auto") -> dict:
+    """The async affinity of a single-machine run: the optimizer on the GPU that ``device``
+    names (``auto``, the default: GPU 0 when CUDA is available, else the CPU), the sampler
+    process and its workers on every core (one worker per core, two at least for the
+    alternating sampler). The sampler process acts on the CPU (``cuda_idx=None``), also for
+    the gpu and alternating samplers."""
     cpus = available_cpus()
-    cuda = torch.cuda.is_available()
+    cuda_idx = resolve_device(device)
     n_workers = max(2 if sampler == "alternating" else 1, len(cpus))
     sampler_affinity = dict(master_cpus=cpus, master_torch_threads=1,
                             workers_cpus=[[cpus[i % len(cpus)]] for i in range(n_workers)],
                             worker_torch_threads=1, cuda_idx=None, set_affinity=True)
-    return dict(optimizer=[dict(cuda_idx=0 if cuda else None, master_cpus=cpus,
+    return dict(optimizer=[dict(cuda_idx=cuda_idx, master_cpus=cpus,
                                 master_torch_threads=1)], sampler=sampler_affinity)
+
+
+def run_affinity(config: dict, sampler: str, runner: str = "sync",
+                 affinity: dict | list | None = None, device: str | None = "auto",
+                 multi_rank: bool = False, code: str | None = None) -> dict | list:
+    """The affinity a run of ``config`` uses: ``affinity`` when given (decoded from the
+    affinity ``code``), checked against ``device`` (an explicit ``--device`` that
+    contradicts it is a ``ValueError``, see :func:`rlfast.experiments.device.learner_device`);
+    else the default for the runner on ``device``: :func:`default_async_affinity`, or
+    :func:`default_affinity` with ``batch_B`` workers at most and the master's optimizing
+    threads from the config's ``affinity.master_torch_threads`` (0: every core).
+    ``multi_rank``: several ranks share the default affinity, each on its own GPU."""
+    cuda_idx = learner_device(device, affinity, code=code, multi_rank=multi_rank)
+    if affinity is not None:
+        return affinity
+    if runner == "async":
+        return default_async_affinity(sampler, device_label(cuda_idx))
+    # A preset's "affinity" section may set the master's torch threads (0: every core).
+    threads = config.get("affinity", {}).get("master_torch_threads")
+    if threads == 0:
+        threads = len(available_cpus())
+    return default_affinity(config["sampler"]["batch_B"], sampler, master_threads=threads,
+                            device=device_label(cuda_idx))
 
 
 def check_runner(algo_name: str, runner: str) -> None:
@@ -479,25 +527,28 @@ def _algo(algo_name: str, algo_cfg: dict) -> RLAlgorithm:
 
 def run_params(algo: str, env: str, config: dict, sampler: str, seed: int,
                affinity: str | None = None, runner: str = "sync", world_size: int = 1,
-               backend: str | None = None, launcher: str | None = None) -> dict:
+               backend: str | None = None, launcher: str | None = None,
+               device: str | None = None) -> dict:
     """What a run records in ``params.json`` so that ``rlfast resume``, ``rlfast eval`` and
     ``rlfast watch`` can rebuild it: the preset name, environment id, the fully resolved
-    ``config``, sampler, seed, affinity code (a string or None), runner kind, and the
-    distributed settings. ``rlfast train`` logs exactly this; a launch script that builds
-    its run with :func:`build_experiment` logs it too (``logger_context(...,
-    log_params=run_params(...))``) to make its runs resumable."""
+    ``config``, sampler, seed, affinity code (a string or None), runner kind, the
+    distributed settings, and ``device``, where the learner ran (``"cpu"``, ``"cuda:0"``;
+    a record: ``rlfast resume`` resolves the device again). ``rlfast train`` logs exactly
+    this; a launch script that builds its run with :func:`build_experiment` logs it too
+    (``logger_context(..., log_params=run_params(...))``) to make its runs resumable."""
     if affinity is not None and not isinstance(affinity, str):
         raise TypeError(f"run_params: affinity is the affinity code string (or None); got "
                         f"{type(affinity).__name__}")
     return dict(algo=algo, env=env, sampler=sampler, seed=seed, affinity=affinity,
                 runner=runner, config=config, world_size=world_size, backend=backend,
-                launcher=launcher)
+                launcher=launcher, device=device)
 
 
 def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "cpu",
                      seed: int | None = None, affinity: dict | list | None = None,
                      runner: str = "sync", world_size: int | None = None,
-                     backend: str | None = None, distributed: bool = False
+                     backend: str | None = None, distributed: bool = False,
+                     device: str | None = "auto"
                      ) -> MinibatchRlEval | SyncRlEval | AsyncRlEval:
     """Assemble sampler, agent, algorithm and runner from a (possibly overridden) preset.
 
@@ -506,7 +557,10 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     sampler, unknown Atari game, an algorithm that cannot act in the action space, a
     combination without an agent) surface here. Dict and Tuple observations are flattened for
     the MLP agents unless the config says ``env.flatten_observation=False``. Without
-    ``affinity`` the run uses every available core (``default_affinity``).
+    ``affinity`` the run uses every available core (``default_affinity``) and puts its
+    learner on ``device`` (``auto``, the default: GPU 0 when CUDA is available; ``cpu``;
+    ``cuda``; ``cuda:N``); with one, the affinity decides and an explicit ``device`` that
+    contradicts it is a ``ValueError`` (see :func:`run_affinity`).
 
     ``distributed`` (or ``world_size`` > 1, or an affinity list of one dict per rank) makes
     a synchronous run a :class:`SyncRlEval`: ``world_size`` ranks spawned by the run, or the
@@ -548,18 +602,15 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     sampler_obj = SamplerCls(EnvCls=EnvCls, env_kwargs=env_kwargs, CollectorCls=collector,
                              eval_CollectorCls=EvalCollectorCls, TrajInfoCls=TrajInfoCls,
                              **sampler_cfg)
+    distributed = distributed or (world_size or 1) > 1 or isinstance(affinity, list)
+    if runner == "async" and not affinity:
+        affinity = None  # {} too: the async default
+    affinity = run_affinity(config, sampler, runner, affinity, device,
+                            multi_rank=distributed and runner != "async")
     if runner == "async":
         return AsyncRlEval(algo=_algo(algo_name, config["algo"]), agent=agent,
-                           sampler=sampler_obj, seed=seed,
-                           affinity=affinity or default_async_affinity(sampler),
+                           sampler=sampler_obj, seed=seed, affinity=affinity,
                            **config["runner"], **config.get("async", {}))
-    if affinity is None:
-        # A preset's "affinity" section may set the master's torch threads (0: every core).
-        threads = config.get("affinity", {}).get("master_torch_threads")
-        if threads == 0:
-            threads = len(available_cpus())
-        affinity = default_affinity(sampler_cfg["batch_B"], sampler, master_threads=threads)
-    distributed = distributed or (world_size or 1) > 1 or isinstance(affinity, list)
     if distributed:
         return SyncRlEval(algo=_algo(algo_name, config["algo"]), agent=agent, sampler=sampler_obj,
                           seed=seed, affinity=affinity, world_size=world_size, backend=backend,

@@ -13,6 +13,14 @@ Changing the configuration on resume (``--set``, ``--n-envs``, ``--sampler``,
 ``--affinity``, the number of ranks) is refused unless ``--force``; forced changes are
 recorded in that resume's entry in ``params.json``.
 
+The device is not part of the configuration: ``--device`` (default ``auto``) is resolved
+again on every resume, as ``rlfast train`` does (the run's affinity code, when it has one,
+decides), so a run trained on a GPU continues on the CPU and the other way round. Snapshots
+load onto the CPU (``map_location="cpu"``) and their tensors are copied into the models and
+optimizer on the learner's device; ``params.json`` records the device of each resume. The
+run keeps its recorded sampler (the gpu and alternating samplers also run with the agent
+on the CPU).
+
 A multi-rank (DistributedDataParallel) run resumes with its ranks spawned again, or under
 the launcher (torchrun, srun) that starts ``rlfast resume`` on every rank: every rank loads
 the snapshot (parameters, optimizer, counters); rank 0, which saved it, also continues its
@@ -30,7 +38,8 @@ import os
 from typing import Any
 
 from rlfast.experiments.config import ConfigError, apply_overrides
-from rlfast.experiments.presets import RUNNERS, SAMPLERS, build_experiment
+from rlfast.experiments.device import device_label, device_summary, learner_device
+from rlfast.experiments.presets import RUNNERS, SAMPLERS, build_experiment, run_affinity
 from rlfast.experiments.run_dir import latest_snapshot, read_run_params
 from rlfast.utils.distributed import launch_env
 
@@ -62,6 +71,10 @@ def add_resume_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="change the sampler (needs --force)")
     resume.add_argument("--affinity", default=None, metavar="CODE",
                         help="change the affinity code (needs --force)")
+    resume.add_argument("--device", default="auto", metavar="auto|cpu|cuda|cuda:N",
+                        help="where the learner computes now, whatever it trained on: auto "
+                             "(default: GPU 0 when CUDA is available), cpu, cuda or cuda:N; "
+                             "the run's affinity code decides instead when it has one")
     resume.add_argument("--world-size", type=int, default=None, metavar="N",
                         help="ranks to spawn (default: as the run was trained; under torchrun "
                              "or srun the launcher's)")
@@ -94,12 +107,16 @@ def checked_changes(run_dir: str, params: dict, old_config: dict, config: dict,
 
 def resume_record(params: dict, args: argparse.Namespace, run_dir: str, snapshot: dict,
                   snapshot_path: str, from_steps: int, to_steps: int | None,
-                  changes: dict, sampler: str | None) -> tuple[list, argparse.Namespace]:
+                  changes: dict, sampler: str | None, device: str | None = None
+                  ) -> tuple[list, argparse.Namespace]:
     """``params.json``'s ``resumes`` list with this resume appended (time, snapshot, from and
-    to steps, forced changes), and the ``train``-like arguments the resumed run logs with."""
+    to steps, the learner's device, forced changes), and the ``train``-like arguments the
+    resumed run logs with."""
     record = dict(time=datetime.datetime.now().isoformat(timespec="seconds"),
                   snapshot=os.path.basename(snapshot_path), from_itr=int(snapshot["itr"]),
                   from_steps=from_steps, to_steps=to_steps)
+    if device is not None:
+        record["device"] = device
     if changes:
         record["forced_changes"] = changes
     run_args = argparse.Namespace(
@@ -179,6 +196,12 @@ def configure_resume(args: argparse.Namespace) -> Any:
             raise ConfigError(f"resuming {run_dir}, trained on {recorded_world} rank(s), on "
                               f"{world_size}; pass --force to accept it")
     distributed = world_size > 1 or isinstance(affinity, list)
+    multi_rank = distributed and runner_kind == "sync"
+    # The device is resolved again: a run trained on a GPU may continue on the CPU and the
+    # other way round (snapshots load onto the CPU and are copied to the learner's device).
+    cuda_idx = learner_device(args.device, affinity, code=affinity_code, multi_rank=multi_rank)
+    affinity = run_affinity(config, sampler, runner_kind, affinity, args.device,
+                            multi_rank=multi_rank, code=affinity_code)
     runner = build_experiment(params["algo"], params["env"], config, sampler=sampler,
                               seed=params["seed"], affinity=affinity, runner=runner_kind,
                               world_size=None if dist_env is not None else world_size,
@@ -192,10 +215,12 @@ def configure_resume(args: argparse.Namespace) -> Any:
     log_params = {k: v for k, v in params.items() if k not in ("name", "run_ID")}
     log_params.update(config=config, sampler=sampler, affinity=affinity_code,
                       snapshot_replay=snapshot_replay, world_size=world_size,
-                      launcher=dist_env.launcher if dist_env is not None else None)
+                      launcher=dist_env.launcher if dist_env is not None else None,
+                      device=device_label(cuda_idx))
     log_params["resumes"], run_args = resume_record(
         params, args, run_dir, snapshot, snapshot_path, done_steps,
-        config["runner"]["n_steps"], changes, sampler)
+        config["runner"]["n_steps"], changes, sampler, device=device_label(cuda_idx))
     return TrainRun(args=run_args, config=config, runner=runner, log_params=log_params,
                     exp_dir=run_dir, dist_env=dist_env,
+                    device=device_summary(affinity, sampler, multi_rank=multi_rank),
                     resume=dict(itr=int(snapshot["itr"]), cum_steps=done_steps))

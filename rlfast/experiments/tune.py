@@ -40,6 +40,11 @@ Settings and why:
 * Slots: ``--parallel K`` runs K trials at once, each in its own run slot of the affinity
   code (``--affinity CODE``, or the available cores split evenly: ``encode_affinity(
   n_cpu_core=K * (cores // K), cpu_per_run=cores // K)``), taken from a thread-safe pool.
+* Device: ``--device`` (default ``auto``) is passed on to every trial's ``rlfast train``.
+  Without ``--affinity`` it is resolved here, once: on a GPU the slots become contexts of
+  that GPU (``n_gpu=1, contexts_per_gpu=K``), so the K trials share it and split the
+  cores; see ``trial_devices``. With ``--affinity`` the code decides, as in ``rlfast
+  train``.
 * Outputs: ``trials.md`` (number, state, value, steps reached, sampled values; a pruned
   trial's value is Optuna's, its last reported return) and ``best_config.json``: the best
   trial's sampled values plus the settings this command changed from the preset (``--set``,
@@ -133,6 +138,11 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--affinity", default=None, metavar="CODE",
                         help="affinity code with one run slot per parallel trial (default: "
                              "the available cores split evenly over --parallel)")
+    parser.add_argument("--device", default="auto", metavar="auto|cpu|cuda|cuda:N",
+                        help="where every trial's learner computes, passed on to each "
+                             "trial's rlfast train: auto (default: GPU 0 when CUDA is "
+                             "available, else the CPU), cpu, cuda or cuda:N; the parallel "
+                             "trials share that GPU. With --affinity the code decides")
     parser.add_argument("--search-space", default=None, metavar="FILE",
                         help='JSON object replacing the search space: {"algo.learning_rate": '
                              '["loguniform", 1e-4, 1e-2], "algo.epochs": [4, 8]} (a list of '
@@ -249,7 +259,9 @@ def prepare(args: argparse.Namespace) -> TuneSetup:
     if log_interval != flat["runner.log_interval_steps"]:
         train_args += ["--set", f"runner.log_interval_steps={log_interval}"]
 
-    slot_codes = trial_slot_codes(args.parallel, args.affinity)
+    slot_codes, trial_device, trial_env = trial_devices(args.parallel, args.affinity,
+                                                        getattr(args, "device", "auto"))
+    train_args += ["--device", trial_device]
     enqueue = []
     if args.enqueue is not None:
         enqueue = enqueue_params(read_json(args.enqueue, "--enqueue"), space, flat,
@@ -267,7 +279,8 @@ def prepare(args: argparse.Namespace) -> TuneSetup:
     return TuneSetup(algo=algo, env=env, trials=args.trials, search=args.search, steps=steps,
                      seed=args.seed, log_dir=log_dir, space=space, base_config=base,
                      user_changes=user_changes, train_args=train_args,
-                     log_interval=log_interval, slot_codes=slot_codes, enqueue=enqueue)
+                     log_interval=log_interval, slot_codes=slot_codes, enqueue=enqueue,
+                     trial_env=trial_env)
 
 
 def _spec_examples(spec: Any) -> list:
@@ -293,10 +306,45 @@ def _values(space: dict, flat: dict, key: str) -> list:
     return list(spec) if isinstance(spec, list) else [flat[key]]
 
 
-def trial_slot_codes(parallel: int | None, affinity: str | None) -> list[str]:
+def trial_devices(parallel: int | None, affinity: str | None, device: str = "auto"
+                  ) -> tuple[list[str], str, dict[str, str]]:
+    """``(slot codes, the trials' --device, environment variables for the trials)``.
+
+    With ``affinity`` the code decides each trial's device, as in ``rlfast train``: the
+    trials get ``device`` as given (``auto`` follows the code; an explicit one that
+    contradicts a slot is a ``ValueError`` now, before any trial). Without, ``device`` is
+    resolved here (``auto``: GPU 0 when CUDA is available) and the slots made for it: on
+    the CPU they are :func:`trial_slot_codes`' CPU-only codes and the trials get ``--device
+    cpu``; on GPU N every slot is a context of one GPU (``1gpu_<K>cxg``: the cores split
+    over the K trials, all on that GPU) and the trials get ``--device cuda:0`` with
+    ``CUDA_VISIBLE_DEVICES`` naming GPU N alone, so that their GPU 0 is this process's N.
+    """
+    from rlfast.cli import affinity_for_run
+    from rlfast.experiments.device import learner_device, resolve_device
+
+    if affinity is not None:
+        codes = trial_slot_codes(parallel, affinity)
+        for code in codes:
+            learner_device(device, affinity_for_run(code), code=code)
+        return codes, str(device), {}
+    cuda_idx = resolve_device(device)
+    codes = trial_slot_codes(parallel, None, on_gpu=cuda_idx is not None)
+    if cuda_idx is None:
+        return codes, "cpu", {}
+    env = {}
+    if cuda_idx != 0:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        entries = [v.strip() for v in visible.split(",")] if visible else None
+        env["CUDA_VISIBLE_DEVICES"] = entries[cuda_idx] if entries else str(cuda_idx)
+    return codes, "cuda:0", env
+
+
+def trial_slot_codes(parallel: int | None, affinity: str | None,
+                     on_gpu: bool = False) -> list[str]:
     """One slotted affinity code per parallel trial. With ``affinity`` its slots (K defaults
     to their count); otherwise the available cores split into ``parallel`` equal runs,
-    pinned when the cores are numbered from 0 (unpinned, ``0saf``, otherwise)."""
+    pinned when the cores are numbered from 0 (unpinned, ``0saf``, otherwise), and with
+    ``on_gpu`` each run a context of GPU 0 (``1gpu_<parallel>cxg``)."""
     from rlfast.cli import affinity_for_run
     from rlfast.utils.launching import encode_affinity, get_n_run_slots, prepend_run_slot
     from rlfast.utils.launching.affinity import detect_hyperthread_offset
@@ -321,8 +369,13 @@ def trial_slot_codes(parallel: int | None, affinity: str | None) -> list[str]:
             raise ConfigError(f"--parallel {parallel} exceeds the {cores} available CPU "
                               f"cores")
         per_run = cores // parallel
-        code = encode_affinity(n_cpu_core=per_run * parallel, cpu_per_run=per_run,
-                               hyperthread_offset=hto, set_affinity=pinned)
+        if on_gpu:
+            code = encode_affinity(n_cpu_core=per_run * parallel, n_gpu=1,
+                                   contexts_per_gpu=parallel, hyperthread_offset=hto,
+                                   set_affinity=pinned)
+        else:
+            code = encode_affinity(n_cpu_core=per_run * parallel, cpu_per_run=per_run,
+                                   hyperthread_offset=hto, set_affinity=pinned)
         codes = [prepend_run_slot(k, code) for k in range(parallel)]
     for code in codes:
         affinity_for_run(code)  # ValueError: async code, or cores / GPUs this machine lacks

@@ -66,6 +66,7 @@ class TuneSetup:
     log_interval: int
     slot_codes: list
     enqueue: list
+    trial_env: dict = dataclasses.field(default_factory=dict)  # extra env vars of the trials
 
     @property
     def parallel(self) -> int:
@@ -206,7 +207,7 @@ class Search:
                    *setup.train_args]
         for key, value in params.items():
             command += ["--set", f"{key}={override_text(value)}"]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **setup.trial_env)
         with open(os.path.join(trial_dir, "train.stdout.txt"), "ab") as out, \
                 open(os.path.join(trial_dir, "train.stderr.txt"), "ab") as err:
             return subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
