@@ -67,3 +67,22 @@ def test_the_counter_sees_what_the_old_learner_did():
         algo.optimizer.step()  # the multi-tensor Adam reads each step count: .item()
         float(loss.detach())
     assert syncs.count >= 2
+
+
+@pytest.mark.parametrize("target_kl, epochs_run", [(1e-12, 1), (1e9, 4)])
+def test_target_kl_stops_the_epochs_with_one_read_per_epoch(target_kl, epochs_run):
+    """An epoch whose mean approximate KL passes ``target_kl`` is the iteration's last; the
+    check reads one value after each epoch but the last."""
+    algo = PPO(minibatches=4, epochs=4, target_kl=target_kl)
+    agent, samples = _pg_batch.setup(algo, "categorical", T=16, B=4)
+    with HostSyncCounter() as syncs:
+        info = algo.optimize_agent(0, samples)
+    assert len(info.loss) == 4 * epochs_run
+    checks = min(epochs_run, 4 - 1)
+    assert syncs.count == checks + 1, syncs.report()
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, "0.02", True])
+def test_target_kl_must_be_positive(bad):
+    with pytest.raises(ValueError, match="target_kl must be a positive number or None"):
+        PPO(target_kl=bad)

@@ -32,8 +32,9 @@ class PPO(PolicyGradientAlgo):
     learning rate linearly to zero over the run. ``compile=True`` runs each feedforward
     gradient step as a :class:`~rlfast.algos.pg.step_program.StepProgram`: the loss under
     ``torch.compile`` and, on CUDA, the whole step captured in one CUDA graph (LeanRL's
-    approach); recurrent agents get the compiled loss only. The other arguments are those of
-    :class:`PolicyGradientAlgo`.
+    approach); recurrent agents get the compiled loss only. ``target_kl`` stops the epochs
+    of an iteration early once an epoch's mean approximate KL exceeds it (one host read per
+    epoch; off by default). The other arguments are those of :class:`PolicyGradientAlgo`.
     """
 
     opt_info_fields = tuple(PpoOptInfo._fields)
@@ -45,8 +46,14 @@ class PPO(PolicyGradientAlgo):
                  gae_lambda: float = 1, minibatches: int = 4, epochs: int = 4,
                  ratio_clip: float = 0.1, linear_lr_schedule: bool = True,
                  normalize_advantage: bool = False, bootstrap_timelimit: bool = True,
-                 normalize_reward: bool = False, compile: bool = False):
+                 normalize_reward: bool = False, compile: bool = False,
+                 target_kl: float | None = None):
         super().__init__(**pg_hyperparameters(locals()))
+        if target_kl is not None and not (isinstance(target_kl, (int, float))
+                                          and not isinstance(target_kl, bool) and target_kl > 0):
+            raise ValueError(f"PPO: target_kl must be a positive number or None; "
+                             f"got {target_kl!r}")
+        self.target_kl = None if target_kl is None else float(target_kl)
         self.compile = check_compile(compile, "PPO")
         self.program_capture = None  # how StepProgram captures (None: by device; tests set it)
         self._program = None
@@ -102,10 +109,13 @@ class PPO(PolicyGradientAlgo):
             loss_inputs = buffer_func(loss_inputs, lambda x: x.reshape(T * B, *x.shape[2:]))
             n_items = T * B
         mb_size = max(n_items // self.minibatches, 1)
+        n_epoch_steps = -(-n_items // mb_size)  # gradient steps per epoch
         rows = []  # per gradient step: loss, gradNorm, entropy, perplexity, approxKl, clipFrac, finite
         program = self._step_program(loss_inputs, mb_size)
         self._begin_steps(program.failed if program is not None else None)
-        for _ in range(self.epochs):
+        for epoch in range(self.epochs):
+            if epoch and self._kl_stop(rows, n_epoch_steps):
+                break
             for idxs in torch.randperm(n_items, device=device).split(mb_size):
                 if program is not None and len(idxs) == mb_size:
                     rows.append(program.step(idxs))
@@ -130,6 +140,14 @@ class PPO(PolicyGradientAlgo):
                           entropy=list(columns[2]), perplexity=list(columns[3]),
                           approxKl=list(columns[4]), clipFrac=list(columns[5]),
                           explainedVariance=[values[-1]])
+
+    def _kl_stop(self, rows: list, n_epoch_steps: int) -> bool:
+        """With ``target_kl``: whether the last epoch's mean approximate KL exceeded it (the
+        one host read an epoch may make)."""
+        if self.target_kl is None:
+            return False
+        kl = torch.stack(rows[-n_epoch_steps:])[:, 4].mean()
+        return float(kl) > self.target_kl
 
     def _step_program(self, loss_inputs: Any, mb_size: int) -> StepProgram | None:
         """The compiled step program for this batch shape (built at the first call, rebuilt
