@@ -20,13 +20,26 @@ training episode, rewards clipped, no sticky actions; the Nature CNN (conv 32 8x
   serving actions from the master's CPU;
 - ``rlfast-overlap``: cpu sampler, ``runner.overlap=True`` (sampling the next batch while the
   algorithm trains on the last);
+- ``rlfast-compile``: cpu sampler, ``algo.compile=True`` (torch.compile and CUDA-graph capture
+  of the update); ``rlfast-compile-overlap``: both options;
+- ``rlfast-<sampler>-overlap``, ``rlfast-<sampler>-compile``, ``rlfast-<sampler>-compile-overlap``
+  for the gpu and alternating samplers: the same options on those samplers (not run by
+  default);
 - ``rlfast-bf16``: cpu sampler, ``agent.autocast="bf16"``;
 - ``sb3``: Stable-Baselines3 PPO, ``CnnPolicy``, ``SubprocVecEnv`` of ``make_atari_env`` with
   ``VecFrameStack(4)``, ``n_steps`` = steps per env, 4 minibatches, 4 epochs;
 - ``cleanrl-envpool``: a compact PPO loop written here after CleanRL's ``ppo_atari_envpool``
   algorithm (EnvPool's Pong-v5 with its own 84x84x4 stacking, an ``nn.Sequential`` Nature CNN
   with orthogonal init, per-step inference under ``no_grad``, GAE, advantage normalization,
-  clipped value loss, Adam eps 1e-5); torch's default threads, as CleanRL leaves them.
+  clipped value loss, Adam eps 1e-5); torch's default threads, as CleanRL leaves them;
+- ``cleanrl-alevec``: the same loop on ale-py's ``AtariVectorEnv`` (84x84 grayscale, 4 stacked
+  frames, frame skip 4, 30 no-op starts, a lost life ends the episode, rewards clipped, no
+  sticky actions: EnvPool's settings), which needs no package beyond rlfast's;
+- ``leanrl-alevec``: that loop with LeanRL's published method: torch.compile of the policy
+  step and of the loss, CUDA graphs of the policy step, of GAE and of the whole update step,
+  a capturable fused Adam with the learning rate as a device tensor, uint8 frames, no host
+  read in the loop but the actions (``--leanrl-compile``: auto = compile on CUDA only; on the
+  CPU there are no graphs). Both loops: scripts/_bench_cleanrl.py.
 
 DQN (its own table): ``rlfast-dqn`` (``dqn`` preset, synchronous runner, cpu sampler),
 ``rlfast-dqn-async`` (``--runner async``: sampler process and optimizer overlapping, the
@@ -54,19 +67,20 @@ and the CPU other processes took meanwhile: on a shared machine, rounds with muc
 latter are suspect (the spread over rounds is printed below the tables).
 
 A contender whose package is missing (stable_baselines3, envpool) is reported as skipped, as
-are ``rlfast-overlap`` and ``rlfast-bf16`` while this rlfast lacks the option (its child fails
-with the TypeError about the unexpected keyword).
+are the ``overlap``, ``compile`` and ``bf16`` contenders while this rlfast lacks the option
+(their child fails with the TypeError about the unexpected keyword). Each figure also carries
+the wall-clock times of its window (``t_start``, ``t_end``), which scripts/bench_gpu.sh lines
+up with the GPU utilisation it samples.
 
 Usage: python scripts/bench_atari_train.py [--rounds 3] [--seconds 60] [--warmup 20]
            [--envs 8] [--steps-per-env 128] [--device cpu|cuda] [--contenders NAME ...]
-           [--random-agent] [--quick] [--json OUT]
+           [--random-agent] [--leanrl-compile auto|on|off] [--quick] [--json OUT]
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import json
-import math
 import os
 import signal
 import statistics
@@ -84,16 +98,22 @@ RESULT_TAG = "BENCH_ATARI_TRAIN_RESULT "
 SKIP_TAG = "BENCH_ATARI_TRAIN_SKIP "
 ENV = "atari:pong"
 
-# name: (table, description, python package it needs beyond rlfast's, rlfast option it needs)
+# name: (table, description, python package it needs beyond rlfast's)
 CONTENDERS = {
     "rlfast-cpu": ("ppo", "rlfast PPO, cpu sampler (the default)", None),
     "rlfast-serial": ("ppo", "rlfast PPO, serial sampler", None),
     "rlfast-gpu": ("ppo", "rlfast PPO, gpu sampler (action server in the master)", None),
     "rlfast-alternating": ("ppo", "rlfast PPO, alternating sampler", None),
     "rlfast-overlap": ("ppo", "rlfast PPO, cpu sampler, runner.overlap=True", None),
+    "rlfast-compile": ("ppo", "rlfast PPO, cpu sampler, algo.compile=True", None),
+    "rlfast-compile-overlap": ("ppo", "rlfast PPO, cpu sampler, algo.compile=True, "
+                               "runner.overlap=True", None),
     "rlfast-bf16": ("ppo", "rlfast PPO, cpu sampler, agent.autocast='bf16'", None),
     "sb3": ("ppo", "Stable-Baselines3 PPO, CnnPolicy, SubprocVecEnv", "stable_baselines3"),
     "cleanrl-envpool": ("ppo", "CleanRL-style PPO loop on EnvPool", "envpool"),
+    "cleanrl-alevec": ("ppo", "CleanRL-style PPO loop on ale-py's AtariVectorEnv", None),
+    "leanrl-alevec": ("ppo", "LeanRL-style PPO loop (torch.compile, CUDA graphs, capturable "
+                      "fused Adam) on ale-py's AtariVectorEnv", None),
     "rlfast-dqn": ("dqn", "rlfast DQN, synchronous runner, cpu sampler", None),
     "rlfast-dqn-async": ("dqn", "rlfast DQN, asynchronous runner (throttled), cpu sampler",
                          None),
@@ -101,12 +121,29 @@ CONTENDERS = {
     "rlfast-random": ("random", "rlfast cpu sampler, random agent, no learning", None),
 }
 DEFAULT_CONTENDERS = [n for n, c in CONTENDERS.items() if c[0] != "random"]
+# rlfast PPO contenders: name -> (sampler, options); the options are "overlap", "compile" and
+# "bf16". The same options on the gpu and alternating samplers are contenders too, run only
+# when named (scripts/bench_gpu.sh names them).
+RLFAST_PPO = {"rlfast-cpu": ("cpu", ()), "rlfast-serial": ("serial", ()),
+              "rlfast-gpu": ("gpu", ()), "rlfast-alternating": ("alternating", ()),
+              "rlfast-overlap": ("cpu", ("overlap",)), "rlfast-compile": ("cpu", ("compile",)),
+              "rlfast-compile-overlap": ("cpu", ("compile", "overlap")),
+              "rlfast-bf16": ("cpu", ("bf16",)), "rlfast-random": ("cpu", ())}
+for _sampler in ("gpu", "alternating"):
+    for _options in (("overlap",), ("compile",), ("compile", "overlap")):
+        _name = f"rlfast-{_sampler}-" + "-".join(_options)
+        RLFAST_PPO[_name] = (_sampler, _options)
+        CONTENDERS[_name] = ("ppo", f"rlfast PPO, {_sampler} sampler, "
+                             + ", ".join({"overlap": "runner.overlap=True",
+                                          "compile": "algo.compile=True"}[o]
+                                         for o in _options), None)
+RLFAST_PPO_SAMPLER = {name: sampler for name, (sampler, _) in RLFAST_PPO.items()}
 # The options being added to rlfast: a child failing on them is "not available", not an error.
-UNAVAILABLE_MARKERS = {"rlfast-overlap": "unexpected keyword argument 'overlap'",
-                       "rlfast-bf16": "unexpected keyword argument 'autocast'"}
-RLFAST_PPO_SAMPLER = {"rlfast-cpu": "cpu", "rlfast-serial": "serial", "rlfast-gpu": "gpu",
-                      "rlfast-alternating": "alternating", "rlfast-overlap": "cpu",
-                      "rlfast-bf16": "cpu", "rlfast-random": "cpu"}
+OPTION_MARKERS = {"overlap": "unexpected keyword argument 'overlap'",
+                  "compile": "unexpected keyword argument 'compile'",
+                  "bf16": "unexpected keyword argument 'autocast'"}
+UNAVAILABLE_MARKERS = {name: [OPTION_MARKERS[o] for o in options]
+                       for name, (_, options) in RLFAST_PPO.items() if options}
 
 # The one PPO workload (rlfast's algo keyword names; the peers get the same values).
 PPO_HP = dict(discount=0.99, learning_rate=2.5e-4, value_loss_coeff=0.5,
@@ -157,10 +194,10 @@ class Window:
             return False
         if self.start is None:
             if now - self.clock >= self.warmup:
-                self.start = (now, steps, updates, _cpu_point())
+                self.start = (now, steps, updates, _cpu_point(), time.time())
             return False
         if now - self.start[0] >= self.seconds:
-            self.end = (now, steps, updates, _cpu_point())
+            self.end = (now, steps, updates, _cpu_point(), time.time())
             return True
         return False
 
@@ -173,7 +210,8 @@ class Window:
         return dict(steps_per_s=steps / seconds, updates_per_s=updates / seconds,
                     seconds=seconds, steps=steps, updates=updates,
                     cpu_own=(own1 - own0) / seconds,
-                    cpu_other=max(0.0, (busy1 - busy0) - (own1 - own0)) / seconds)
+                    cpu_other=max(0.0, (busy1 - busy0) - (own1 - own0)) / seconds,
+                    t_start=self.start[4], t_end=self.end[4])
 
 
 def _report(figures: dict) -> None:
@@ -198,10 +236,16 @@ def _ppo_config(name: str, args: argparse.Namespace) -> dict:
     config["sampler"].update(batch_T=args.steps_per_env, batch_B=args.envs, eval_n_envs=0,
                              eval_max_steps=None, max_decorrelation_steps=0)
     config["algo"].update(PPO_HP)
-    if name == "rlfast-overlap":
-        config["runner"]["overlap"] = True
-    if name == "rlfast-bf16":
-        config["agent"]["autocast"] = "bf16"
+    # Each option on where named and off where not, whatever the preset's default on this
+    # machine; an option this rlfast lacks is set only where named (that child then fails as
+    # "not available").
+    options = RLFAST_PPO[name][1]
+    for section, key, on, off in (("runner", "overlap", True, False),
+                                  ("algo", "compile", True, False),
+                                  ("agent", "autocast", "bf16", None)):
+        wanted = {"autocast": "bf16"}.get(key, key) in options
+        if wanted or key in config[section]:
+            config[section][key] = on if wanted else off
     return config
 
 
@@ -417,137 +461,53 @@ def child_sb3_dqn(args: argparse.Namespace) -> dict:
     return dict(window.result(), envs=s["batch_B"])
 
 
-# ---- CleanRL-style PPO on EnvPool ------------------------------------------------------------
+# ---- CleanRL-style PPO on EnvPool and on AtariVectorEnv, LeanRL-style PPO ------------------------
+
+def _torch_device(args: argparse.Namespace):
+    import torch
+
+    return torch.device("cuda" if args.device == "cuda" else "cpu")
+
 
 def child_cleanrl_envpool(args: argparse.Namespace) -> dict:
-    """PPO as CleanRL's ppo_atari_envpool runs it, written from its algorithm: rollout of
-    T steps x N envs with per-step inference, GAE, then epochs of shuffled minibatches with
-    normalized advantages, clipped surrogate, clipped value loss and entropy bonus."""
+    """PPO as CleanRL's ppo_atari_envpool runs it (scripts/_bench_cleanrl.py) on EnvPool's
+    Pong-v5 with its own 84x84x4 stacking."""
     import envpool
-    import numpy as np
     import torch
-    from torch import nn
-    from torch.distributions import Categorical
+    from _bench_cleanrl import cleanrl_ppo
 
-    device = torch.device("cuda" if args.device == "cuda" else "cpu")
-    torch.manual_seed(args.seed)
-    np.random.seed(args.seed)
-    n_envs, T = args.envs, args.steps_per_env
-    envs = envpool.make("Pong-v5", env_type="gymnasium", num_envs=n_envs, seed=args.seed,
+    envs = envpool.make("Pong-v5", env_type="gymnasium", num_envs=args.envs, seed=args.seed,
                         episodic_life=True, reward_clip=True, repeat_action_probability=0.0,
                         frame_skip=4, stack_num=4, img_height=84, img_width=84,
                         gray_scale=True, noop_max=30)
-    obs_shape = envs.single_observation_space.shape if hasattr(
-        envs, "single_observation_space") else envs.observation_space.shape
-    n_actions = envs.action_space.n
-
-    def ortho(layer: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
-        nn.init.orthogonal_(layer.weight, gain)
-        nn.init.zeros_(layer.bias)
-        return layer
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body = nn.Sequential(
-                ortho(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
-                ortho(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-                ortho(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
-                nn.Flatten(), ortho(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
-            self.pi = ortho(nn.Linear(512, n_actions), 0.01)
-            self.v = ortho(nn.Linear(512, 1), 1.0)
-
-        def value(self, obs):
-            return self.v(self.body(obs / 255.0)).squeeze(-1)
-
-        def act(self, obs, action=None):
-            hidden = self.body(obs / 255.0)
-            dist = Categorical(logits=self.pi(hidden))
-            if action is None:
-                action = dist.sample()
-            return action, dist.log_prob(action), dist.entropy(), self.v(hidden).squeeze(-1)
-
-    net = Net().to(device)
-    lr = PPO_HP["learning_rate"]
-    optimizer = torch.optim.Adam(net.parameters(), lr=lr, eps=1e-5)
-    gamma, lam, clip = PPO_HP["discount"], PPO_HP["gae_lambda"], PPO_HP["ratio_clip"]
-    batch = n_envs * T
-    minibatch = batch // PPO_HP["minibatches"]
-    n_iterations = HUGE_STEPS // batch
-
-    obs_buf = torch.zeros((T, n_envs) + tuple(obs_shape), device=device)
-    actions = torch.zeros((T, n_envs), dtype=torch.long, device=device)
-    logprobs = torch.zeros((T, n_envs), device=device)
-    rewards = torch.zeros((T, n_envs), device=device)
-    dones = torch.zeros((T, n_envs), device=device)
-    values = torch.zeros((T, n_envs), device=device)
-
-    obs, _ = envs.reset()
-    next_obs = torch.as_tensor(obs, device=device, dtype=torch.float32)
-    next_done = torch.zeros(n_envs, device=device)
     window = Window(args.warmup, args.seconds)
-    steps = updates = 0
-    for iteration in range(1, n_iterations + 1):
-        for group in optimizer.param_groups:  # linear annealing
-            group["lr"] = lr * (1.0 - (iteration - 1.0) / n_iterations)
-        for t in range(T):
-            steps += n_envs
-            obs_buf[t] = next_obs
-            dones[t] = next_done
-            with torch.no_grad():
-                action, logprob, _, value = net.act(next_obs)
-            actions[t], logprobs[t], values[t] = action, logprob, value
-            obs, reward, terminated, truncated, _ = envs.step(action.cpu().numpy())
-            rewards[t] = torch.as_tensor(reward, device=device, dtype=torch.float32)
-            next_obs = torch.as_tensor(obs, device=device, dtype=torch.float32)
-            next_done = torch.as_tensor(np.logical_or(terminated, truncated), device=device,
-                                        dtype=torch.float32)
-        with torch.no_grad():  # generalized advantage estimation
-            next_value = net.value(next_obs)
-            advantages = torch.zeros_like(rewards)
-            running = torch.zeros(n_envs, device=device)
-            for t in reversed(range(T)):
-                if t == T - 1:
-                    not_done, following = 1.0 - next_done, next_value
-                else:
-                    not_done, following = 1.0 - dones[t + 1], values[t + 1]
-                delta = rewards[t] + gamma * following * not_done - values[t]
-                running = delta + gamma * lam * not_done * running
-                advantages[t] = running
-            returns = advantages + values
-        b_obs = obs_buf.reshape((batch,) + tuple(obs_shape))
-        b_actions, b_logprobs = actions.reshape(-1), logprobs.reshape(-1)
-        b_adv, b_returns, b_values = (advantages.reshape(-1), returns.reshape(-1),
-                                      values.reshape(-1))
-        order = np.arange(batch)
-        for _ in range(PPO_HP["epochs"]):
-            np.random.shuffle(order)
-            for start in range(0, batch, minibatch):
-                idx = torch.as_tensor(order[start:start + minibatch], device=device)
-                _, new_logprob, entropy, new_value = net.act(b_obs[idx], b_actions[idx])
-                log_ratio = new_logprob - b_logprobs[idx]
-                ratio = log_ratio.exp()
-                with torch.no_grad():  # the diagnostics CleanRL logs (they sync per step)
-                    _approx_kl = ((ratio - 1) - log_ratio).mean().item()
-                    _clip_frac = ((ratio - 1.0).abs() > clip).float().mean().item()
-                adv = b_adv[idx]
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                policy_loss = torch.max(-adv * ratio,
-                                        -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
-                value_clipped = b_values[idx] + (new_value - b_values[idx]).clamp(-clip, clip)
-                value_loss = 0.5 * torch.max((new_value - b_returns[idx]) ** 2,
-                                             (value_clipped - b_returns[idx]) ** 2).mean()
-                loss = (policy_loss - PPO_HP["entropy_loss_coeff"] * entropy.mean()
-                        + PPO_HP["value_loss_coeff"] * value_loss)
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(net.parameters(), PPO_HP["clip_grad_norm"])
-                optimizer.step()
-                updates += 1
-        if window.observe(steps, updates):
-            break
-    envs.close()
-    return dict(window.result(), envs=n_envs, torch_threads=torch.get_num_threads())
+    try:
+        cleanrl_ppo(envs, args.envs, args.steps_per_env, PPO_HP, _torch_device(args),
+                    window.observe, seed=args.seed, seed_reset=False)
+    finally:
+        envs.close()
+    return dict(window.result(), envs=args.envs, torch_threads=torch.get_num_threads())
+
+
+def child_alevec(name: str, args: argparse.Namespace) -> dict:
+    """``cleanrl-alevec`` / ``leanrl-alevec``: the CleanRL loop or its LeanRL-style version
+    (scripts/_bench_cleanrl.py) on ale-py's AtariVectorEnv, its threads one per core."""
+    import torch
+    from _bench_cleanrl import cleanrl_ppo, leanrl_ppo, make_ale_vector_env
+
+    envs = make_ale_vector_env(args.envs, num_threads=min(args.envs, os.cpu_count() or 1))
+    window = Window(args.warmup, args.seconds)
+    try:
+        if name == "leanrl-alevec":
+            ran = leanrl_ppo(envs, args.envs, args.steps_per_env, PPO_HP, _torch_device(args),
+                             window.observe, seed=args.seed, compile_mode=args.leanrl_compile)
+        else:
+            ran = cleanrl_ppo(envs, args.envs, args.steps_per_env, PPO_HP, _torch_device(args),
+                              window.observe, seed=args.seed)
+    finally:
+        envs.close()
+    ran = {k: v for k, v in ran.items() if k not in ("steps", "updates")}
+    return dict(window.result(), envs=args.envs, torch_threads=torch.get_num_threads(), **ran)
 
 
 # ---- the child ------------------------------------------------------------------------------
@@ -572,6 +532,8 @@ def run_child(name: str, args: argparse.Namespace) -> None:
         figures = child_sb3_dqn(args)
     elif name == "cleanrl-envpool":
         figures = child_cleanrl_envpool(args)
+    elif name in ("cleanrl-alevec", "leanrl-alevec"):
+        figures = child_alevec(name, args)
     else:
         raise SystemExit(f"unknown contender {name!r}")
     _report(figures)
@@ -580,19 +542,23 @@ def run_child(name: str, args: argparse.Namespace) -> None:
 # ---- the parent ------------------------------------------------------------------------------
 
 CHILD_ARGS = ("envs", "steps_per_env", "seconds", "warmup", "device", "seed", "dqn_envs",
-              "dqn_learning_starts", "dqn_replay_size")
+              "dqn_learning_starts", "dqn_replay_size", "leanrl_compile")
 
 
-def run_contender(name: str, args: argparse.Namespace) -> tuple[str, dict | str]:
-    """One contender in a fresh child process (its own process group, killed on timeout):
-    ``("ok", figures)``, ``("skipped", reason)`` or ``("failed", output tail)``."""
+def run_contender(name: str, args: argparse.Namespace,
+                  timeout: float | None = None) -> tuple[str, dict | str]:
+    """One contender in a fresh child process (its own process group, killed on timeout,
+    by default 300 s plus three windows): ``("ok", figures)``, ``("skipped", reason)`` or
+    ``("failed", output tail)``. A child killed on timeout after it reported its figures (its
+    shut-down was what ran late) counts as ok, with ``shutdown_timeout`` set."""
     cmd = [sys.executable, SCRIPT, "--child", name] + (["--quick"] if args.quick else [])
     for key in CHILD_ARGS:
         cmd += ["--" + key.replace("_", "-"), str(getattr(args, key))]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
-    timeout = 300 + 3 * (args.warmup + args.seconds)
+    if timeout is None:
+        timeout = 300 + 3 * (args.warmup + args.seconds)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except BaseException as error:  # a timeout or Ctrl-C: no process of the run may outlive it
@@ -603,13 +569,16 @@ def run_contender(name: str, args: argparse.Namespace) -> tuple[str, dict | str]
         out, _ = proc.communicate()
         if not isinstance(error, subprocess.TimeoutExpired):
             raise
+        results = [line for line in out.splitlines() if line.startswith(RESULT_TAG)]
+        if results:
+            return "ok", dict(json.loads(results[-1][len(RESULT_TAG):]), shutdown_timeout=True)
         return "failed", f"did not finish within {timeout:.0f} s:\n{out[-3000:]}"
     lines = out.splitlines()
     skip = [line for line in lines if line.startswith(SKIP_TAG)]
     if skip:
         return "skipped", skip[-1][len(SKIP_TAG):]
-    marker = UNAVAILABLE_MARKERS.get(name)
-    if proc.returncode != 0 and marker and marker in out and "TypeError" in out:
+    markers = UNAVAILABLE_MARKERS.get(name, ())
+    if proc.returncode != 0 and "TypeError" in out and any(m in out for m in markers):
         return "skipped", "not available"
     results = [line for line in lines if line.startswith(RESULT_TAG)]
     if proc.returncode != 0 or not results:
@@ -645,12 +614,13 @@ def print_tables(args, names, medians, runs, status) -> None:
     if ppo:
         print(f"\nPPO on Pong, {args.envs} envs x {args.steps_per_env} steps per batch, "
               f"{window}")
-        print("| contender | env steps/s (median) | rounds | vs CleanRL+EnvPool | vs SB3 |")
-        print("|---|---|---|---|---|")
-        clean, sb3 = steps("cleanrl-envpool"), steps("sb3")
+        print("| contender | env steps/s (median) | rounds | vs CleanRL+EnvPool | vs SB3 "
+              "| vs CleanRL+AtariVectorEnv |")
+        print("|---|---|---|---|---|---|")
+        clean, sb3, alevec = steps("cleanrl-envpool"), steps("sb3"), steps("cleanrl-alevec")
         for n in ppo:
             print(f"| {n} | {cell(n)} | {len(runs[n])} | {_fmt_ratio(steps(n), clean)} | "
-                  f"{_fmt_ratio(steps(n), sb3)} |")
+                  f"{_fmt_ratio(steps(n), sb3)} | {_fmt_ratio(steps(n), alevec)} |")
     dqn = [n for n in names if CONTENDERS[n][0] == "dqn"]
     if dqn:
         s = _dqn_settings(args)
@@ -688,8 +658,10 @@ def print_tables(args, names, medians, runs, status) -> None:
     print("\nContenders: " + "; ".join(f"{n}: {CONTENDERS[n][1]}" for n in names))
 
 
-def main() -> None:
-    sb3_log_dir()  # SB3's children log nowhere lasting
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser,
+                                                       argparse.Namespace]:
+    """The parser and the arguments, every default filled in (``--quick`` ones where
+    asked); scripts/_bench_gpu.py builds its contenders' arguments here too."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=None, help="default 3 (--quick: 1)")
     parser.add_argument("--seconds", type=float, default=None, help="default 60 (--quick: 0.2)")
@@ -707,6 +679,8 @@ def main() -> None:
     parser.add_argument("--dqn-replay-size", type=int, default=None,
                         help="DQN replay size, both libraries (default 50000; --quick 5000)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--leanrl-compile", choices=("auto", "on", "off"), default="auto",
+                        help="torch.compile in leanrl-alevec: auto = on CUDA only (default)")
     parser.add_argument("--contenders", nargs="+", default=None, choices=list(CONTENDERS),
                         metavar="NAME", help="a subset of: " + " ".join(CONTENDERS))
     parser.add_argument("--random-agent", action="store_true",
@@ -716,7 +690,7 @@ def main() -> None:
                         help="tiny batches, one round of a few seconds (smoke test)")
     parser.add_argument("--json", default=None, help="also write the figures here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     q = args.quick
     # --quick: the window is the first whole iteration (or DQN log interval) after the one
     # with the first update, on batches of 2 envs x 8 steps (DQN: 2 envs): fewer processes to
@@ -729,6 +703,12 @@ def main() -> None:
             setattr(args, key, quick if q else full)
     if args.dqn_envs is None:
         args.dqn_envs = 2 if q else _preset_dqn_envs()
+    return parser, args
+
+
+def main() -> None:
+    sb3_log_dir()  # SB3's children log nowhere lasting
+    parser, args = parse_args()
     if args.child:
         run_child(args.child, args)
         return

@@ -7,6 +7,16 @@ Every contender steps 8 Pong environments with frame skip 4 and uniformly random
 second (agent steps x frame skip). Each contender runs for about ``--seconds`` after a warm-up.
 
 Usage: python scripts/bench_sampler.py [--seconds 8] [--envs 8] [--batch-T 64] [--quick]
+       [--samplers serial cpu gpu alternating] [--agents random atari_ff nature_cnn]
+       [--device cpu|cuda] [--obs-type 84x84] [--peers ale gym] [--json FILE]
+
+Agents: ``random`` (uniform actions, no model), ``atari_ff`` (rlfast's AtariFfAgent with its
+default model) and ``nature_cnn`` (AtariFfAgent with the Nature CNN: conv 32 8x8/4, 64 4x4/2,
+64 3x3/1, fc 512; give ``--obs-type 84x84`` for the 84x84 frames it was made for). With
+``--device cuda`` the gpu and alternating samplers serve the agent from GPU 0 (the cpu and
+serial samplers run it where they always do). The table gives, per sampler, the CNN agent's
+frames/s as a share of the random agent's. ``--json`` also writes every figure with the
+wall-clock times of its measurement (for lining up GPU utilisation samples).
 
 ``--check-finite`` measures instead what the samplers' NaN / inf check of each batch costs:
 each configuration (CartPole with an MLP agent; cheap environments with large float32 or
@@ -21,6 +31,7 @@ Usage: python scripts/bench_sampler.py --check-finite [--rounds 15] [--seconds 1
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 
@@ -31,6 +42,29 @@ from rlfast.envs import Env, EnvStep
 from rlfast.spaces import FloatBox, IntBox
 
 FRAME_SKIP = 4
+NATURE_CNN = dict(fc_sizes=512, channels=(32, 64, 64), kernel_sizes=(8, 4, 3), strides=(4, 2, 1),
+                  paddings=(0, 0, 0))
+
+
+# Wall-clock start and end of the last timed window (after the warm-up call), for lining up
+# GPU utilisation samples with it.
+LAST_WINDOW = [0.0, 0.0]
+
+
+def timed_rate(step, items_per_call: int, seconds: float) -> float:
+    """``rate`` that also keeps the wall-clock times of its window in ``LAST_WINDOW``."""
+    calls = 0
+
+    def stamped():
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # rate's first call is its warm-up
+            LAST_WINDOW[0] = time.time()
+        step()
+
+    fps = rate(stamped, items_per_call, seconds)
+    LAST_WINDOW[1] = time.time()
+    return fps
 
 
 def n_cores() -> int:
@@ -39,11 +73,21 @@ def n_cores() -> int:
     return len(available_cpus())
 
 
+def make_agent(agent_name: str):
+    """The sampling agent of ``--agents``: random, atari_ff or nature_cnn."""
+    from rlfast.agents import AtariFfAgent, RandomAgent
+
+    if agent_name == "random":
+        return RandomAgent()
+    if agent_name == "nature_cnn":
+        return AtariFfAgent(model_kwargs=dict(NATURE_CNN))
+    return AtariFfAgent()
+
+
 def bench_rlfast(sampler_name: str, agent_name: str, n_envs: int, batch_T: int,
-                 seconds: float, cuda: bool) -> float:
+                 seconds: float, cuda: bool, obs_type: str | None = None) -> float:
     import torch
 
-    from rlfast.agents import AtariFfAgent, RandomAgent
     from rlfast.envs import AtariEnv
     from rlfast.samplers import AlternatingSampler, CpuSampler, GpuSampler, SerialSampler
 
@@ -51,9 +95,12 @@ def bench_rlfast(sampler_name: str, agent_name: str, n_envs: int, batch_T: int,
     cores = n_cores()
     SamplerCls = dict(serial=SerialSampler, cpu=CpuSampler, gpu=GpuSampler,
                       alternating=AlternatingSampler)[sampler_name]
-    sampler = SamplerCls(EnvCls=AtariEnv, env_kwargs=dict(game="pong", frame_skip=FRAME_SKIP),
+    env_kwargs = dict(game="pong", frame_skip=FRAME_SKIP)
+    if obs_type is not None:
+        env_kwargs["obs_type"] = obs_type
+    sampler = SamplerCls(EnvCls=AtariEnv, env_kwargs=env_kwargs,
                          batch_T=batch_T, batch_B=n_envs, max_decorrelation_steps=0)
-    agent = RandomAgent() if agent_name == "random" else AtariFfAgent()
+    agent = make_agent(agent_name)
     n_workers = min(n_envs, max(cores, 2 if sampler_name == "alternating" else 1))
     affinity = dict(workers_cpus=[[c % cores] for c in range(n_workers)],
                     cuda_idx=0 if cuda and sampler_name in ("gpu", "alternating") else None)
@@ -67,7 +114,7 @@ def bench_rlfast(sampler_name: str, agent_name: str, n_envs: int, batch_T: int,
         itr[0] += 1
 
     try:
-        return rate(step, batch_T * n_envs * FRAME_SKIP, seconds)
+        return timed_rate(step, batch_T * n_envs * FRAME_SKIP, seconds)
     finally:
         sampler.shutdown()
 
@@ -83,7 +130,7 @@ def bench_vector_env(env, n_envs: int, seconds: float, batch_T: int) -> float:
             env.step(rng.integers(0, n_actions, size=n_envs))
 
     try:
-        return rate(step, batch_T * n_envs * FRAME_SKIP, seconds)
+        return timed_rate(step, batch_T * n_envs * FRAME_SKIP, seconds)
     finally:
         env.close()
 
@@ -248,6 +295,29 @@ def main_check_finite(args: argparse.Namespace) -> None:
           "the check alone is timed on a real batch, its share relative to a batch without it.")
 
 
+def print_agent_ratios(results: list[dict]) -> None:
+    """Per sampler: frames/s with the random agent and with each model agent, and the model
+    agent's share of the random agent's (how much of the sampling limit inference costs)."""
+    by_sampler: dict[str, dict[str, float]] = {}
+    for r in results:
+        if r.get("sampler"):
+            by_sampler.setdefault(r["sampler"], {})[r["agent"]] = r["fps"]
+    models = [a for a in dict.fromkeys(r["agent"] for r in results if r.get("sampler"))
+              if a != "random"]
+    if not models or not any("random" in v for v in by_sampler.values()):
+        return
+    print("\n| sampler | random agent, frames/s | "
+          + " | ".join(f"{m} agent, frames/s | {m} / random" for m in models) + " |")
+    print("|---|---:|" + "---:|---:|" * len(models))
+    for sampler, fps in by_sampler.items():
+        cells = [f"{fps['random']:,.0f}" if "random" in fps else "-"]
+        for m in models:
+            cells.append(f"{fps[m]:,.0f}" if m in fps else "-")
+            cells.append(f"{fps[m] / fps['random']:.2f}" if m in fps and fps.get("random")
+                         else "-")
+        print(f"| {sampler} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=None,
@@ -255,9 +325,19 @@ def main() -> None:
                              "(default 1)")
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--batch-T", type=int, default=64)
-    parser.add_argument("--samplers", nargs="+", default=["serial", "cpu", "gpu", "alternating"])
-    parser.add_argument("--agents", nargs="+", default=["random", "atari_ff"])
-    parser.add_argument("--cuda", action="store_true", help="agent on GPU 0 (gpu/alternating)")
+    parser.add_argument("--samplers", nargs="+", default=["serial", "cpu", "gpu", "alternating"],
+                        choices=["serial", "cpu", "gpu", "alternating"])
+    parser.add_argument("--agents", nargs="+", default=["random", "atari_ff"],
+                        choices=["random", "atari_ff", "nature_cnn"])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: the gpu/alternating samplers' agent on GPU 0")
+    parser.add_argument("--cuda", action="store_true", help="the same as --device cuda")
+    parser.add_argument("--obs-type", default=None,
+                        help="AtariEnv obs_type of the rlfast contenders (default: AtariEnv's)")
+    parser.add_argument("--peers", nargs="*", default=["ale", "gym"], choices=["ale", "gym"],
+                        help="the non-rlfast contenders to run (default both; none: no ratios "
+                             "to them)")
+    parser.add_argument("--json", default=None, help="also write the figures here")
     parser.add_argument("--quick", action="store_true", help="1 s per contender (smoke test)")
     parser.add_argument("--check-finite", action="store_true",
                         help="measure the samplers' NaN / inf check instead (see above)")
@@ -273,33 +353,59 @@ def main() -> None:
             args.seconds = 1.0
         main_check_finite(args)
         return
+    cuda = args.cuda or args.device == "cuda"
+    if cuda:
+        import torch
+        if not torch.cuda.is_available():
+            parser.error("--device cuda needs a GPU")
     seconds = 1.0 if args.quick else (args.seconds or 8.0)
     print(f"Machine: {machine()}")
     print(f"Pong, {args.envs} envs, frame skip {FRAME_SKIP}, batch_T {args.batch_T}, "
-          f"~{seconds:.0f} s per contender\n")
-    results: list[tuple[str, float]] = []
+          f"obs_type {args.obs_type or 'default'}, device {'cuda' if cuda else 'cpu'}, "
+          f"~{seconds:g} s per contender\n")
+    results: list[dict] = []
 
-    def record(name: str, fps: float) -> None:
-        results.append((name, fps))
+    def record(name: str, measure, **labels) -> None:
+        fps = measure()
+        results.append(dict(name=name, fps=fps, t_start=LAST_WINDOW[0], t_end=LAST_WINDOW[1],
+                            **labels))
         print(f"  {name:<38} {fps:>10,.0f} frames/s", flush=True)
 
-    record("ale-py AtariVectorEnv", bench_ale_vector(args.envs, seconds, args.batch_T))
-    record("gymnasium AsyncVectorEnv", bench_gym_async(args.envs, seconds, args.batch_T))
+    if "ale" in args.peers:
+        record("ale-py AtariVectorEnv", lambda: bench_ale_vector(args.envs, seconds,
+                                                                 args.batch_T), peer="ale")
+    if "gym" in args.peers:
+        record("gymnasium AsyncVectorEnv", lambda: bench_gym_async(args.envs, seconds,
+                                                                   args.batch_T), peer="gym")
     for agent in args.agents:
         for sampler in args.samplers:
             record(f"rlfast {sampler} sampler, {agent} agent",
-                   bench_rlfast(sampler, agent, args.envs, args.batch_T, seconds, args.cuda))
-    ale_fps, gym_fps = results[0][1], results[1][1]
-    print(f"\n| contender | frames/s | vs AtariVectorEnv | vs AsyncVectorEnv |")
+                   lambda: bench_rlfast(sampler, agent, args.envs, args.batch_T, seconds, cuda,
+                                        args.obs_type),
+                   sampler=sampler, agent=agent)
+    peer_fps = {r["peer"]: r["fps"] for r in results if r.get("peer")}
+    ale_fps, gym_fps = peer_fps.get("ale"), peer_fps.get("gym")
+
+    def vs(fps: float, base: float | None) -> str:
+        return f"{fps / base:.2f}x" if base else "n/a"
+
+    print("\n| contender | frames/s | vs AtariVectorEnv | vs AsyncVectorEnv |")
     print("|---|---:|---:|---:|")
-    for name, fps in results:
-        print(f"| {name} | {fps:,.0f} | {fps / ale_fps:.2f}x | {fps / gym_fps:.2f}x |")
-    best = max((r for r in results if r[0].startswith("rlfast") and "random" in r[0]),
-               key=lambda r: r[1], default=None)
-    if best is not None:
-        print(f"\nBest rlfast (RandomAgent): {best[0]} at {best[1]:,.0f} frames/s = "
-              f"{best[1] / ale_fps:.2f}x AtariVectorEnv (target >= 1.1x), "
-              f"{best[1] / gym_fps:.2f}x AsyncVectorEnv (target >= 2x)")
+    for r in results:
+        print(f"| {r['name']} | {r['fps']:,.0f} | {vs(r['fps'], ale_fps)} | "
+              f"{vs(r['fps'], gym_fps)} |")
+    print_agent_ratios(results)
+    best = max((r for r in results if r.get("agent") == "random"), key=lambda r: r["fps"],
+               default=None)
+    if best is not None and ale_fps and gym_fps:
+        print(f"\nBest rlfast (RandomAgent): {best['name']} at {best['fps']:,.0f} frames/s = "
+              f"{best['fps'] / ale_fps:.2f}x AtariVectorEnv (target >= 1.1x), "
+              f"{best['fps'] / gym_fps:.2f}x AsyncVectorEnv (target >= 2x)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(machine=machine(), envs=args.envs, batch_T=args.batch_T,
+                           seconds=seconds, obs_type=args.obs_type,
+                           device="cuda" if cuda else "cpu", results=results), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,10 @@ def test_quick_run_prints_machine_tables_and_ratios(tmp_path):
                 # only a peer whose package is missing (or cannot be imported) is skipped
                 assert ("not importable" in cells[0] if _installed(name)
                         else "not installed" in cells[0]), cells
-                assert name not in data["medians"] and cells[1:] == ["0", "n/a", "n/a"], cells
+                # the PPO table has one more ratio (vs CleanRL+AtariVectorEnv) than the DQN one
+                ratios = cells[2:]
+                assert name not in data["medians"] and cells[1] == "0", cells
+                assert len(ratios) >= 2 and ratios == ["n/a"] * len(ratios), cells
                 continue
             steps = _number(cells[0])
             assert math.isfinite(steps) and steps > 0, (name, cells)
