@@ -52,6 +52,11 @@ class RnnStateStore:
         self.states[self.group] = new_state
         self.group = (self.group + 1) % self.n_groups
 
+    def set_current(self, state) -> None:
+        """Replace the state of the group about to step, staying on that group (the GPU
+        action server keeps each group's state in fixed device tensors and hands them here)."""
+        self.states[self.group] = state
+
     def zero_env(self, idx: int) -> None:
         """Zero one environment's slot, in place, in the current group's state."""
         if self.current is not None:

@@ -33,6 +33,19 @@ class Distribution:
         """Size of the event (trailing) dimension of the distribution."""
         return self._dim
 
+    def settings_key(self) -> tuple:
+        """The distribution's plain settings (numbers, flags, dtypes, shapes of its tensors),
+        sorted by name: what ``sample`` branches on in Python. A CUDA graph that captured a
+        sampling step stays valid while this is unchanged (tensor settings must then be
+        updated in place, which the distributions here do)."""
+        items = []
+        for name, value in sorted(vars(self).items()):
+            if isinstance(value, torch.Tensor):
+                items.append((name, "tensor", tuple(value.shape), value.dtype))
+            elif value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
+                items.append((name, value))
+        return tuple(items)
+
     def sample(self, dist_info: Any) -> torch.Tensor:
         """Draw random sample(s), one per leading index of ``dist_info``."""
         raise NotImplementedError(f"{type(self).__name__} does not implement sample().")

@@ -16,7 +16,7 @@ from rlfast.distributions.discrete import DiscreteMixin
 from rlfast.utils.collections import namedarraytuple
 from rlfast.utils.tensor import select_at_indexes
 
-__all__ = ["Categorical", "DistInfo", "EPS"]
+__all__ = ["Categorical", "DistInfo", "EPS", "draw_categorical", "exponential_race"]
 
 EPS = 1e-8
 
@@ -45,6 +45,28 @@ def probs_entropy(p: torch.Tensor) -> torch.Tensor:
 DistInfo = namedarraytuple("DistInfo", ["prob"])
 
 
+def exponential_race(prob: torch.Tensor) -> torch.Tensor:
+    """One index per row of ``prob`` ``[N, K]`` (non-negative, not necessarily normalized),
+    ``[N, 1]`` long: ``argmax_k prob_k / E_k`` with ``E_k ~ Exp(1)`` i.i.d. Index ``k`` wins
+    with probability ``prob_k / sum(prob)`` (``E_k / prob_k ~ Exp(prob_k)``, and the smallest of
+    independent exponentials is the one of rate ``prob_k`` with that probability; this is the
+    Gumbel-max trick with ``-log E`` as the Gumbel noise). It is what ``torch.multinomial``
+    computes for one draw, less its validity checks, which read values back to the host: two
+    synchronisations per call on a GPU, and impossible inside a CUDA graph. ``exponential_``
+    draws from the device's default generator, whose offsets a CUDA graph replays safely."""
+    race = torch.empty_like(prob).exponential_()
+    return torch.argmax(prob / race, dim=-1, keepdim=True)
+
+
+def draw_categorical(prob: torch.Tensor) -> torch.Tensor:
+    """One index per row of ``prob`` ``[N, K]``, ``[N, 1]`` long: ``torch.multinomial`` off
+    CUDA (the CPU numbers are exactly those of every earlier release), the synchronisation-free
+    :func:`exponential_race` on CUDA."""
+    if prob.device.type == "cuda":
+        return exponential_race(prob)
+    return torch.multinomial(prob, num_samples=1)
+
+
 class Categorical(DiscreteMixin, Distribution):
     """Multinomial distribution over ``dim`` outcomes, parameterized by ``prob``.
 
@@ -60,10 +82,11 @@ class Categorical(DiscreteMixin, Distribution):
                             str(self._dim))
 
     def sample(self, dist_info: Any) -> torch.Tensor:
-        """Draw one index per leading position with ``torch.multinomial``."""
+        """Draw one index per leading position (``torch.multinomial``; on CUDA the same law
+        without host synchronisation, see :func:`draw_categorical`)."""
         prob = self._prob(dist_info)
         flat = prob.reshape(-1, self._dim)
-        sample = torch.multinomial(flat, num_samples=1)
+        sample = draw_categorical(flat)
         return sample.reshape(prob.shape[:-1]).type(self.dtype)
 
     def log_likelihood(self, x: torch.Tensor, dist_info: Any) -> torch.Tensor:

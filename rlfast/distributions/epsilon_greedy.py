@@ -37,6 +37,18 @@ def _as_epsilon(epsilon: EpsilonLike) -> torch.Tensor:
     return eps
 
 
+def _refreshed(copies: dict, value: torch.Tensor) -> dict:
+    """Per-device copies of ``value``: those of the same shape updated in place (their
+    storage, which a captured CUDA graph reads, stays), the others dropped (made again on
+    first use)."""
+    kept = {}
+    for device, copy in copies.items():
+        if copy.shape == value.shape and copy.dtype == value.dtype:
+            copy.copy_(value)
+            kept[device] = copy
+    return kept
+
+
 class EpsilonGreedy(DiscreteMixin, Distribution):
     """Greedy action with probability ``1 - epsilon``, else a uniformly random action.
 
@@ -58,9 +70,14 @@ class EpsilonGreedy(DiscreteMixin, Distribution):
         return self._epsilon
 
     def set_epsilon(self, epsilon: EpsilonLike) -> None:
-        """Assign epsilon: a number in [0, 1] or a vector of them (one per environment)."""
-        self._epsilon = _as_epsilon(epsilon)
-        self._epsilon_on = {}  # per-device copies, made on first use
+        """Assign epsilon: a number in [0, 1] or a vector of them (one per environment).
+
+        Copies already made on other devices are updated in place when the shape stays, so a
+        CUDA graph that captured a sampling step reads the new value."""
+        eps = _as_epsilon(epsilon)
+        self._epsilon = eps
+        self._epsilon_zero = eps.dim() == 0 and float(eps) == 0.0  # read once, not per step
+        self._epsilon_on = _refreshed(getattr(self, "_epsilon_on", {}), eps)
 
     def _epsilon_for(self, q: torch.Tensor) -> torch.Tensor:
         eps = self._epsilon
@@ -85,7 +102,10 @@ class EpsilonGreedy(DiscreteMixin, Distribution):
             )
         eps = self._epsilon_for(q)
         greedy = torch.argmax(q, dim=-1)
-        if eps.dim() == 0 and float(self._epsilon) == 0.0:
+        zero = self.__dict__.get("_epsilon_zero")  # absent in distributions pickled before it
+        if zero is None:
+            zero = self._epsilon.dim() == 0 and float(self._epsilon) == 0.0
+        if zero:
             return greedy.type(self.dtype)
         explore = torch.rand(greedy.shape, device=q.device) < eps
         random_actions = torch.randint(0, self._dim, greedy.shape, device=q.device)
@@ -114,7 +134,7 @@ class CategoricalEpsilonGreedy(EpsilonGreedy):
             raise ValueError(f"CategoricalEpsilonGreedy: z must be a non-empty vector of atom values, got shape "
                              f"{tuple(z.shape)}.")
         self.z = z
-        self._z_on = {}
+        self._z_on = _refreshed(getattr(self, "_z_on", {}), z)
 
     def _z_for(self, p: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
         if z is None:

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from rlfast.distributions.base import Distribution
-from rlfast.distributions.categorical import EPS, checked_prob, probs_entropy, probs_kl
+from rlfast.distributions.categorical import (EPS, checked_prob, draw_categorical, probs_entropy,
+                                              probs_kl)
 
 __all__ = ["MultiCategorical"]
 
@@ -120,11 +121,12 @@ class MultiCategorical(Distribution):
     # ---- formulas ----------------------------------------------------------------------
     def sample(self, dist_info: Any) -> torch.Tensor:
         """One value per dimension and leading position, ``[..., D]``, each drawn from its
-        own categorical with ``torch.multinomial``."""
+        own categorical with ``torch.multinomial`` (on CUDA the same law without host
+        synchronisation, see ``categorical.draw_categorical``)."""
         prob = self._prob(dist_info)
         padded = self._padded(prob)
         flat = padded.reshape(-1, padded.shape[-1])
-        index = torch.multinomial(flat, num_samples=1).reshape(padded.shape[:-1])
+        index = draw_categorical(flat).reshape(padded.shape[:-1])
         return (index + self._consts(prob.device)["start"]).type(self.dtype)
 
     def argmax(self, dist_info: Any) -> torch.Tensor:

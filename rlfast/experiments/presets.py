@@ -360,6 +360,8 @@ def get_preset(algo: str, env_id: str) -> dict:
         config["algo"].setdefault("normalize_reward", False)  # VecNormalize-style scaling
         # torch.compile of the loss; on CUDA PPO's whole step in one CUDA graph (LeanRL)
         config["algo"].setdefault("compile", False)
+        if algo == "ppo":  # stop an iteration's epochs once their KL passes it (None: off)
+            config["algo"].setdefault("target_kl", None)
     config.setdefault("distributed", dict(DISTRIBUTED_DEFAULTS))  # read by multi-rank runs
     return config
 

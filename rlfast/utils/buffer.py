@@ -10,6 +10,7 @@ receives it through the process-start pickling (see :class:`SharedArray`).
 """
 from __future__ import annotations
 
+import mmap
 import multiprocessing as mp
 from typing import Any, Callable, Sequence
 
@@ -76,8 +77,35 @@ def np_mp_array(shape: Sequence[int] | int, dtype: Any) -> SharedArray:
     return arr
 
 
+def np_block(nbytes: int, share_memory: bool = False, align: int = mmap.PAGESIZE) -> np.ndarray:
+    """A zero-filled uint8 array of ``nbytes`` rounded up to whole ``align`` units, starting at
+    an ``align``-aligned address (OS shared memory with ``share_memory``). With the default
+    page alignment no other allocation shares a page with it, which is what page-locking it
+    in place (``cudaHostRegister``) needs."""
+    size = -(-max(int(nbytes), 1) // align) * align
+    if share_memory:
+        raw = mp.RawArray("b", size + align)  # zero-initialized by multiprocessing
+        flat = np.frombuffer(raw, dtype=np.uint8)
+    else:
+        raw, flat = None, np.zeros(size + align, dtype=np.uint8)
+    pad = (-flat.__array_interface__["data"][0]) % align
+    block = flat[pad:pad + size]
+    if raw is not None:
+        block = block.view(SharedArray)
+        block._raw = raw
+    return block
+
+
 def build_array(example: Any, leading_dims: Sequence[int] | int, share_memory: bool = False) -> np.ndarray:
     """Allocate a zeroed array matching ``example``'s dtype and shape behind ``leading_dims``."""
+    shape, dtype = _example_leaf(example, leading_dims)
+    if share_memory:
+        return np_mp_array(shape, dtype)
+    return np.zeros(shape, dtype=dtype)
+
+
+def _example_leaf(example: Any, leading_dims: Sequence[int] | int) -> tuple[tuple, np.dtype]:
+    """(shape with ``leading_dims`` in front, dtype) of the array ``build_array`` would make."""
     if isinstance(leading_dims, (int, np.integer)):
         leading_dims = (int(leading_dims),)
     if isinstance(example, torch.Tensor):
@@ -85,10 +113,61 @@ def build_array(example: Any, leading_dims: Sequence[int] | int, share_memory: b
     example = np.asarray(example)
     if example.dtype == object:
         raise TypeError(f"Cannot build an array buffer from an object-dtype example: {example!r}")
-    shape = tuple(leading_dims) + example.shape
-    if share_memory:
-        return np_mp_array(shape, example.dtype)
-    return np.zeros(shape, dtype=example.dtype)
+    return tuple(int(d) for d in leading_dims) + example.shape, example.dtype
+
+
+def packed_buffers(examples: Sequence[Any], leading_dims: Sequence[int] | int,
+                   share_memory: bool = False, align: int = 64) -> tuple[list, np.ndarray, list]:
+    """One buffer per entry of ``examples`` (as :func:`buffer_from_example` makes it; None
+    stays None), all inside ONE contiguous block, in the order given, every leaf starting at
+    an ``align``-aligned offset.
+
+    Returns ``(buffers, block, spans)``: ``block`` is the page-aligned uint8 array (see
+    :func:`np_block`) the leaves are views of, and ``spans[i] = (start, stop)`` the byte range
+    of ``block`` that ``buffers[i]`` occupies (empty for None). Fields laid out next to each
+    other cross a host-device boundary in one copy of the span that covers them, and the block
+    is one region to page-lock.
+    """
+    layout: list = []  # (shape, dtype, offset) per leaf, in traversal order
+    spans: list = []
+    offset = 0
+
+    def measure(example):
+        nonlocal offset
+        shape, dtype = _example_leaf(example, leading_dims)
+        offset = -(-offset // align) * align
+        layout.append((shape, dtype, offset))
+        offset += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return None
+
+    for example in examples:
+        start = -(-offset // align) * align
+        _map_example(example, measure)
+        spans.append((start, offset) if example is not None else (start, start))
+    block = np_block(offset, share_memory=share_memory)
+    leaves = iter(layout)
+
+    def carve(example):
+        shape, dtype, at = next(leaves)
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return block[at:at + n].view(dtype).reshape(shape)
+
+    buffers = [_map_example(example, carve) for example in examples]
+    return buffers, block, spans
+
+
+def _map_example(example: Any, leaf: Callable, use_NatSchema: bool | None = None) -> Any:
+    """The buffer structure of ``example`` with ``leaf(example_leaf)`` at every array leaf."""
+    if example is None:
+        return None
+    if hasattr(example, "_fields"):
+        use_schema = isinstance(example, NamedTuple) if use_NatSchema is None else use_NatSchema
+        buffer_type = NamedArrayTupleSchema_like(example) if use_schema else namedarraytuple_like(example)
+        return buffer_type(*(_map_example(v, leaf, use_NatSchema) for v in example))
+    if _is_structure(example):
+        raise TypeError("buffer_from_example needs a namedtuple/namedarraytuple or an array-like "
+                        f"leaf; got a plain {type(example).__name__}")
+    return leaf(example)
 
 
 def _is_structure(x: Any) -> bool:
@@ -110,17 +189,8 @@ def buffer_from_example(example: Any, leading_dims: Sequence[int] | int, share_m
     Classic namedtuple examples give classic namedarraytuples; schema-based ones (or
     ``use_NatSchema=True``) give ``NamedArrayTuple`` instances, which pickle under ``spawn``.
     """
-    if example is None:
-        return None
-    if hasattr(example, "_fields"):
-        use_schema = isinstance(example, NamedTuple) if use_NatSchema is None else use_NatSchema
-        buffer_type = NamedArrayTupleSchema_like(example) if use_schema else namedarraytuple_like(example)
-        return buffer_type(*(buffer_from_example(v, leading_dims, share_memory, use_NatSchema)
-                             for v in example))
-    if _is_structure(example):
-        raise TypeError("buffer_from_example needs a namedtuple/namedarraytuple or an array-like "
-                        f"leaf; got a plain {type(example).__name__}")
-    return build_array(example, leading_dims, share_memory)
+    return _map_example(example, lambda leaf: build_array(leaf, leading_dims, share_memory),
+                        use_NatSchema)
 
 
 def buffer_func(buffer_: Any, func: Callable, *args, **kwargs) -> Any:

@@ -448,3 +448,26 @@ def test_atari_cat_dqn_support_and_n_atoms_checks():
     assert (agent.V_min, agent.V_max) == (0.0, 4.0)
     with pytest.raises(ValueError, match="n_atoms"):
         AtariCatDqnAgent(n_atoms=1)
+
+
+@pytest.mark.parametrize("recurrent", [False, True], ids=["dqn", "r2d1"])
+def test_device_step_is_step_without_the_bookkeeping(recurrent):
+    """``device_step`` gives step's epsilon-greedy actions and agent_info from the same
+    generator state, without advancing the agent's state; step advances it to the next
+    state device_step returned."""
+    agent = make_r2d1(eps_init=0.5) if recurrent else make_dqn(eps_init=0.5)
+    agent.sample_mode(0)
+    x = inputs((4,), seed=1)
+    agent.step(*x)
+    before = agent.prev_rnn_state
+    torch.manual_seed(3)
+    action, info, next_state = agent.device_step(*inputs((4,), seed=2), before)
+    assert agent.prev_rnn_state is before
+    torch.manual_seed(3)
+    step = agent.step(*inputs((4,), seed=2))
+    assert torch.equal(step.action, action) and torch.equal(step.agent_info.q, info.q)
+    if recurrent:
+        assert all(torch.equal(s, t) for s, t in zip(agent.prev_rnn_state, next_state))
+        assert torch.equal(step.agent_info.prev_rnn_state.h, info.prev_rnn_state.h)
+    else:
+        assert next_state is None

@@ -384,3 +384,41 @@ def test_pg_agent_takes_a_policy_object():
     torch.testing.assert_close(value, ref_value)
     with pytest.raises(ValueError, match="policy"):
         PgAgent(ModelCls=MujocoFfModel)
+
+
+@pytest.mark.parametrize("name", ["categorical", "recurrent_categorical", "mujoco_lstm"])
+def test_device_step_is_step_without_the_bookkeeping(name):
+    """``device_step`` from the agent's state gives step's action and agent_info (same draws
+    from the same generator state) and its next state, and changes nothing in the agent;
+    ``step`` then advances the state to exactly that next state."""
+    agent, spaces, discrete, recurrent = build(name)
+    agent.sample_mode(0)
+    agent.step(*inputs(spaces, (3,), discrete, seed=1))  # a non-zero state
+    before = None if not recurrent else [s.clone() for s in agent.prev_rnn_state]
+    x = inputs(spaces, (3,), discrete, seed=2)
+    torch.manual_seed(7)
+    action, info, next_state = agent.device_step(*x, agent.prev_rnn_state)
+    if recurrent:
+        assert all(torch.equal(s, t) for s, t in zip(agent.prev_rnn_state, before))
+        assert torch.equal(info.prev_rnn_state.h, before[0].transpose(0, 1))
+    else:
+        assert next_state is None
+    torch.manual_seed(7)
+    step = agent.step(*x)
+    assert torch.equal(step.action, action)
+    for want, have in zip(step.agent_info, info):
+        for w, h in zip(want if isinstance(want, tuple) else [want],
+                        have if isinstance(have, tuple) else [have]):
+            assert torch.equal(w, h)
+    if recurrent:
+        assert all(torch.equal(s, t) for s, t in zip(agent.prev_rnn_state, next_state))
+
+
+def test_graph_key_follows_what_the_step_branches_on():
+    agent, _, _, _ = build("categorical")
+    agent.sample_mode(0)
+    sampling = agent.device_step_graph_key()
+    agent.eval_mode(0)
+    assert agent.device_step_graph_key() != sampling  # greedy actions in evaluation
+    agent.greedy_eval = False
+    assert agent.device_step_graph_key() == sampling

@@ -99,3 +99,36 @@ def test_onehot_conversions_and_checks():
         dist.entropy(DistInfo(prob=torch.ones(2, 3) / 3))
     with pytest.raises(ValueError):
         Categorical(0)
+
+
+def test_cpu_draws_are_torch_multinomial_bit_for_bit():
+    """The CPU keeps torch.multinomial: the same generator state gives the same indexes (the
+    runs recorded before the CUDA path existed stay reproducible)."""
+    from rlfast.distributions.categorical import draw_categorical
+
+    p = _random_probs((64,), 6, seed=4)
+    torch.manual_seed(9)
+    want = torch.multinomial(p, num_samples=1)
+    torch.manual_seed(9)
+    assert torch.equal(draw_categorical(p), want)
+    torch.manual_seed(9)
+    assert torch.equal(Categorical(6).sample(DistInfo(prob=p)), want.reshape(64))
+
+
+def test_exponential_race_draws_the_categorical_law_without_host_reads():
+    """The CUDA draw (argmax p / Exp(1)), run here on the CPU: frequencies match the
+    probabilities (unnormalized ones too), a zero probability never wins, shape [N, 1], and
+    it reads nothing back to the host (so a CUDA graph can capture it)."""
+    from rlfast.distributions.categorical import exponential_race
+    from rlfast.utils.host_sync import HostSyncCounter
+
+    torch.manual_seed(0)
+    weights = torch.tensor([0.5, 3.0, 0.0, 1.5])  # sums to 5: probabilities .1 .6 0 .3
+    n = 40000
+    with HostSyncCounter() as reads:
+        draws = exponential_race(weights.expand(n, 4).contiguous())
+    assert reads.count == 0
+    assert draws.shape == (n, 1) and draws.dtype == torch.long
+    freq = torch.bincount(draws.flatten(), minlength=4).float() / n
+    assert freq[2] == 0
+    assert torch.allclose(freq, torch.tensor([0.1, 0.6, 0.0, 0.3]), atol=0.01)

@@ -131,3 +131,31 @@ def test_categorical_vector_epsilon_and_leading_dims():
     actions = dist.sample(p)
     assert actions.shape == (T, B)
     assert torch.equal(actions[:, 0], (p[:, 0] * z).sum(-1).argmax(-1))
+
+
+def test_set_epsilon_updates_device_copies_in_place_and_sample_reads_no_host_value():
+    """A CUDA graph that captured a sampling step reads the epsilon copy it saw: set_epsilon
+    updates that copy in place (same storage) while the shape stays, drops it when the shape
+    changes; and sampling reads no value back to the host (epsilon == 0 is known at set time)."""
+    from rlfast.utils.host_sync import HostSyncCounter
+
+    dist = EpsilonGreedy(dim=3, epsilon=0.5)
+    other = torch.zeros(())  # stands in for the copy on another device
+    dist._epsilon_on["other-device"] = other
+    dist.set_epsilon(0.25)
+    assert dist._epsilon_on["other-device"] is other and float(other) == 0.25
+    dist.set_epsilon([0.1, 0.2])
+    assert "other-device" not in dist._epsilon_on
+    q = torch.randn(2, 3)
+    for eps in (0.0, 0.3, [0.1, 0.2]):
+        dist.set_epsilon(eps)
+        with HostSyncCounter() as reads:
+            dist.sample(q)
+        assert reads.count == 0, reads.report()
+    dist.set_epsilon(0.0)
+    assert torch.equal(dist.sample(q), q.argmax(-1))
+    atoms = CategoricalEpsilonGreedy(dim=2, z=[0.0, 1.0, 2.0])
+    copy_of_z = atoms.z.clone()
+    atoms._z_on["other-device"] = copy_of_z
+    atoms.set_z([1.0, 2.0, 4.0])
+    assert atoms._z_on["other-device"] is copy_of_z and copy_of_z.tolist() == [1.0, 2.0, 4.0]

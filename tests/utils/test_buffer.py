@@ -345,3 +345,41 @@ def test_shared_array_pickling_outside_process_start():
             pickle.dumps(obj)
         with pytest.raises(RuntimeError):
             ForkingPickler.dumps(obj)
+
+
+# ---- packed buffers: one page-aligned block --------------------------------------------------
+
+def test_packed_buffers_lay_out_fields_in_order_in_one_aligned_block():
+    import mmap
+
+    from rlfast.utils.buffer import np_block, packed_buffers
+
+    examples = [np.zeros((2, 3), np.uint8), np.float32(0.0), None, _example()]
+    (frames, reward, nothing, nested), block, spans = packed_buffers(examples, 5,
+                                                                     share_memory=True)
+    assert nothing is None and isinstance(block, SharedArray)
+    assert _data_ptr(block) % mmap.PAGESIZE == 0 and block.nbytes % mmap.PAGESIZE == 0
+    assert frames.shape == (5, 2, 3) and frames.dtype == np.uint8
+    assert nested.observation.shape == (5, 3) and nested.inner.count.dtype == np.int16
+    leaves = [frames, reward, nested.observation, nested.reward, nested.inner.flag,
+              nested.inner.count]
+    offsets = [_data_ptr(leaf) - _data_ptr(block) for leaf in leaves]
+    assert offsets == sorted(offsets) and all(o % 64 == 0 for o in offsets)
+    assert all(o + leaf.nbytes <= block.nbytes for o, leaf in zip(offsets, leaves))
+    assert spans[0] == (0, 30) and spans[1] == (64, 84) and spans[2][0] == spans[2][1]
+    assert spans[3][0] == offsets[2] and spans[3][1] == offsets[-1] + nested.inner.count.nbytes
+    frames[...] = 7  # views of the block, not copies
+    assert block[:30].tolist() == [7] * 30
+    private = np_block(10)
+    assert not isinstance(private, SharedArray) and _data_ptr(private) % mmap.PAGESIZE == 0
+
+
+def test_spawned_worker_writes_into_a_packed_buffer_slice():
+    """Views carved out of the block travel to a spawned child as the same shared memory."""
+    from rlfast.utils.buffer import packed_buffers
+
+    (buf,), _, _ = packed_buffers([_example()], (3, 4), share_memory=True)
+    _run_child(mp.get_context("spawn"), _buffer_spawn_helpers.write_buffer_slice,
+               (buf[:, 2:4], 50.0))
+    assert buf.reward[:, 2:].tolist() == [[50.0, 51.0], [60.0, 61.0], [70.0, 71.0]]
+    assert np.all(buf.reward[:, :2] == 0)

@@ -273,19 +273,37 @@ class DqnAgent(EpsilonGreedyAgentMixin, BaseAgent):
                              init_rnn_state, log_probs)
 
     @torch.no_grad()
-    def step(self, observation, prev_action, prev_reward) -> AgentStep:
-        """Epsilon-greedy actions and the policy's agent_info; CPU tensors in and out.  A
-        recurrent agent records ``AgentInfoRnn(q, prev_rnn_state [B, N, H])`` and advances."""
+    def device_step(self, observation, prev_action, prev_reward, rnn_state=None) -> tuple:
+        """One epsilon-greedy step where the model is, changing nothing in the agent but a
+        noisy model's noise: ``(action, agent_info, next_rnn_state)`` on the model's device
+        (``next_rnn_state`` None unless recurrent; a recurrent step starts from ``rnn_state``,
+        None for zeros). ``step`` is this plus the recurrent-state bookkeeping and the move to
+        the CPU; the GPU action server runs it on device-resident inputs."""
         self._reset_noise_for_step()
         inputs = self._model_inputs(observation, prev_action, prev_reward)
         if not self.recurrent:
-            out = self.model(*inputs).cpu()
+            out = self.model(*inputs)
             action = self.distribution.sample(out)
-            return AgentStep(action=action, agent_info=self.policy.agent_info(out))
-        prev_rnn_state = self.prev_rnn_state
-        q, rnn_state = self.model(*inputs, prev_rnn_state)
-        q = q.cpu()
+            return action, self.policy.agent_info(out), None
+        q, next_rnn_state = self.model(*inputs, rnn_state)
         action = self.distribution.sample(q)
-        agent_info = AgentInfoRnn(q=q, prev_rnn_state=stored_rnn_state(prev_rnn_state, rnn_state))
-        self.advance_rnn_state(rnn_state)
+        agent_info = AgentInfoRnn(q=q, prev_rnn_state=stored_rnn_state(rnn_state, next_rnn_state))
+        return action, agent_info, next_rnn_state
+
+    def device_step_graph_key(self) -> tuple | None:
+        """The host-side settings :meth:`device_step` branches on (mode, the epsilon-greedy
+        distribution's settings), or None while a noisy model draws new noise every step
+        (its layers replace their noise tensors, which a CUDA graph cannot follow)."""
+        if self.noisy_reset and self._mode == "sample" and self.noisy:
+            return None
+        return self._mode, self.distribution.settings_key()
+
+    @torch.no_grad()
+    def step(self, observation, prev_action, prev_reward) -> AgentStep:
+        """Epsilon-greedy actions and the policy's agent_info; CPU tensors in and out.  A
+        recurrent agent records ``AgentInfoRnn(q, prev_rnn_state [B, N, H])`` and advances."""
+        action, agent_info, rnn_state = self.device_step(observation, prev_action, prev_reward,
+                                                         self.prev_rnn_state)
+        if self.recurrent:
+            self.advance_rnn_state(rnn_state)
         return buffer_to(AgentStep(action=action, agent_info=agent_info), device="cpu")

@@ -121,18 +121,37 @@ class PgAgent(BaseAgent):
         return self.distribution.sample(dist_info)
 
     @torch.no_grad()
-    def step(self, observation, prev_action, prev_reward) -> AgentStep:
-        """Sample actions for the sampler; inputs and outputs are CPU tensors."""
-        prev_rnn_state = self.prev_rnn_state
-        dist_info, value, rnn_state = self._forward(observation, prev_action, prev_reward,
-                                                    prev_rnn_state)
+    def device_step(self, observation, prev_action, prev_reward, rnn_state=None) -> tuple:
+        """One sampling step where the model is, changing nothing in the agent:
+        ``(action, agent_info, next_rnn_state)`` as tensors on the model's device
+        (``next_rnn_state`` None unless recurrent; a recurrent step starts from ``rnn_state``,
+        None for zeros). ``step`` is this plus the recurrent-state bookkeeping and the move to
+        the CPU; the GPU action server runs it on device-resident inputs, in a CUDA graph
+        when :meth:`device_step_graph_key` allows."""
+        dist_info, value, next_rnn_state = self._forward(observation, prev_action, prev_reward,
+                                                         rnn_state)
         action = self._select(dist_info)
         if self.recurrent:
             agent_info = AgentInfoRnn(dist_info=dist_info, value=value,
-                                      prev_rnn_state=stored_rnn_state(prev_rnn_state, rnn_state))
-            self.advance_rnn_state(rnn_state)
+                                      prev_rnn_state=stored_rnn_state(rnn_state, next_rnn_state))
         else:
             agent_info = AgentInfo(dist_info=dist_info, value=value)
+        return action, agent_info, next_rnn_state
+
+    def device_step_graph_key(self) -> tuple:
+        """The host-side settings :meth:`device_step` branches on (greedy or sampled actions,
+        autocast, the distribution's settings): a CUDA graph captured under one key replays
+        the step only while the key is unchanged."""
+        greedy = self._mode == "eval" and self.greedy_eval
+        return greedy, getattr(self, "autocast", None), self.distribution.settings_key()
+
+    @torch.no_grad()
+    def step(self, observation, prev_action, prev_reward) -> AgentStep:
+        """Sample actions for the sampler; inputs and outputs are CPU tensors."""
+        action, agent_info, rnn_state = self.device_step(observation, prev_action, prev_reward,
+                                                         self.prev_rnn_state)
+        if self.recurrent:
+            self.advance_rnn_state(rnn_state)
         return buffer_to(AgentStep(action=action, agent_info=agent_info), device="cpu")
 
     @torch.no_grad()

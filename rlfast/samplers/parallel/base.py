@@ -221,7 +221,11 @@ class ParallelSamplerBase(BaseSampler):
         return traj_infos
 
     def shutdown(self) -> None:
-        """Stop and join every worker (terminating any that do not exit), on every path."""
+        """Stop and join every worker (terminating any that do not exit), on every path; then
+        release what the action server holds (page-locked step buffers, device staging)."""
         supervisor = getattr(self, "_supervisor", None)
         if supervisor is not None:
             supervisor.stop()
+        action_server = getattr(self, "action_server", None)
+        if action_server is not None:
+            action_server.close()
