@@ -29,6 +29,10 @@ import torch
 
 PROCESSES_GROUP = "processes"
 IN_PROCESS_MODULES = frozenset({
+    "tests/algos/test_host_syncs.py",
+    "tests/scripts/test_bench_gpu_plan.py",
+    "tests/utils/test_host_sync.py",
+    "tests/utils/test_pinned.py",
     "tests/agents/test_action_check.py",
     "tests/agents/test_autocast.py",
     "tests/agents/test_dqn_agents.py",
