@@ -19,6 +19,7 @@ from rlfast.utils.tensor import valid_mean
 
 LossInputs = namedarraytuple("LossInputs", ["agent_inputs", "action", "return_", "advantage",
                                            "valid", "old_dist_info"])
+MINIBATCH_SEED_OFFSET = 0x5EED_0B  # the minibatch generator's seed: the run's plus this
 PpoOptInfo = namedtuple("PpoOptInfo", OptInfo._fields + ("clipFrac",))
 PpoLossInfo = namedtuple("PpoLossInfo", LossInfo._fields + ("clipFrac",))
 
@@ -67,6 +68,12 @@ class PPO(PolicyGradientAlgo):
         reaches zero after ``n_itr`` iterations."""
         super().initialize(*args, **kwargs)
         self._program = None  # built for the new optimizer at the first optimize_agent
+        # The minibatch order's own generator, on the learner's device: the global one is
+        # shared with the sampler, which may draw from it in another thread at the same time
+        # (runner.overlap), and the order must not depend on that interleaving. Seeded from
+        # the run's seed (torch.initial_seed), saved in snapshots with the algorithm's state.
+        self.minibatch_rng = torch.Generator(device=self.agent.device)
+        self.minibatch_rng.manual_seed((torch.initial_seed() + MINIBATCH_SEED_OFFSET) % 2 ** 63)
         self.lr_scheduler = None
         if self.linear_lr_schedule:
             n_itr = max(int(self.n_itr), 1)
@@ -116,7 +123,8 @@ class PPO(PolicyGradientAlgo):
         for epoch in range(self.epochs):
             if epoch and self._kl_stop(rows, n_epoch_steps):
                 break
-            for idxs in torch.randperm(n_items, device=device).split(mb_size):
+            order = torch.randperm(n_items, device=device, generator=self.minibatch_rng)
+            for idxs in order.split(mb_size):
                 if program is not None and len(idxs) == mb_size:
                     rows.append(program.step(idxs))
                     continue
@@ -140,6 +148,18 @@ class PPO(PolicyGradientAlgo):
                           entropy=list(columns[2]), perplexity=list(columns[3]),
                           approxKl=list(columns[4]), clipFrac=list(columns[5]),
                           explainedVariance=[values[-1]])
+
+    def state_dict(self) -> dict:
+        """Also the minibatch generator's state (exact resume of a serial run)."""
+        state = super().state_dict()
+        if getattr(self, "minibatch_rng", None) is not None:
+            state["minibatch_rng"] = self.minibatch_rng.get_state()
+        return state
+
+    def load_state_dict(self, state: Any) -> None:
+        super().load_state_dict(state)
+        if getattr(self, "minibatch_rng", None) is not None and "minibatch_rng" in state:
+            self.minibatch_rng.set_state(state["minibatch_rng"].cpu())
 
     def _kl_stop(self, rows: list, n_epoch_steps: int) -> bool:
         """With ``target_kl``: whether the last epoch's mean approximate KL exceeded it (the
