@@ -166,7 +166,6 @@ class PolicyGradientAlgo(RLAlgorithm):
         ``failed``: a 0-d bool device tensor, False, to keep the call's sticky failure flag in
         (a compiled step program shares its own), else one is made at the first step."""
         self._failed = failed  # device flag: some step of this call was not finite
-        self._steps_taken = 0
 
     def _guarded_step(self, itr: int, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One clipped gradient step of ``loss``; returns ``(gradient norm, finite)`` as device
@@ -185,7 +184,6 @@ class PolicyGradientAlgo(RLAlgorithm):
             self.check_finite(itr, dict(zip(("loss", "gradNorm"), values)))
             self.optimizer.step()
             self.update_counter += 1
-            self._steps_taken += 1
             return grad_norm, finite.to(grad_norm.dtype)
         if self._failed is None:
             self._failed = torch.zeros((), dtype=torch.bool, device=finite.device)
@@ -219,7 +217,6 @@ class PolicyGradientAlgo(RLAlgorithm):
             if row[finite_col] != 1.0:
                 self.check_finite(itr, {"loss": row[loss_col], "gradNorm": row[grad_norm_col]})
             self.update_counter += 1
-            self._steps_taken += 1
 
 
 # ---- diagnostics (computed under no_grad; they never feed a loss) ----------------------------

@@ -184,7 +184,6 @@ class PPO(PolicyGradientAlgo):
                 capture = (capture_cuda_graph if self.agent.device.type == "cuda"
                            else eager_program)
             program = StepProgram(self, loss_inputs, mb_size, capture)
-            program.shape = shape
             self._program = program
         program.load(loss_inputs)
         return program

@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 import torch
 
+from rlfast.algos.pg.base import diagnostic_row
+
 __all__ = ["StepProgram", "capture_cuda_graph", "eager_program"]
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ class StepProgram:
         self.algo = algo
         self.optimizer = algo.optimizer
         device = batch.return_.device
+        self.shape = (tuple(batch.return_.shape), mb_size)  # what it was built for
         self.batch = _static_copy(batch)
         self.idx = torch.zeros(mb_size, dtype=torch.long, device=device)
         self.failed = torch.zeros((), dtype=torch.bool, device=device)
@@ -91,7 +94,8 @@ class StepProgram:
     def _build(self, capture: Callable, device: torch.device) -> Callable[[], None]:
         if capture is eager_program:
             return eager_program(self.body)
-        saved = _optimizer_snapshot(self.optimizer)
+        saved = [(group.get("capturable", False), group["lr"])
+                 for group in self.optimizer.param_groups]
         self._make_capturable(device)
         self.failed.fill_(True)  # warm-up and capture run the body: refuse their steps
         try:
@@ -105,8 +109,8 @@ class StepProgram:
         self.path = "cuda-graph"
         return replay
 
-    def _restore_eager(self, saved: dict) -> None:
-        for group, (capturable, lr) in zip(self.optimizer.param_groups, saved["groups"]):
+    def _restore_eager(self, saved: list) -> None:
+        for group, (capturable, lr) in zip(self.optimizer.param_groups, saved):
             group["capturable"] = capturable
             group["lr"] = lr
         self.lr = None
@@ -128,9 +132,8 @@ class StepProgram:
             self.optimizer.step()
         finally:
             del self.optimizer.found_inf
-        values = (loss, grad_norm, info.entropy, info.perplexity, info.approxKl,
-                  info.clipFrac, finite)
-        self.row.copy_(torch.stack([v.detach().reshape(()).to(torch.float64) for v in values]))
+        self.row.copy_(diagnostic_row(loss, grad_norm, info.entropy, info.perplexity,
+                                      info.approxKl, info.clipFrac, finite))
 
     def load(self, batch: Any) -> None:
         """Start an ``optimize_agent`` call: this iteration's batch into the static buffers,
@@ -179,7 +182,3 @@ def _copy_into(dest: Any, src: Any) -> None:
     for d, s in zip(dest, src):
         _copy_into(d, s)
 
-
-def _optimizer_snapshot(optimizer: torch.optim.Optimizer) -> dict:
-    return dict(groups=[(group.get("capturable", False), group["lr"])
-                        for group in optimizer.param_groups])
