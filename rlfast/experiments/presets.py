@@ -354,6 +354,8 @@ def get_preset(algo: str, env_id: str) -> dict:
     config["runner"].setdefault("stop_return", None)
     if algo in REPLAY_ALGOS:  # read by --runner async only (see AsyncRlBase)
         config.setdefault("async", dict(ASYNC_DEFAULTS))
+        # Where replay lives: host, device, or host + prefetcher (rlfast.algos.replay_choice)
+        config["algo"].setdefault("replay_device", "auto")
     else:  # on-policy: sampling may overlap learning; the agent may run its model in bf16
         config["runner"].setdefault("overlap", False)
         config["agent"].setdefault("autocast", None)

@@ -14,14 +14,17 @@ EPS = 1e-6
 
 
 def project_distribution(next_p: torch.Tensor, returns: torch.Tensor, not_done: torch.Tensor,
-                         discount_n: float, z: torch.Tensor) -> torch.Tensor:
+                         discount_n: float, z: torch.Tensor, v_min: float | None = None,
+                         v_max: float | None = None) -> torch.Tensor:
     """Project p over atoms ``R + discount_n * not_done * z`` (clipped to [z_0, z_-1]) onto ``z``.
 
     ``next_p`` [B, P] target probabilities, ``returns`` and ``not_done`` [B]; returns [B, P].
     Each shifted atom's mass is split between its two neighbouring atoms in proportion to
-    distance.
+    distance. ``v_min`` / ``v_max``: ``z[0]`` and ``z[-1]`` when the caller knows them (else
+    they are read from ``z``, a host read on a GPU).
     """
-    v_min, v_max = float(z[0]), float(z[-1])
+    if v_min is None or v_max is None:
+        v_min, v_max = float(z[0]), float(z[-1])
     delta_z = (v_max - v_min) / (len(z) - 1)
     tz = (returns.unsqueeze(-1) + discount_n * not_done.unsqueeze(-1) * z).clamp(v_min, v_max)
     b = (tz - v_min) / delta_z                      # fractional atom index, [B, P]
@@ -70,7 +73,8 @@ class CategoricalDQN(DQN):
             next_action = (chooser * z).sum(-1).argmax(dim=-1)          # argmax of E[Z]
             next_p = select_at_indexes(next_action, target_ps)          # [B, P]
             target = project_distribution(next_p, batch.return_, 1.0 - batch.done_n.float(),
-                                          self.discount ** self.n_step_return, z)
+                                          self.discount ** self.n_step_return, z,
+                                          self.V_min, self.V_max)
         ps = self.agent(*batch.agent_inputs)                             # [B, A, P]
         p = select_at_indexes(batch.action, ps).clamp(EPS, 1.0)          # [B, P]
         # Cross-entropy  -sum_i m_i log p_i  (equals the KL up to the target's entropy).

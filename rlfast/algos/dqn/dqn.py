@@ -8,10 +8,13 @@ from typing import Any
 import torch
 
 from rlfast.algos.base import RLAlgorithm
+from rlfast.algos.graph_step import GraphStep, capture_for, check_compile
+from rlfast.algos.guarded_steps import GuardedSteps
+from rlfast.algos.replay_choice import (REPLAY_DEVICES, finish_shared_replay, make_learner_replay,
+                                        takes_device_priorities)
 from rlfast.algos.utils import build_optimizer
-from rlfast.replays import make_replay_buffer
 from rlfast.utils.buffer import buffer_to
-from rlfast.utils.checks import check_fraction, check_int
+from rlfast.utils.checks import check_choice, check_fraction, check_int
 from rlfast.utils.collections import namedarraytuple
 from rlfast.utils.schedules import linear_schedule
 from rlfast.utils.tensor import select_at_indexes
@@ -57,7 +60,7 @@ class DQN(RLAlgorithm):
                  pri_alpha: float = 0.6, pri_beta_init: float = 0.4, pri_beta_final: float = 1.0,
                  pri_beta_steps: int = 50_000_000, default_priority: float | None = None,
                  ReplayBufferCls: type | None = None, frame_buffer: bool = False,
-                 updates_per_sync: int = 1):
+                 updates_per_sync: int = 1, replay_device: str = "auto", compile: bool = False):
         owner = type(self).__name__
         target_update_tau = check_fraction(target_update_tau, "target_update_tau",
                                            allow_zero=False, owner=owner)
@@ -85,6 +88,13 @@ class DQN(RLAlgorithm):
         self.frame_buffer = frame_buffer
         self.updates_per_sync = check_int(updates_per_sync, "updates_per_sync", minimum=1,
                                           owner=owner)
+        self.replay_device = check_choice(replay_device, "replay_device", REPLAY_DEVICES,
+                                          owner=owner)
+        self.replay_choice: str | None = None  # what replay_device resolved to
+        self.compile = check_compile(compile, owner)
+        self.program_capture = None  # how the step program captures (None: by device; tests)
+        self._program: GraphStep | None = None
+        self._compiled_loss = None
         self.update_counter = 0
 
     # ---- setup ---------------------------------------------------------------------------
@@ -123,6 +133,7 @@ class DQN(RLAlgorithm):
         if hasattr(agent, "set_epsilon_itr_min_max"):
             agent.set_epsilon_itr_min_max(self.min_itr_learn, self.min_itr_learn + eps_itr_max)
         self.pri_beta_itr = max(1, self.pri_beta_steps // self.sampler_bs)
+        self._shared_replay = async_
         self.initialize_replay_buffer(examples, batch_spec, async_=async_)
 
     def check_collector(self, mid_batch_reset: bool) -> None:
@@ -139,12 +150,21 @@ class DQN(RLAlgorithm):
         return self.rank_share(self.batch_size, "batch_size")
 
     def optim_initialize(self, rank: int = 0) -> None:
-        """Build the optimizer over the agent's parameters (restoring a given state)."""
+        """Build the optimizer over the agent's parameters (restoring a given state); in an
+        asynchronous run's optimizer process, also put a prefetcher in front of the shared
+        replay where ``replay_device`` asks for one (see :mod:`rlfast.algos.replay_choice`)."""
         self.rank = rank
+        if getattr(self, "_shared_replay", False) and self.ReplayBufferCls is None:
+            self.replay_buffer, self.replay_choice = finish_shared_replay(
+                self.replay_buffer, self.replay_device, self.agent.device,
+                self.replay_batch_size, owner=type(self).__name__)
         self.optimizer = build_optimizer(self.OptimCls, self.agent.parameters(),
-                                         lr=self.learning_rate, **self.optim_kwargs)
+                                         prefer_fused=True, lr=self.learning_rate,
+                                         **self.optim_kwargs)
         if self.initial_optim_state_dict is not None:
             self.optimizer.load_state_dict(self.initial_optim_state_dict)
+        self.guarded_steps = GuardedSteps(self.optimizer, self.check_finite)
+        self._program = None  # built for this optimizer at the first update
 
     def replay_example(self, examples: dict) -> Any:
         """One sample of what the replay buffer stores, from the sampler's examples."""
@@ -163,16 +183,24 @@ class DQN(RLAlgorithm):
     def initialize_replay_buffer(self, examples: dict, batch_spec: Any,
                                  async_: bool = False) -> None:
         """Build the replay buffer: ``ReplayBufferCls`` if given, else the one
-        :func:`~rlfast.replays.make_replay_buffer` picks for these options (its ``Async*``
-        shared-memory variant with ``async_``)."""
+        :func:`~rlfast.replays.make_replay_buffer` picks for these options, kept where
+        ``replay_device`` says (:mod:`rlfast.algos.replay_choice`); with ``async_`` its
+        ``Async*`` shared-memory variant."""
         kwargs = dict(example=self.replay_example(examples), size=self.rank_replay_size,
                       B=batch_spec.B, **self.replay_kwargs())
         if self.ReplayBufferCls is not None:
             self.replay_buffer = self.ReplayBufferCls(**kwargs)
-        else:
-            self.replay_buffer = make_replay_buffer(
-                prioritized=self.prioritized_replay, frames=self.frame_buffer,
-                sequence=self.replay_sequences, async_=async_, **kwargs)
+            return
+        self.replay_buffer, self.replay_choice = make_learner_replay(
+            self.replay_device, getattr(self.agent, "device", None), self.replay_batch_size,
+            async_=async_, owner=type(self).__name__, prioritized=self.prioritized_replay,
+            frames=self.frame_buffer, sequence=self.replay_sequences, **kwargs)
+
+    @property
+    def device_priorities(self) -> bool:
+        """Whether new priorities go to the replay as a device tensor, unread (a device
+        replay or a prefetcher); else they are read on the host with the step's one read."""
+        return takes_device_priorities(self.replay_buffer)
 
     def samples_to_buffer(self, samples: Any) -> Any:
         """The fields of a sampler batch that go into the replay buffer."""
@@ -184,30 +212,83 @@ class DQN(RLAlgorithm):
                        sampler_itr: int | None = None) -> OptInfo:
         """Append the batch to replay, then (once learning has started) run
         ``updates_per_optimize`` gradient steps on replayed batches, updating priorities and
-        the target network as configured. A NaN / inf loss or gradient norm raises
-        ``NonFiniteError`` before its step (see :meth:`clipped_step`)."""
-        opt_info = OptInfo(loss=[], gradNorm=[], tdAbsErr=[])
+        the target network as configured. A NaN / inf loss or gradient norm is never applied
+        to the weights and raises ``NonFiniteError`` naming it (see
+        :class:`~rlfast.algos.guarded_steps.GuardedSteps`); the call reads the host at most
+        once per gradient step, and once in all when the optimizer refuses bad steps on the
+        device and the priorities (if any) stay there too."""
         if samples is not None:
             self.replay_buffer.append_samples(self.samples_to_buffer(samples))
         if not self.learning(itr):
-            return opt_info
+            return OptInfo(loss=[], gradNorm=[], tdAbsErr=[])
+        guard = self.guarded_steps
+        guard.begin()
+        if self._program is not None:
+            self._program.begin()
+        counter_at_begin = self.update_counter
+        host_priorities = self.prioritized_replay and not self.device_priorities
         for _ in range(self.updates_per_optimize):
             batch = self.replay_buffer.sample_batch(self.replay_batch_size)
-            loss, td_abs_errors = self.loss(batch)
-            loss_value, grad_norm = self.clipped_step(itr, loss, self.agent.parameters(),
-                                                      self.clip_grad_norm)
+            program = self.graph_step(batch)
+            if program is not None:  # the whole step in one program (a CUDA graph on CUDA)
+                names, row, priorities = program.step(batch)
+                host = guard.record(itr, names, row, program.n_extra,
+                                    read_now=priorities if host_priorities else None)
+            else:
+                scalars, extra, priorities = self.update_terms(batch)
+                host = guard.step(itr, scalars, ("loss", "gradNorm"), extra=extra,
+                                  read_now=priorities if host_priorities else None)
             if self.prioritized_replay:
-                self.replay_buffer.update_batch_priorities(td_abs_errors.cpu().numpy())
-            opt_info.loss.append(loss_value)
-            opt_info.gradNorm.append(grad_norm)
-            opt_info.tdAbsErr.extend(td_abs_errors.flatten()[::8].cpu().numpy().tolist())
+                self.replay_buffer.update_batch_priorities(
+                    host if host_priorities else priorities.detach())
             self.update_counter += 1
             if self.on_update is not None:
                 self.on_update(self.update_counter)
             if self.update_counter % self.target_update_interval == 0:
                 self.agent.update_target(tau=self.target_update_tau)
+        records = guard.end_counted(itr, self, counter_at_begin)
         self.update_itr_hyperparams(itr)
-        return opt_info
+        return OptInfo(loss=[r.scalars["loss"] for r in records],
+                       gradNorm=[r.scalars["gradNorm"] for r in records],
+                       tdAbsErr=[v for r in records for v in r.extra.tolist()])
+
+    def update_terms(self, batch: Any, set_to_none: bool = True) -> tuple[dict, Any, Any]:
+        """Forward, loss, backward and gradient clipping of one replayed batch (no optimizer
+        step): ``(scalars, extra, priorities)``, the loss and gradient norm, every 8th
+        |TD error| for the diagnostics, and the new priorities (|TD error|). Device tensors:
+        nothing is read. ``set_to_none=False`` keeps the gradients' addresses (a program)."""
+        loss, td_abs_errors = self.compiled_loss(batch)
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.agent.parameters(), self.clip_grad_norm)
+        return dict(loss=loss, gradNorm=grad_norm), td_abs_errors.reshape(-1)[::8], \
+            td_abs_errors
+
+    @property
+    def compiled_loss(self) -> Any:
+        """``loss`` under ``torch.compile`` when ``compile`` is on (compiled once), else
+        ``loss`` itself."""
+        if not self.compile:
+            return self.loss
+        if self._compiled_loss is None:
+            self._compiled_loss = torch.compile(self.loss, dynamic=False)
+        return self._compiled_loss
+
+    def graph_step(self, batch: Any) -> GraphStep | None:
+        """The step program for ``compile=True`` (or a test's ``program_capture``), built at
+        the first batch; None for the plain step, also when the optimizer cannot refuse a
+        step on the device (it has no fused kernel), which a program needs."""
+        if not (self.compile or self.program_capture is not None):
+            return None
+        if not self.guarded_steps.skips_on_device:
+            return None
+        if self._program is None:
+            self._program = GraphStep(
+                self.optimizer, lambda b: self.update_terms(b, set_to_none=False),
+                ("loss", "gradNorm"), batch,
+                capture_for(self.agent.device, self.program_capture), owner=type(self).__name__)
+            self._program.begin()
+        return self._program
 
     def update_itr_hyperparams(self, itr: int) -> None:
         """Anneal the prioritized-replay ``beta`` linearly over ``pri_beta_steps`` from the

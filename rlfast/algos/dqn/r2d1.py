@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlfast.algos.dqn.dqn import DQN, huber
@@ -129,16 +128,17 @@ class R2D1(DQN):
                                              samples=to_buffer)
         return to_buffer
 
-    def compute_input_priorities(self, samples: Any) -> np.ndarray:
+    def compute_input_priorities(self, samples: Any) -> torch.Tensor:
         """Per-env priority of the newest batch, from the q values the sampler recorded:
         TD errors ``h(R^(n) + gamma^n (1 - done_n) h^-1(max_a q_{t+n})) - q_t(a_t)`` over the
         batch's steps that have an n-step target inside it (up to the first episode end),
-        mixed as ``eta * max + (1 - eta) * mean``. One value per env, ``[B]``."""
+        mixed as ``eta * max + (1 - eta) * mean``. One float64 value per env, ``[B]``."""
         n = self.n_step_return
         q = samples.agent.agent_info.q.float()                      # [T, B, A]
         T = q.shape[0]
         if T <= n:  # no step has its target inside the batch
-            return np.full(q.shape[1], self.default_priority or 1.0, dtype=np.float64)
+            return torch.full((q.shape[1],), float(self.default_priority or 1.0),
+                              dtype=torch.float64)
         reward = samples.env.reward.float()
         done = samples.env.done.float()
         return_, done_n = discount_return_n_step(reward, done, n, self.discount)  # [T-n+1, B]
@@ -151,7 +151,7 @@ class R2D1(DQN):
         td = (y - q_taken).abs() * valid
         mean_td = td.sum(0) / valid.sum(0).clamp(min=1)
         priorities = self.pri_eta * td.max(dim=0).values + (1 - self.pri_eta) * mean_td
-        return priorities.numpy().astype(np.float64)
+        return priorities.to(torch.float64)  # a tensor: a device replay takes it unread
 
     def loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss, sequence priorities)`` of a batch of replayed sequences.

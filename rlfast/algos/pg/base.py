@@ -26,13 +26,6 @@ PG_HYPERPARAMETERS = ("discount", "learning_rate", "value_loss_coeff", "entropy_
                       "normalize_reward")
 
 
-def check_compile(compile: Any, owner: str) -> bool:
-    """``compile`` must be True or False (a string from a config file is refused by name)."""
-    if not isinstance(compile, bool):
-        raise TypeError(f"{owner}: compile must be True or False; got {compile!r}")
-    return compile
-
-
 def pg_hyperparameters(arguments: dict) -> dict:
     """The shared hyperparameters picked from a subclass constructor's ``locals()``, so A2C
     and PPO keep their own documented signatures and defaults without repeating the list."""

@@ -7,7 +7,8 @@ from typing import Any
 import torch
 
 from rlfast.agents.base import AgentInputs
-from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_kl, check_compile,
+from rlfast.algos.graph_step import check_compile
+from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_kl,
                                   diagnostic_row, explained_variance_tensor,
                                   pg_hyperparameters)
 from rlfast.algos.pg.step_program import StepProgram, capture_cuda_graph, eager_program

@@ -26,34 +26,14 @@ from typing import Any, Callable
 
 import torch
 
+from rlfast.algos.graph_step import WARMUP_STEPS, capture_cuda_graph, eager_program
+from rlfast.algos.graph_step import copy_into as _copy_into
+from rlfast.algos.graph_step import static_copy as _static_copy
 from rlfast.algos.pg.base import diagnostic_row
 
-__all__ = ["StepProgram", "capture_cuda_graph", "eager_program"]
+__all__ = ["StepProgram", "capture_cuda_graph", "eager_program", "WARMUP_STEPS"]
 
 log = logging.getLogger(__name__)
-
-WARMUP_STEPS = 3  # eager runs on a side stream before capture, as torch's graph docs require
-
-
-def eager_program(body: Callable[[], None]) -> Callable[[], None]:
-    """The body itself: each replay runs it (the CPU, and the fallback)."""
-    return body
-
-
-def capture_cuda_graph(body: Callable[[], None]) -> Callable[[], None]:
-    """Warm ``body`` up on a side stream, capture one run of it in a ``torch.cuda.CUDAGraph``
-    and return the graph's ``replay``. ``body`` must only touch static tensors."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(WARMUP_STEPS):
-            body()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        body()
-    return graph.replay
-
 
 class StepProgram:
     """One feedforward PPO gradient step over static buffers, replayed per minibatch.
@@ -138,7 +118,7 @@ class StepProgram:
     def load(self, batch: Any) -> None:
         """Start an ``optimize_agent`` call: this iteration's batch into the static buffers,
         no step failed yet, and the schedule's learning rate into the device tensors."""
-        _copy_into(self.batch, batch)
+        _copy_into(self.batch, batch, "StepProgram")
         self.failed.fill_(False)
         self.sync_learning_rate()
 
@@ -159,26 +139,3 @@ class StepProgram:
         self.idx.copy_(idxs)
         self.replay()
         return self.row.clone()
-
-
-def _static_copy(batch: Any) -> Any:
-    """Fresh tensors holding ``batch`` (a nested namedarraytuple of tensors)."""
-    if batch is None:
-        return None
-    if isinstance(batch, torch.Tensor):
-        return batch.clone()
-    return type(batch)(*(_static_copy(field) for field in batch))
-
-
-def _copy_into(dest: Any, src: Any) -> None:
-    if dest is None:
-        return
-    if isinstance(dest, torch.Tensor):
-        if dest.shape != src.shape:
-            raise ValueError(f"StepProgram: the batch changed shape ({tuple(dest.shape)} -> "
-                             f"{tuple(src.shape)}); build a new program")
-        dest.copy_(src, non_blocking=True)
-        return
-    for d, s in zip(dest, src):
-        _copy_into(d, s)
-

@@ -6,9 +6,12 @@ gradient updates run. One update is one forward pass of every loss, ONE backward
 sum and ONE optimizer step: actor losses reach the critic through detached critic parameters,
 so they cannot move it, and the actor, critic (and entropy temperature) are parameter groups
 of one optimizer with their own learning rates. The targets follow by Polyak averaging.
-Diagnostics stay on the device until the iteration ends (one host transfer per iteration);
-before each optimizer step a single boolean (is the loss plus the gradient norms finite?)
-is read, so a NaN / inf update raises ``NonFiniteError`` instead of reaching the weights.
+Diagnostics stay on the device until the call ends, and a NaN / inf loss or gradient norm
+never reaches the weights (:class:`~rlfast.algos.guarded_steps.GuardedSteps`: the fused Adam
+refuses the step on the device and the call raises ``NonFiniteError`` after its one read; a
+host-side prioritized replay, or an optimizer without a fused kernel, makes one read per step).
+Where the replay lives (host, device, or host behind a prefetcher) is ``replay_device``
+(:mod:`rlfast.algos.replay_choice`).
 """
 from __future__ import annotations
 
@@ -19,8 +22,11 @@ from typing import Any
 import torch
 
 from rlfast.algos.base import RLAlgorithm
-from rlfast.replays import make_replay_buffer
-from rlfast.utils.checks import check_fraction, check_int, check_positive
+from rlfast.algos.graph_step import GraphStep, capture_for, check_compile
+from rlfast.algos.guarded_steps import GuardedSteps
+from rlfast.algos.replay_choice import (REPLAY_DEVICES, finish_shared_replay, make_learner_replay,
+                                        takes_device_priorities)
+from rlfast.utils.checks import check_choice, check_fraction, check_int, check_positive
 from rlfast.utils.collections import namedarraytuple
 
 __all__ = ["QpgAlgoBase", "SamplesToBuffer", "SamplesToBufferTl"]
@@ -50,7 +56,8 @@ class QpgAlgoBase(RLAlgorithm):
                  initial_optim_state_dict: dict | None, clip_grad_norm: float,
                  n_step_return: int, bootstrap_timelimit: bool, ReplayBufferCls: type | None,
                  prioritized_replay: bool = False, pri_alpha: float = 0.6,
-                 pri_beta: float = 0.4, linear_lr_schedule: bool = False):
+                 pri_beta: float = 0.4, linear_lr_schedule: bool = False,
+                 replay_device: str = "auto", compile: bool = False):
         owner = type(self).__name__
         self.discount = check_fraction(discount, "discount", owner=owner)
         self.batch_size = check_positive(batch_size, "batch_size", integer=True, owner=owner)
@@ -78,6 +85,13 @@ class QpgAlgoBase(RLAlgorithm):
             raise TypeError(f"{owner}: linear_lr_schedule must be True or False; got "
                             f"{linear_lr_schedule!r}")
         self.linear_lr_schedule = linear_lr_schedule
+        self.replay_device = check_choice(replay_device, "replay_device", REPLAY_DEVICES,
+                                          owner=owner)
+        self.replay_choice: str | None = None  # what replay_device resolved to
+        self.compile = check_compile(compile, owner)
+        self.program_capture = None  # how step programs capture (None: by device; tests)
+        self._programs: dict[bool, GraphStep] = {}
+        self._compiled_losses = None
         self.update_counter = 0
 
     # ---- setup ---------------------------------------------------------------------------
@@ -115,6 +129,7 @@ class QpgAlgoBase(RLAlgorithm):
                                                  self.batch_size))
         self.min_itr_learn = int(self.min_steps_learn // self.sampler_bs)
         agent.give_min_itr_learn(self.min_itr_learn)
+        self._shared_replay = async_
         self.initialize_replay_buffer(examples, batch_spec, async_=async_)
 
     def initialize_replay_buffer(self, examples: dict, batch_spec: Any,
@@ -138,8 +153,10 @@ class QpgAlgoBase(RLAlgorithm):
         if self.ReplayBufferCls is not None:
             self.replay_buffer = self.ReplayBufferCls(**kwargs)
         else:
-            self.replay_buffer = make_replay_buffer(prioritized=self.prioritized_replay,
-                                                    time_limit=True, async_=async_, **kwargs)
+            self.replay_buffer, self.replay_choice = make_learner_replay(
+                self.replay_device, getattr(self.agent, "device", None), self.replay_batch_size,
+                async_=async_, owner=type(self).__name__, prioritized=self.prioritized_replay,
+                time_limit=True, **kwargs)
         self._mask_timeouts = self.bootstrap_timelimit and not getattr(
             self.replay_buffer, "has_final_observation", False)
 
@@ -159,6 +176,10 @@ class QpgAlgoBase(RLAlgorithm):
         """One optimizer over every parameter group (fused Adam where possible), restoring
         ``initial_optim_state_dict`` if given."""
         self.rank = rank
+        if getattr(self, "_shared_replay", False) and self.ReplayBufferCls is None:
+            self.replay_buffer, self.replay_choice = finish_shared_replay(
+                self.replay_buffer, self.replay_device, self.agent.device,
+                self.replay_batch_size, owner=type(self).__name__)
         groups = self.param_groups()
         self._clip_groups = [list(g["params"]) for g in groups if g.get("clip", True)]
         self._grad_norm_names = [f"{g.get('name', f'group{i}')}GradNorm"
@@ -176,6 +197,14 @@ class QpgAlgoBase(RLAlgorithm):
         self._base_lrs = [g["lr"] for g in self.optimizer.param_groups]
         if self.initial_optim_state_dict is not None:
             self.load_optim_state_dict(self.initial_optim_state_dict)
+        self.guarded_steps = GuardedSteps(self.optimizer, self.check_finite)
+        self._programs = {}  # built for this optimizer at the first updates
+
+    @property
+    def device_priorities(self) -> bool:
+        """Whether new priorities go to the replay as a device tensor, unread (a device
+        replay or a prefetcher); else they are read on the host with the step's one read."""
+        return takes_device_priorities(self.replay_buffer)
 
     def _to_buffer(self, observation: Any, action: Any, reward: Any, done: Any, env_info: Any,
                    normalize: bool = True) -> Any:
@@ -207,26 +236,82 @@ class QpgAlgoBase(RLAlgorithm):
             return self.OptInfoCls(*([] for _ in self.OptInfoCls._fields))
         if self.linear_lr_schedule:
             self.schedule_learning_rates(itr if sampler_itr is None else sampler_itr)
-        diagnostics = []
+        guard = self.guarded_steps
+        guard.begin()
+        for program in self._programs.values():
+            program.begin()
+        counter_at_begin = self.update_counter
+        host_priorities = self.prioritized_replay and not self.device_priorities
         for _ in range(self.updates_per_optimize):
             batch = self.replay_buffer.sample_batch(self.replay_batch_size)
             update_policy = self.update_counter % self.policy_update_interval == 0
-            loss, info, td_abs = self.losses(batch, update_policy)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            norms = [torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm, foreach=True)
-                     for params in self._clip_groups]
-            self.check_update_finite(itr, loss, info, norms)
-            self.optimizer.step()
+            program = self.graph_step(batch, update_policy)
+            if program is not None:  # the whole step in one program (a CUDA graph on CUDA)
+                names, row, td_abs = program.step(batch)
+                host = guard.record(itr, names, row, program.n_extra,
+                                    read_now=td_abs if host_priorities else None)
+            else:
+                scalars, extra, td_abs = self.update_terms(batch, update_policy)
+                host = guard.step(itr, scalars, ("loss", *self._grad_norm_names), extra=extra,
+                                  read_now=td_abs if host_priorities else None)
             if self.prioritized_replay:
-                self.replay_buffer.update_batch_priorities(td_abs)
+                self.replay_buffer.update_batch_priorities(
+                    host if host_priorities else td_abs.detach())
             self.update_counter += 1
             if self.on_update is not None:
                 self.on_update(self.update_counter)
             if self.update_counter % self.target_update_interval == 0:
                 self.agent.update_target(self.target_update_tau)
-            diagnostics.append(self.diagnostics(info, norms, update_policy))
-        return self._opt_info(diagnostics)
+        records = guard.end_counted(itr, self, counter_at_begin)
+        columns = zip(*(r.extra.tolist() for r in records))
+        return self.OptInfoCls(*([v for v in col if v == v] for col in columns))  # drop NaN
+
+    def update_terms(self, batch: Any, update_policy: bool,
+                     set_to_none: bool = True) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """Every loss, one backward pass and the per-group gradient clipping of one replayed
+        batch (no optimizer step): ``(scalars, extra, |TD error|)``. ``scalars``: the loss
+        terms, the summed loss and the gradient norms (the loss and norms must be finite;
+        all are named in an error); ``extra``: the OptInfo fields in order. Device tensors:
+        nothing is read. ``set_to_none=False`` keeps the gradients' addresses (a program)."""
+        loss, info, td_abs = self.compiled_losses(batch, update_policy)
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+        loss.backward()
+        norms = [torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm, foreach=True)
+                 for params in self._clip_groups]
+        scalars = {**info, "loss": loss.detach(), **dict(zip(self._grad_norm_names, norms))}
+        row = self.diagnostics(info, norms, update_policy)
+        extra = torch.stack([row[f].detach().float().reshape(()) for f in self.OptInfoCls._fields])
+        return scalars, extra, td_abs
+
+    def compiled_losses(self, batch: Any, update_policy: bool) -> Any:
+        """``losses`` under ``torch.compile`` when ``compile`` is on (one compiled function
+        per value of ``update_policy``), else ``losses`` itself."""
+        if not self.compile:
+            return self.losses(batch, update_policy)
+        if self._compiled_losses is None:
+            self._compiled_losses = torch.compile(self.losses, dynamic=False)
+        return self._compiled_losses(batch, update_policy)
+
+    def graph_step(self, batch: Any, update_policy: bool) -> GraphStep | None:
+        """The step program for ``compile=True`` (or a test's ``program_capture``), built at
+        its first batch; None for the plain step: when the optimizer has no fused kernel to
+        refuse a step on the device, and for TD3's critic-only updates (a program keeps every
+        gradient allocated, and Adam would move the actor on zero gradients by its momentum,
+        where the plain step leaves parameters without a gradient alone)."""
+        if not (self.compile or self.program_capture is not None):
+            return None
+        if not self.guarded_steps.skips_on_device or not update_policy:
+            return None
+        program = self._programs.get(update_policy)
+        if program is None:
+            program = GraphStep(
+                self.optimizer,
+                lambda b: self.update_terms(b, update_policy, set_to_none=False),
+                ("loss", *self._grad_norm_names), batch,
+                capture_for(self.agent.device, self.program_capture), owner=type(self).__name__)
+            program.begin()
+            self._programs[update_policy] = program
+        return program
 
     def schedule_learning_rates(self, itr: int) -> None:
         """``linear_lr_schedule``: every group's rate is its configured one times the fraction
@@ -237,27 +322,9 @@ class QpgAlgoBase(RLAlgorithm):
         for group, base_lr in zip(self.optimizer.param_groups, self._base_lrs):
             group["lr"] = base_lr * fraction
 
-    def check_update_finite(self, itr: int, loss: torch.Tensor, info: dict,
-                            norms: list[torch.Tensor]) -> None:
-        """Raise ``NonFiniteError`` (naming the loss term or gradient norm) if the summed loss
-        or a gradient norm is NaN or inf. The sum ``loss + sum(norms)`` is non-finite whenever
-        one of them is, so the fast path reads one boolean from the device; only a failure
-        looks at the terms one by one."""
-        if bool(torch.isfinite(sum(norms, loss.detach()))):
-            return
-        self.check_finite(itr, {**info, "loss": loss.detach(),
-                                **dict(zip(self._grad_norm_names, norms))})
-
     def diagnostics(self, info: dict, norms: list, update_policy: bool) -> dict:
         """Named scalar tensors of one update (NaN for policy terms on critic-only updates)."""
         return info
-
-    def _opt_info(self, diagnostics: list) -> Any:
-        fields = self.OptInfoCls._fields
-        table = torch.stack([torch.stack([d[f].detach().float().reshape(()) for f in fields])
-                             for d in diagnostics]).cpu().tolist()
-        columns = list(zip(*table))
-        return self.OptInfoCls(*([v for v in col if v == v] for col in columns))  # drop NaN
 
     # ---- target helpers ------------------------------------------------------------------
     def bootstrap_factor(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:

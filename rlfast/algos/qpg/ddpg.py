@@ -58,7 +58,8 @@ class DDPG(QpgAlgoBase):
                  q_target_clip: float = 1e6, n_step_return: int = 1, updates_per_sync: int = 1,
                  bootstrap_timelimit: bool = True, ReplayBufferCls: type | None = None,
                  prioritized_replay: bool = False, pri_alpha: float = 0.6,
-                 pri_beta: float = 0.4, linear_lr_schedule: bool = False):
+                 pri_beta: float = 0.4, linear_lr_schedule: bool = False,
+                 replay_device: str = "auto", compile: bool = False):
         super().__init__(**qpg_base_arguments(locals()))
         _set_rates(self, learning_rate, q_learning_rate, q_target_clip, updates_per_sync)
 
@@ -124,7 +125,8 @@ class TD3(QpgAlgoBase):
                  q_target_clip: float = 1e6, n_step_return: int = 1, updates_per_sync: int = 1,
                  bootstrap_timelimit: bool = True, ReplayBufferCls: type | None = None,
                  prioritized_replay: bool = False, pri_alpha: float = 0.6,
-                 pri_beta: float = 0.4, linear_lr_schedule: bool = False):
+                 pri_beta: float = 0.4, linear_lr_schedule: bool = False,
+                 replay_device: str = "auto", compile: bool = False):
         super().__init__(**qpg_base_arguments(locals()))
         _set_rates(self, mu_learning_rate, q_learning_rate, q_target_clip, updates_per_sync)
         self.mu_learning_rate = self.learning_rate

@@ -50,12 +50,13 @@ class SAC(QpgAlgoBase):
                  bootstrap_timelimit: bool = True, ReplayBufferCls: type | None = None,
                  prioritized_replay: bool = False, pri_alpha: float = 0.6,
                  pri_beta: float = 0.4, initial_alpha: float = 1.0,
-                 linear_lr_schedule: bool = False):
+                 linear_lr_schedule: bool = False, replay_device: str = "auto",
+                 compile: bool = False):
         super().__init__(discount, batch_size, min_steps_learn, replay_size, replay_ratio,
                          target_update_tau, target_update_interval, 1, OptimCls, optim_kwargs,
                          initial_optim_state_dict, clip_grad_norm, n_step_return,
                          bootstrap_timelimit, ReplayBufferCls, prioritized_replay, pri_alpha,
-                         pri_beta, linear_lr_schedule)
+                         pri_beta, linear_lr_schedule, replay_device, compile)
         self.action_prior = check_choice(action_prior, "action_prior", _ACTION_PRIORS,
                                          owner="SAC")
         if fixed_alpha is not None and not fixed_alpha >= 0:
@@ -87,6 +88,9 @@ class SAC(QpgAlgoBase):
                                       requires_grad=self.fixed_alpha is None)
         if self.fixed_alpha is not None:
             self.log_alpha.data.fill_(math.log(max(self.fixed_alpha, 1e-30)))
+        # made once (a tensor made in the loss would be a host-to-device copy per update,
+        # which a CUDA graph cannot capture)
+        self._fixed_alpha = torch.tensor(float(self.fixed_alpha or 0.0), device=agent.device)
         super()._setup(agent, n_itr, batch_spec, mid_batch_reset, examples, async_)
 
     def optim_initialize(self, rank: int = 0) -> None:
@@ -95,6 +99,7 @@ class SAC(QpgAlgoBase):
         if self.log_alpha.device != self.agent.device:
             self.log_alpha = self.log_alpha.detach().to(self.agent.device).requires_grad_(
                 self.fixed_alpha is None)
+            self._fixed_alpha = self._fixed_alpha.to(self.agent.device)
         super().optim_initialize(rank)
 
     def param_groups(self) -> list[dict]:
@@ -126,8 +131,8 @@ class SAC(QpgAlgoBase):
         if self.agent.device.type != "cpu":
             batch = buffer_to(batch, self.agent.device)
         agent = self.agent
-        alpha = torch.tensor(float(self.fixed_alpha), device=agent.device) \
-            if self.fixed_alpha is not None else self.log_alpha.detach().exp()
+        alpha = self._fixed_alpha if self.fixed_alpha is not None \
+            else self.log_alpha.detach().exp()
         factor, valid = self.bootstrap_factor(batch)
         with torch.no_grad():  # y = r + f * (min Q_target(s', a') - alpha log pi(a'|s'))
             next_action, next_log_pi, _ = agent.pi(*batch.target_inputs)

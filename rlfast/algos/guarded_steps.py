@@ -1,0 +1,188 @@
+"""Gradient steps that refuse non-finite updates without stalling the host on every step.
+
+A replay learner takes many small gradient steps per ``optimize_agent`` call (DQN on Atari:
+8 per sampler iteration, SAC on MuJoCo: one per environment step). Reading the loss and the
+gradient norm on the host before each step, to refuse a NaN / inf one, costs a device
+synchronisation apiece on a GPU: the host waits for the step's kernels to finish before it
+can queue the next step's. :class:`GuardedSteps` keeps the guard and drops the waits:
+
+- With an optimizer that can refuse a step on the device (a fused Adam / AdamW / SGD, whose
+  kernel skips the update while its ``found_inf`` tensor is nonzero, the mechanism
+  ``torch.amp.GradScaler`` drives), each step's finiteness is computed on the device and
+  fed to ``found_inf``; the flag is sticky over the call, so from the first bad step on every
+  step is refused, and the weights stay as they were before it. Each step's diagnostics stay
+  on the device as one row, and :meth:`GuardedSteps.end` reads every row of the call at once
+  and raises ``NonFiniteError`` naming the first bad step's value.
+- Otherwise, or when the caller needs host values right after the step anyway (the new
+  priorities of a host-side prioritized replay), the step's row, finite flag and those values
+  come back in ONE read before the step, which is checked on the host as before.
+
+Either way a gradient step reads the host at most once, and a call whose steps all go the
+first way reads it once in all.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["GuardedSteps", "skips_on_device", "StepRecord"]
+
+
+def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` can refuse a non-finite step on the device: a fused optimizer
+    (Adam, AdamW, SGD with ``fused=True``) that takes ``found_inf`` from a ``GradScaler``."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False)) and all(
+        group.get("fused") for group in optimizer.param_groups)
+
+
+class StepRecord:
+    """One gradient step's host values after :meth:`GuardedSteps.end`: ``scalars`` (name ->
+    float, in the order given) and ``extra`` (a float64 array, empty when none was given)."""
+
+    __slots__ = ("scalars", "extra")
+
+    def __init__(self, scalars: dict[str, float], extra: np.ndarray):
+        self.scalars = scalars
+        self.extra = extra
+
+
+class GuardedSteps:
+    """The guarded gradient steps of one ``optimize_agent`` call (see the module docstring).
+
+    ``check_finite(itr, values)`` raises ``NonFiniteError`` naming the first non-finite of
+    ``values`` (the algorithm's :meth:`~rlfast.algos.base.RLAlgorithm.check_finite`). Use::
+
+        guard.begin()
+        for each update:
+            ... backward, clip ...
+            host = guard.step(itr, scalars, checked, extra=..., read_now=...)
+        records = guard.end(itr)
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer,
+                 check_finite: Callable[[int, Mapping[str, Any]], None]):
+        self.optimizer = optimizer
+        self.check_finite = check_finite
+        self._pending: list = []
+        self._failed: torch.Tensor | None = None
+        self.steps_applied = 0  # after end(): steps before the first non-finite one
+
+    @property
+    def skips_on_device(self) -> bool:
+        """Whether steps are refused on the device (see :func:`skips_on_device`)."""
+        return skips_on_device(self.optimizer)
+
+    def begin(self) -> None:
+        """Start a call: no step recorded, none failed."""
+        self._pending = []
+        self._failed = None
+
+    def step(self, itr: int, scalars: Mapping[str, torch.Tensor], checked: Sequence[str],
+             extra: torch.Tensor | None = None,
+             read_now: torch.Tensor | None = None) -> np.ndarray | None:
+        """Take one optimizer step unless ``scalars[name]`` for a name in ``checked`` (the
+        loss, the gradient norms) is NaN or inf.
+
+        ``scalars``: the step's named 0-d diagnostics (device tensors); ``extra``: a tensor
+        of further diagnostics kept with them (e.g. a subsample of TD errors); ``read_now``:
+        a tensor whose host values the caller needs right after this step, returned as a
+        float64 array (the step then reads the host once, before stepping, and raises at
+        once if it was not finite). Without ``read_now``, and with an optimizer that
+        :attr:`skips_on_device`, nothing is read: None is returned and the values wait for
+        :meth:`end`.
+        """
+        names = tuple(scalars)
+        missing = [name for name in checked if name not in scalars]
+        if missing:
+            raise KeyError(f"checked names {missing} are not among the scalars {names}")
+        head = torch.stack([scalars[name].detach().reshape(()).to(torch.float64)
+                            for name in names])
+        finite = torch.isfinite(torch.stack([head[names.index(name)] for name in checked])).all()
+        parts = [head, finite.to(torch.float64).reshape(1)]
+        n_extra = 0
+        if extra is not None:
+            extra = extra.detach().reshape(-1).to(torch.float64)
+            parts.append(extra)
+            n_extra = extra.numel()
+        if read_now is not None or not self.skips_on_device:
+            if read_now is not None:
+                parts.append(read_now.detach().reshape(-1).to(device=head.device,
+                                                              dtype=torch.float64))
+            values = np.asarray(torch.cat(parts).tolist(), dtype=np.float64)  # the one read
+            record = self._record(names, values[:len(names) + 1 + n_extra], n_extra)
+            if values[len(names)] != 1.0:
+                self.check_finite(itr, record.scalars)
+            self.optimizer.step()
+            self._pending.append(record)
+            return values[len(names) + 1 + n_extra:] if read_now is not None else None
+        if self._failed is None:
+            self._failed = torch.zeros((), dtype=torch.bool, device=finite.device)
+        torch.logical_or(self._failed, ~finite, out=self._failed)
+        self.optimizer.found_inf = self._failed.to(torch.float32)
+        try:
+            self.optimizer.step()
+        finally:
+            del self.optimizer.found_inf
+        self._pending.append((names, torch.cat(parts), n_extra))
+        return None
+
+    def record(self, itr: int, names: tuple, row: torch.Tensor, n_extra: int,
+               read_now: torch.Tensor | None = None) -> np.ndarray | None:
+        """Keep the row of a step a :class:`~rlfast.algos.graph_step.GraphStep` took (refused
+        inside its program when not finite): ``row`` holds the scalars named ``names``, the
+        finite flag and ``n_extra`` further values. ``read_now`` as in :meth:`step`: then the
+        row comes back with it in one read, and a non-finite step raises at once."""
+        if read_now is None:
+            self._pending.append((names, row, n_extra))
+            return None
+        values = np.asarray(torch.cat([row, read_now.detach().reshape(-1).to(
+            device=row.device, dtype=torch.float64)]).tolist(), dtype=np.float64)
+        record = self._record(names, values[:row.numel()], n_extra)
+        if values[len(names)] != 1.0:
+            self.check_finite(itr, record.scalars)
+        self._pending.append(record)
+        return values[row.numel():]
+
+    @staticmethod
+    def _record(names: tuple, values: np.ndarray, n_extra: int) -> StepRecord:
+        scalars = dict(zip(names, values[:len(names)].tolist()))
+        return StepRecord(scalars, values[len(names) + 1:len(names) + 1 + n_extra])
+
+    def end(self, itr: int) -> list[StepRecord]:
+        """The host values of every step of the call, in order, after one read of those kept
+        on the device; raises ``NonFiniteError`` for the first step that was not finite (the
+        optimizer refused it and every later one)."""
+        pending, self._pending = self._pending, []
+        self.steps_applied = len(pending)
+        on_device = [p for p in pending if not isinstance(p, StepRecord)]
+        flat = None
+        if on_device:
+            flat = np.asarray(torch.cat([row for _, row, _ in on_device]).tolist(),
+                              dtype=np.float64)
+        records, offset = [], 0
+        for item in pending:
+            if isinstance(item, StepRecord):
+                records.append(item)
+                continue
+            names, row, n_extra = item
+            values = flat[offset:offset + row.numel()]
+            offset += row.numel()
+            record = self._record(names, values, n_extra)
+            if values[len(names)] != 1.0:
+                self.steps_applied = len(records)
+                self.check_finite(itr, record.scalars)
+            records.append(record)
+        return records
+
+    def end_counted(self, itr: int, algo: Any, counter_at_begin: int) -> list[StepRecord]:
+        """:meth:`end`, and on a non-finite step set ``algo.update_counter`` back to the
+        steps the optimizer really applied (``counter_at_begin`` plus those before it) before
+        the error propagates."""
+        try:
+            return self.end(itr)
+        except Exception:
+            algo.update_counter = counter_at_begin + self.steps_applied
+            raise
