@@ -30,6 +30,8 @@ import torch
 PROCESSES_GROUP = "processes"
 IN_PROCESS_MODULES = frozenset({
     "tests/algos/test_host_syncs.py",
+    "tests/algos/test_replay_host_syncs.py",
+    "tests/algos/test_graph_step.py",
     "tests/scripts/test_bench_gpu_plan.py",
     "tests/utils/test_host_sync.py",
     "tests/utils/test_pinned.py",
@@ -80,6 +82,11 @@ IN_PROCESS_MODULES = frozenset({
     "tests/models/test_mlp_conv.py",
     "tests/models/test_pg_models.py",
     "tests/models/test_qpg_models.py",
+    "tests/replays/test_device_replay.py",
+    "tests/replays/test_device_sequence.py",
+    "tests/replays/test_device_storage.py",
+    "tests/replays/test_device_time_limit.py",
+    "tests/replays/test_device_tree.py",
     "tests/replays/test_factory.py",
     "tests/replays/test_non_sequence.py",
     "tests/replays/test_package.py",

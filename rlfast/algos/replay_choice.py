@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlfast.replays import make_replay_buffer
+from rlfast.replays import PrefetchingReplay, make_replay_buffer
 from rlfast.utils.checks import check_choice
 
 __all__ = ["REPLAY_DEVICES", "DEVICE_REPLAY_FRACTION", "estimate_replay_bytes",
            "resolve_replay_device", "takes_device_priorities", "build_replay_buffer",
-           "prefetched"]
+           "prefetched", "replay_to_save"]
 
 REPLAY_DEVICES = ("auto", "host", "device", "prefetch")
 # Share of the free device memory a device replay may take under "auto": the rest is left to
@@ -114,7 +114,6 @@ def build_replay_buffer(choice: str, device: torch.device, batch_B: int, async_:
 def prefetched(buffer: Any, batch_B: int, device: torch.device) -> Any:
     """``buffer`` behind a :class:`~rlfast.replays.prefetch.PrefetchingReplay` to ``device``
     (unchanged if it already is)."""
-    from rlfast.replays.prefetch import PrefetchingReplay  # TEMP until the module lands
     if isinstance(buffer, PrefetchingReplay):
         return buffer
     return PrefetchingReplay(buffer, batch_B, device)
@@ -147,3 +146,13 @@ def finish_shared_replay(buffer: Any, setting: str, device: torch.device | str |
     if choice == "prefetch":
         return prefetched(buffer, batch_B, torch.device(device or "cpu")), choice
     return buffer, choice
+
+
+def replay_to_save(buffer: Any) -> Any:
+    """The buffer whose arrays a snapshot saves and a resume loads: the host buffer behind a
+    prefetcher, once the priorities handed to it are in its tree (the prefetcher's thread
+    writes nothing more until the learner hands it more); any other buffer itself."""
+    if isinstance(buffer, PrefetchingReplay):
+        buffer.flush()
+        return buffer.buffer
+    return buffer

@@ -356,6 +356,8 @@ def get_preset(algo: str, env_id: str) -> dict:
         config.setdefault("async", dict(ASYNC_DEFAULTS))
         # Where replay lives: host, device, or host + prefetcher (rlfast.algos.replay_choice)
         config["algo"].setdefault("replay_device", "auto")
+        # torch.compile of the loss; on CUDA the whole update in one CUDA graph (LeanRL)
+        config["algo"].setdefault("compile", False)
     else:  # on-policy: sampling may overlap learning; the agent may run its model in bf16
         config["runner"].setdefault("overlap", False)
         config["agent"].setdefault("autocast", None)

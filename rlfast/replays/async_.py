@@ -50,10 +50,11 @@ class AsyncReplayBuffer:
     ``BufferCls(*args, share_memory=True, **kwargs)`` is built as ``self.buffer`` and
     ``RWLock(ctx)`` as ``self.rw_lock`` (``ctx``: a multiprocessing context, default
     :func:`~rlfast.utils.processes.mp_context`, i.e. fork). ``append_samples``,
-    ``update_batch_priorities`` and ``set_beta`` hold the write lock; ``sample_batch``,
-    ``sample_idxs`` and ``extract_batch`` the read lock (the write lock for prioritized
-    buffers with ``unique=True``). Other attributes are the inner buffer's. Note that
-    ``update_batch_priorities`` refers to the last batch sampled *in the calling process*.
+    ``update_batch_priorities``, ``update_priorities`` and ``set_beta`` hold the write lock;
+    ``sample_batch``, ``sample_idxs`` and ``extract_batch`` the read lock (the write lock for
+    prioritized buffers with ``unique=True``). Other attributes are the inner buffer's. Note
+    that ``update_batch_priorities`` refers to the last batch sampled *in the calling
+    process*; ``update_priorities`` names its starts explicitly.
     """
 
     BufferCls: ClassVar[type[ReplayBufferBase] | None] = None
@@ -120,6 +121,17 @@ class AsyncReplayBuffer:
         """New raw priorities for the batch this process sampled last, under the write lock."""
         with self.rw_lock.write_lock:
             self.buffer.update_batch_priorities(priorities)
+
+    def update_priorities(self, T_idxs: np.ndarray, B_idxs: np.ndarray, priorities: Any) -> None:
+        """New raw priorities for the starts ``(T_idxs[i], B_idxs[i])`` of a batch drawn
+        earlier (by any process), under the write lock; see
+        :meth:`~rlfast.replays.sampling.PrioritizedSampling.update_priorities`."""
+        scheme = self.buffer.scheme
+        if not isinstance(scheme, PrioritizedSampling):
+            raise TypeError(f"{type(self).__name__} is not prioritized: it has no "
+                            f"update_priorities; use an AsyncPrioritized* replay buffer")
+        with self.rw_lock.write_lock:
+            scheme.update_priorities(T_idxs, B_idxs, priorities)
 
     def set_beta(self, beta: float) -> None:
         """Set the shared importance-sampling exponent (every process sees it), under the

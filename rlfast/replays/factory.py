@@ -3,11 +3,15 @@
 Algorithms say *what* they replay (prioritized or uniform; stacked frames stored once;
 sequences with recurrent state; time-limit aware transitions) and get the matching buffer,
 instead of each assembling class names on its own. ``async_=True`` gives the variant shared
-between processes (:mod:`rlfast.replays.async_`) of the same combination.
+between processes (:mod:`rlfast.replays.async_`) of the same combination; ``device`` gives its
+device twin, whose whole state lives in torch tensors on that device
+(:mod:`rlfast.replays.device_buffers`).
 """
 from __future__ import annotations
 
 from typing import Any
+
+import torch
 
 from rlfast.replays.async_ import (AsyncPrioritizedReplayBuffer,
                                    AsyncPrioritizedReplayFrameBuffer,
@@ -18,6 +22,16 @@ from rlfast.replays.async_ import (AsyncPrioritizedReplayBuffer,
                                    AsyncUniformSequenceReplayBuffer,
                                    AsyncUniformSequenceReplayFrameBuffer)
 from rlfast.replays.base import ReplayBufferBase
+from rlfast.replays.device_buffers import (DevicePrioritizedReplayBuffer,
+                                           DevicePrioritizedReplayFrameBuffer,
+                                           DeviceUniformReplayBuffer,
+                                           DeviceUniformReplayFrameBuffer)
+from rlfast.replays.device_sequence import (DevicePrioritizedSequenceReplayBuffer,
+                                            DevicePrioritizedSequenceReplayFrameBuffer,
+                                            DeviceUniformSequenceReplayBuffer,
+                                            DeviceUniformSequenceReplayFrameBuffer)
+from rlfast.replays.device_time_limit import (DeviceTlPrioritizedReplayBuffer,
+                                              DeviceTlUniformReplayBuffer)
 from rlfast.replays.non_sequence import (PrioritizedReplayBuffer, PrioritizedReplayFrameBuffer,
                                          UniformReplayBuffer, UniformReplayFrameBuffer)
 from rlfast.replays.sequence import (PrioritizedSequenceReplayBuffer,
@@ -50,6 +64,19 @@ _ASYNC: dict[type[ReplayBufferBase], type[AsyncReplayBuffer]] = {
         AsyncPrioritizedSequenceReplayFrameBuffer, AsyncTlUniformReplayBuffer,
         AsyncTlPrioritizedReplayBuffer)
 }
+# The device twin of each class (its whole state in torch tensors on one device).
+_DEVICE: dict[type[ReplayBufferBase], type[ReplayBufferBase]] = {
+    UniformReplayBuffer: DeviceUniformReplayBuffer,
+    PrioritizedReplayBuffer: DevicePrioritizedReplayBuffer,
+    UniformReplayFrameBuffer: DeviceUniformReplayFrameBuffer,
+    PrioritizedReplayFrameBuffer: DevicePrioritizedReplayFrameBuffer,
+    UniformSequenceReplayBuffer: DeviceUniformSequenceReplayBuffer,
+    PrioritizedSequenceReplayBuffer: DevicePrioritizedSequenceReplayBuffer,
+    UniformSequenceReplayFrameBuffer: DeviceUniformSequenceReplayFrameBuffer,
+    PrioritizedSequenceReplayFrameBuffer: DevicePrioritizedSequenceReplayFrameBuffer,
+    TlUniformReplayBuffer: DeviceTlUniformReplayBuffer,
+    TlPrioritizedReplayBuffer: DeviceTlPrioritizedReplayBuffer,
+}
 _OPTIONS = ("frames", "sequence", "time_limit")
 
 
@@ -60,8 +87,14 @@ def _describe(frames: bool, sequence: bool, time_limit: bool) -> str:
 
 def replay_buffer_class(prioritized: bool = False, frames: bool = False, sequence: bool = False,
                         time_limit: bool = False, async_: bool = False,
+                        device: str | torch.device | None = None,
                         ) -> type[ReplayBufferBase] | type[AsyncReplayBuffer]:
-    """The replay buffer class with these properties (see :func:`make_replay_buffer`)."""
+    """The replay buffer class with these properties (see :func:`make_replay_buffer`);
+    ``device`` (not None) picks the device twin of the combination."""
+    if device is not None and async_:
+        raise ValueError(f"async_=True cannot go with device={device!r}: a device replay lives "
+                         f"in one process (the optimizer's) and cannot be shared between "
+                         f"processes; use device=None for an async buffer, or async_=False")
     key = (bool(prioritized), bool(frames), bool(sequence), bool(time_limit))
     cls = _CLASSES.get(key)
     if cls is None:
@@ -69,11 +102,14 @@ def replay_buffer_class(prioritized: bool = False, frames: bool = False, sequenc
         raise ValueError(f"no replay buffer combines {_describe(*key[1:])} (frames={key[1]}, "
                          f"sequence={key[2]}, time_limit={key[3]}); valid combinations, each "
                          f"uniform or prioritized: {valid}")
+    if device is not None:
+        return _DEVICE[cls]
     return _ASYNC[cls] if async_ else cls
 
 
 def make_replay_buffer(prioritized: bool = False, frames: bool = False, sequence: bool = False,
                        time_limit: bool = False, async_: bool = False,
+                       device: str | torch.device | None = None,
                        **kwargs: Any) -> ReplayBufferBase | AsyncReplayBuffer:
     """Build the replay buffer an algorithm asks for; ``kwargs`` go to its constructor.
 
@@ -84,9 +120,18 @@ def make_replay_buffer(prioritized: bool = False, frames: bool = False, sequence
     ``time_limit`` goes with neither. ``async_`` builds the same buffer on shared memory behind
     a reader-writer lock, for a sampler and an optimizer in different processes (an
     :class:`~rlfast.replays.async_.AsyncReplayBuffer`; ``kwargs`` may then include ``ctx``,
-    the multiprocessing context of the lock). Invalid combinations raise ValueError listing
-    the valid ones, with or without ``async_``.
+    the multiprocessing context of the lock). ``device`` (e.g. ``"cuda"``; default None: numpy
+    arrays on the host) builds the device twin of the same buffer, whose storage, sampling and
+    batch extraction run on that device with no host read while sampling (``async_`` with a
+    device raises ValueError: a device replay lives in one process). Invalid combinations
+    raise ValueError listing the valid ones, with or without ``async_`` or ``device``.
     """
     cls = replay_buffer_class(prioritized=prioritized, frames=frames, sequence=sequence,
-                              time_limit=time_limit, async_=async_)
+                              time_limit=time_limit, async_=async_, device=device)
+    if device is not None:
+        if "share_memory" in kwargs:
+            raise ValueError(f"share_memory={kwargs['share_memory']!r} cannot go with "
+                             f"device={device!r}: a device replay keeps its state on the device, "
+                             f"in one process; leave share_memory out")
+        return cls(device=device, **kwargs)
     return cls(**kwargs)

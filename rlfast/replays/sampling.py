@@ -142,9 +142,10 @@ class PrioritizedSampling:
         if n_rows > 0:  # samples without priorities get default_priority
             self.tree.advance(n_rows, priorities=priorities)
 
-    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(T_idxs, B_idxs, is_weights)`` of ``n`` starts drawn by priority."""
-        rows, B_idxs, p = self.tree.sample(n, unique=self.unique)
+    def sample(self, n: int, uniforms: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(T_idxs, B_idxs, is_weights)`` of ``n`` starts drawn by priority; ``uniforms``
+        (``[n]`` draws in ``[0, 1)``) replace the random draws (see :meth:`SumTree.sample`)."""
+        rows, B_idxs, p = self.tree.sample(n, unique=self.unique, uniforms=uniforms)
         prob = p / self.tree.total
         n_valid = self.tree.n_valid_rows() * self.tree.B
         weights = (n_valid * prob) ** -self.beta
@@ -155,6 +156,28 @@ class PrioritizedSampling:
         """New raw priorities for the last sampled batch (stored as ``p ** alpha``)."""
         p = priorities.detach().cpu().numpy() if hasattr(priorities, "detach") else priorities
         self.tree.update_batch_priorities(check_priorities(p) ** self.alpha)
+
+    def update_priorities(self, T_idxs: Any, B_idxs: Any, priorities: Any) -> None:
+        """New raw priorities (stored as ``p ** alpha``) for the starts ``(T_idxs[i],
+        B_idxs[i])`` of a batch drawn earlier, e.g. by a prefetching thread some batches ago;
+        starts whose row is no longer valid are skipped (see :meth:`SumTree.update_priorities`)."""
+        T_idxs, B_idxs = np.asarray(T_idxs), np.asarray(B_idxs)
+        for name, idxs, bound in (("T_idxs", T_idxs, self.storage.T),
+                                  ("B_idxs", B_idxs, self.storage.B)):
+            if idxs.dtype.kind not in "iu":
+                raise TypeError(f"{name} must be integers; got dtype {idxs.dtype}")
+            if idxs.size and (idxs.min() < 0 or idxs.max() >= bound):
+                raise ValueError(f"{name} must lie in [0, {bound}); got values from "
+                                 f"{idxs.min()} to {idxs.max()}")
+        if T_idxs.shape != B_idxs.shape:
+            raise ValueError(f"T_idxs and B_idxs must have the same shape; got {T_idxs.shape} "
+                             f"and {B_idxs.shape}")
+        if np.any(T_idxs % self.stride):
+            raise ValueError(f"T_idxs must be multiples of the stride {self.stride} (starts the "
+                             f"scheme can draw); got {T_idxs[T_idxs % self.stride != 0][:5]}")
+        p = priorities.detach().cpu().numpy() if hasattr(priorities, "detach") else priorities
+        leaves = (T_idxs // self.stride) * self.tree.B + B_idxs
+        self.tree.update_priorities(leaves, check_priorities(p) ** self.alpha)
 
 
 def _too_small(storage: ReplayStorage, off_backward: int) -> str:

@@ -34,6 +34,20 @@ def check_priorities(priorities: Any, name: str = "priorities") -> np.ndarray:
     return p
 
 
+def check_uniforms(uniforms: Any, n: int, unique: bool) -> np.ndarray:
+    """``uniforms`` as a float64 ``[n]`` array of draws in ``[0, 1)`` for a non-unique sample."""
+    if unique:
+        raise ValueError("uniforms can only be given with unique=False (a unique sample draws "
+                         "a data-dependent number of values)")
+    u = np.asarray(uniforms, dtype=np.float64)
+    if u.shape != (n,):
+        raise ValueError(f"uniforms must have shape [n]=[{n}]; got shape {u.shape}")
+    if u.size and not (np.all(u >= 0) and np.all(u < 1)):  # NaN fails both
+        bad = u[~((u >= 0) & (u < 1))][:5]
+        raise ValueError(f"uniforms must lie in [0, 1); got values such as {bad.tolist()}")
+    return u
+
+
 class SumTree:
     """Binary sum tree over ``[T, B]`` priorities with a wrapping time cursor.
 
@@ -155,10 +169,11 @@ class SumTree:
             tree[nodes] = tree[left] + tree[left + 1]
 
     # ---------------------------------------------------------------- sampling
-    def _descend(self, n: int) -> np.ndarray:
-        """Leaf indexes of ``n`` proportional draws (iid)."""
+    def _descend(self, n: int, uniforms: np.ndarray | None = None) -> np.ndarray:
+        """Leaf indexes of ``n`` proportional draws (iid); ``uniforms`` ([n] draws in [0, 1))
+        replace ``np.random.rand(n)`` when given."""
         tree = self.tree
-        values = np.random.rand(n) * tree[1]
+        values = (np.random.rand(n) if uniforms is None else uniforms) * tree[1]
         nodes = np.ones(n, dtype=np.int64)
         for _ in range(self.n_levels):
             left = nodes << 1
@@ -170,18 +185,22 @@ class SumTree:
             nodes = left + right
         return nodes - self._L
 
-    def sample(self, n: int, unique: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sample(self, n: int, unique: bool = False, uniforms: Any = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Draw ``n`` leaves with probability proportional to priority, with replacement
         unless ``unique``; returns ``(T_idxs, B_idxs, priorities)`` and remembers the leaves
-        for :meth:`update_batch_priorities`."""
+        for :meth:`update_batch_priorities`. ``uniforms`` (``[n]`` draws in ``[0, 1)``, only
+        without ``unique``) replace the random draws, so tests can feed two trees the same."""
         n = check_int(n, "n", minimum=1)
+        if uniforms is not None:
+            uniforms = check_uniforms(uniforms, n, unique)
         if not self.tree[1] > 0:
             raise RuntimeError("SumTree.sample: no valid leaves yet (all priorities are zero); "
                                "append more data before sampling")
         if unique:
             leaves = self._sample_unique(n)
         else:
-            leaves = self._descend(n)
+            leaves = self._descend(n, uniforms)
         self._last_leaves = leaves
         priorities = self.tree[leaves + self._L]
         T_idxs, B_idxs = np.divmod(leaves, self.B)
@@ -215,11 +234,30 @@ class SumTree:
         """
         if self._last_leaves is None:
             raise RuntimeError("update_batch_priorities called before any sample()")
+        self.update_priorities(self._last_leaves, priorities)
+
+    def update_priorities(self, leaves: Any, priorities: Any) -> None:
+        """Set the given leaves (``t * B + b``, e.g. of a batch sampled a while ago) to
+        ``priorities`` (one per leaf, stored as given); leaves whose row is not valid now (the
+        cursor moved past it) are left at zero, as in :meth:`update_batch_priorities`. A leaf
+        named twice gets its last priority."""
+        leaves = np.asarray(leaves)
+        if leaves.dtype.kind not in "iu":
+            raise TypeError(f"leaves must be integers; got dtype {leaves.dtype}")
+        leaves = leaves.reshape(-1).astype(np.int64, copy=False)
+        n_leaves = self.T * self.B
+        if leaves.size and (leaves.min() < 0 or leaves.max() >= n_leaves):
+            bad = leaves[(leaves < 0) | (leaves >= n_leaves)][:5]
+            raise ValueError(f"leaves must lie in [0, T * B) = [0, {n_leaves}); got values such "
+                             f"as {bad.tolist()}")
         p = check_priorities(priorities).reshape(-1)
-        leaves = self._last_leaves
         if p.shape != leaves.shape:
             raise ValueError(f"expected {leaves.size} priorities (one per sampled leaf); got "
                              f"{p.size}")
+        if leaves.size > 1:  # keep each leaf's last occurrence (fancy assignment's order is
+            _, first_from_end = np.unique(leaves[::-1], return_index=True)  # not guaranteed)
+            last = leaves.size - 1 - first_from_end
+            leaves, p = leaves[last], p[last]
         rows = leaves // self.B
         ok = valid_rows(rows, self.t, self._full, self.T, self.off_backward, self.off_forward)
         self._kept.reshape(-1)[leaves[ok]] = p[ok]

@@ -27,6 +27,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from rlfast.algos.replay_choice import replay_to_save
 from rlfast.replays.state import load_replay_file, save_replay_file
 from rlfast.utils.logging import logger
 from rlfast.utils.seed import get_rng_state, set_rng_state
@@ -65,7 +66,7 @@ def replay_sidecars(runner: MinibatchRlBase) -> dict:
     buffer = getattr(runner.algo, "replay_buffer", None)
     if not runner.snapshot_replay or buffer is None:
         return {}
-    return {REPLAY_SUFFIX: lambda f: save_replay_file(buffer, f)}
+    return {REPLAY_SUFFIX: lambda f: save_replay_file(replay_to_save(buffer), f)}
 
 
 def check_resumable(snapshot: Mapping[str, Any], where: str = "snapshot") -> None:
@@ -110,7 +111,7 @@ def restore_models_and_replay(runner: MinibatchRlBase, snapshot: Mapping[str, An
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"the snapshot names replay file {path}, which is "
                                         f"missing")
-            load_replay_file(buffer, path)
+            load_replay_file(replay_to_save(buffer), path)
             logger.log(f"Resumed replay buffer from {path}", console=True)
         else:
             runner.algo.resume_without_replay(itr + 1)

@@ -78,3 +78,28 @@ def test_the_counter_sees_the_reads_the_old_update_made():
         algo.check_finite(3, {"loss": loss.detach(), "tdAbsErr": td.mean()})
         td.cpu().numpy()
     assert syncs.count >= 3
+
+
+@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
+@pytest.mark.parametrize("kind", _replay_setups.KINDS)
+def test_device_replay_reads_once_per_call_append_included(kind, prioritized):
+    """The GPU path: replay on the learner's device (here the CPU), priorities updated there,
+    the batch appended with host-to-device copies (not reads): one read per call."""
+    algo, reads, steps, syncs = _count(kind, include_append=True, replay_device="device",
+                                       prioritized_replay=prioritized)
+    assert algo.replay_choice == "device" and algo.device_priorities
+    assert type(algo.replay_buffer).__name__.startswith("Device")
+    assert steps >= 3
+    assert reads == 3, f"{reads} reads in 3 calls of {steps} steps:\n{syncs.report()}"
+
+
+@pytest.mark.parametrize("kind", ["dqn", "sac"])
+def test_prefetched_replay_reads_once_per_call_on_the_learners_thread(kind):
+    """Host replay behind the prefetcher: its thread samples, gathers and applies priorities
+    (reading them there); the learner's thread reads once per call."""
+    algo, reads, steps, syncs = _count(kind, replay_device="prefetch", prioritized_replay=True)
+    try:
+        assert algo.replay_choice == "prefetch" and algo.device_priorities
+        assert reads == 3, f"{reads} reads in 3 calls of {steps} steps:\n{syncs.report()}"
+    finally:
+        algo.replay_buffer.close()

@@ -1,0 +1,399 @@
+"""Sum tree and prioritized sampling whose state lives in torch tensors on a device.
+
+:class:`DeviceSumTree` and :class:`DevicePrioritizedSampling` are the twins of
+:class:`~rlfast.replays.sum_tree.SumTree` and :class:`~rlfast.replays.sampling.PrioritizedSampling`
+(same leaves, windows, descent and float64 sums), so that a learner on a GPU draws by priority
+and writes priorities back without reading the host: ``sample`` (with replacement) and
+``update_batch_priorities`` only launch kernels; ``advance`` copies host-computed indexes over.
+The host keeps what it already knows (the cursor, the wrapped flag, so the number of valid
+rows). A priority tensor is never read: a negative or non-finite entry leaves its leaf
+unchanged (host arrays are checked and rejected as in ``SumTree``). If every valid leaf has
+priority zero a draw cannot tell: it ends on leaf 0 with priority 0.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlfast.replays.ring import ring_rows, valid_age_range, valid_rows
+from rlfast.replays.sum_tree import check_priorities, check_uniforms
+from rlfast.utils.checks import check_fraction, check_int
+
+__all__ = ["DeviceSumTree", "DevicePrioritizedSampling"]
+
+_SEED_OFFSET = 0x5EED_7EE  # the tree's generator: torch.initial_seed() + this
+_INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def _host_to_device(array: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A numpy array on ``device`` with no stream sync (pageable memory is staged first)."""
+    array = torch.from_numpy(np.ascontiguousarray(array))
+    return array.to(device=device, dtype=dtype, non_blocking=True)
+
+
+def _tensor_to_device(x: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A caller's tensor on ``device`` as ``dtype``; asynchronous unless it is pinned host
+    memory, which the caller may overwrite before an asynchronous copy has run."""
+    x = x.detach()
+    non_blocking = x.device.type == "cpu" and device.type != "cpu" and not x.is_pinned()
+    return x.to(device=device, dtype=dtype, non_blocking=non_blocking)
+
+
+class DeviceSumTree:
+    """Binary sum tree over ``[T, B]`` priorities with a wrapping time cursor, on a device.
+
+    The semantics of :class:`~rlfast.replays.sum_tree.SumTree` (new rows, input priorities
+    ``input_priority_shift`` rows back, windows held at zero with their priority kept aside,
+    proportional draws). The nodes ``tree`` (float64 ``[2L]``), kept priorities ``_kept``
+    (``[T, B]``) and row validity ``_row_valid`` (``[T]``) are device tensors; the cursor ``t``
+    and ``full`` are host values. Draws use the tree's own ``generator`` (seeded from
+    ``torch.initial_seed()``), saved by :meth:`state_dict`. Callers serialize access.
+    """
+
+    def __init__(self, T: int, B: int, off_backward: int, off_forward: int,
+                 default_value: float = 1, enable_input_priorities: bool = False,
+                 input_priority_shift: int = 0, device: str | torch.device = "cpu"):
+        self.T = check_int(T, "T", minimum=1)
+        self.B = check_int(B, "B", minimum=1)
+        self.off_backward = check_int(off_backward, "off_backward", minimum=0)
+        self.off_forward = check_int(off_forward, "off_forward", minimum=0)
+        if self.off_backward + self.off_forward >= self.T:
+            raise ValueError(f"off_backward + off_forward ({self.off_backward} + "
+                             f"{self.off_forward}) must be < T ({self.T}), else no row is valid")
+        self.default_value = float(check_priorities(default_value, "default_value"))
+        self.enable_input_priorities = bool(enable_input_priorities)
+        self.input_priority_shift = check_int(input_priority_shift, "input_priority_shift",
+                                              minimum=0)
+        if self.input_priority_shift >= self.T:
+            raise ValueError(f"input_priority_shift must be < T ({self.T}); "
+                             f"got {self.input_priority_shift}")
+        self.device = torch.device(device)  # its RuntimeError names a bad device string
+        n_leaves = self.T * self.B
+        self.n_levels = (n_leaves - 1).bit_length()  # depth of the leaves below the root
+        self._L = 1 << self.n_levels  # index of the first leaf; the root is node 1
+        f64 = dict(dtype=torch.float64, device=self.device)
+        self.tree = torch.zeros(2 * self._L, **f64)
+        self._kept = torch.zeros(self.T, self.B, **f64)  # priority each row will get
+        self._row_valid = torch.zeros(self.T, dtype=torch.bool, device=self.device)
+        # Scratch for update_priorities: per leaf, the position of its last new value.
+        self._last_position = torch.zeros(n_leaves, dtype=torch.int64, device=self.device)
+        self._B_range = torch.arange(self.B, device=self.device)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed((torch.initial_seed() + _SEED_OFFSET) % 2 ** 64)
+        self.t = 0  # cursor: the next row to be advanced over (host)
+        self.full = False  # whether the cursor has wrapped once: every row holds data (host)
+        self._last_leaves: torch.Tensor | None = None
+
+    # ---------------------------------------------------------------- read-only views
+    @property
+    def total(self) -> torch.Tensor:
+        """Sum of all leaves: a 0-d device tensor (a snapshot, not a view)."""
+        return self.tree[1].clone()
+
+    @property
+    def leaves(self) -> torch.Tensor:
+        """The ``[T, B]`` leaf priorities (a view of the nodes: do not write to it)."""
+        return self.tree[self._L:self._L + self.T * self.B].view(self.T, self.B)
+
+    def n_valid_rows(self) -> int:
+        """How many rows may be sampled now, computed on the host from the cursor."""
+        lo, hi = valid_age_range(self.t, self.full, self.T, self.off_backward, self.off_forward)
+        return max(0, hi - lo + 1)
+
+    # ---------------------------------------------------------------- writing
+    def advance(self, T: int, priorities: Any = None) -> None:
+        """Move the cursor over ``T`` new rows; ``priorities`` (already ``p ** alpha``; scalar,
+        ``[B]`` or ``[T, B]``; tensor or array; only with ``enable_input_priorities``) go to
+        the rows ``input_priority_shift`` back. Reads nothing from the device."""
+        T = check_int(T, "T", minimum=0)
+        if T > self.T:
+            raise ValueError(f"cannot advance by T={T}: more rows than the tree has ({self.T})")
+        p = None
+        if priorities is not None:
+            if not self.enable_input_priorities:
+                raise ValueError("priorities were given to advance() but this DeviceSumTree "
+                                 "was built with enable_input_priorities=False")
+            p = self._priority_tensor(priorities, "priorities")
+            try:
+                p = torch.broadcast_to(p, (T, self.B))
+            except RuntimeError:
+                raise ValueError(f"priorities must be a scalar or broadcast to [B]=[{self.B}] or "
+                                 f"[T, B]=[{T}, {self.B}]; got shape {tuple(p.shape)}") from None
+        old = self.t
+        new_rows = ring_rows(old, T, self.T)
+        if T:
+            self._kept[_host_to_device(new_rows, torch.int64, self.device)] = self.default_value
+        self.t = (old + T) % self.T
+        self.full = self.full or old + T >= self.T
+        if p is not None and T:
+            shifted = (new_rows - self.input_priority_shift) % self.T
+            rows = _host_to_device(shifted, torch.int64, self.device)
+            self._kept[rows] = torch.where(_is_priority(p), p, self._kept[rows])  # bad: keep
+            self._refresh_rows(shifted)
+        # Rows leaving the backward window, the new rows, and the new forward window.
+        n_refresh = min(self.T, T + self.off_backward + self.off_forward)
+        self._refresh_rows(ring_rows(old - self.off_backward, n_refresh, self.T))
+
+    def _refresh_rows(self, rows: np.ndarray) -> None:
+        """Set these rows' leaves to their kept priority where valid, else to zero, and record
+        their validity on the device (validity decided on the host)."""
+        if rows.size == 0:
+            return
+        ok = valid_rows(rows, self.t, self.full, self.T, self.off_backward, self.off_forward)
+        rows_d = _host_to_device(rows, torch.int64, self.device)
+        ok_d = _host_to_device(ok, torch.bool, self.device)
+        self._row_valid[rows_d] = ok_d
+        values = torch.where(ok_d[:, None], self._kept[rows_d], 0.0)
+        leaves = (rows_d[:, None] * self.B + self._B_range).reshape(-1)
+        self._set_leaves(leaves, values.reshape(-1))
+
+    def _set_leaves(self, leaves: torch.Tensor, values: torch.Tensor) -> None:
+        """Write leaf values (one value per distinct leaf) and recompute every ancestor from
+        its children; a parent listed twice is written twice with the same sum."""
+        tree, nodes = self.tree, leaves + self._L
+        tree[nodes] = values
+        for _ in range(self.n_levels):
+            nodes = nodes >> 1
+            left = nodes << 1
+            tree[nodes] = tree[left] + tree[left + 1]
+
+    def update_priorities(self, leaves: Any, priorities: Any) -> None:
+        """Set leaves (``t * B + b``) to ``priorities`` (already ``p ** alpha``), a leaf listed
+        twice to its last value. Leaves of rows not valid now keep zero (and their kept
+        priority); a negative or non-finite tensor value leaves its leaf unchanged. Tensors are
+        not read (masks over fixed-size tensors); host arrays are checked and rejected."""
+        if isinstance(leaves, torch.Tensor):
+            if leaves.dtype not in _INT_DTYPES:
+                raise TypeError(f"leaves must be integers; got dtype {leaves.dtype}")
+            leaves = _tensor_to_device(leaves, torch.int64, self.device).reshape(-1)
+        else:
+            host = np.asarray(leaves).reshape(-1)
+            if host.dtype.kind not in "iu":
+                raise TypeError(f"leaves must be integers; got dtype {host.dtype}")
+            if host.size and (host.min() < 0 or host.max() >= self.T * self.B):
+                raise ValueError(f"leaves must lie in [0, T * B) = [0, {self.T * self.B}); got "
+                                 f"values from {host.min()} to {host.max()}")
+            leaves = _host_to_device(host, torch.int64, self.device)
+        p = self._priority_tensor(priorities, "priorities").reshape(-1)
+        if p.shape != leaves.shape:
+            raise ValueError(f"expected {leaves.numel()} priorities (one per leaf); got "
+                             f"{p.numel()}")
+        n = leaves.numel()
+        ok = _is_priority(p) & self._row_valid[leaves // self.B]
+        # Position of each leaf's last acceptable value (-1: none), so duplicates agree.
+        positions = torch.where(ok, torch.arange(n, device=self.device), -1)
+        last = self._last_position
+        last.scatter_reduce_(0, leaves, positions, reduce="amax", include_self=False)
+        last = last[leaves]
+        take = last >= 0
+        new = p[last.clamp(min=0)]
+        kept = self._kept.view(-1)
+        kept[leaves] = torch.where(take, new, kept[leaves])
+        self._set_leaves(leaves, torch.where(take, new, self.tree[leaves + self._L]))
+
+    def update_batch_priorities(self, priorities: Any) -> None:
+        """Set the leaves of the last :meth:`sample` to ``priorities`` (``[n]``, already
+        ``p ** alpha``), with the rules of :meth:`update_priorities`; no host read."""
+        if self._last_leaves is None:
+            raise RuntimeError("update_batch_priorities called before any sample()")
+        self.update_priorities(self._last_leaves, priorities)
+
+    def _priority_tensor(self, priorities: Any, name: str) -> torch.Tensor:
+        """Priorities as a float64 device tensor; host values are checked here (ValueError)."""
+        if isinstance(priorities, torch.Tensor):
+            return _tensor_to_device(priorities, torch.float64, self.device)
+        return _host_to_device(check_priorities(priorities, name), torch.float64, self.device)
+
+    # ---------------------------------------------------------------- sampling
+    def _descend(self, n: int, uniforms: torch.Tensor | None = None) -> torch.Tensor:
+        """Leaf indexes of ``n`` proportional draws (iid), as in ``SumTree._descend``."""
+        tree = self.tree
+        if uniforms is None:
+            uniforms = torch.rand(n, generator=self.generator, device=self.device,
+                                  dtype=torch.float64)
+        values = uniforms * tree[1]
+        nodes = torch.ones(n, dtype=torch.int64, device=self.device)
+        for _ in range(self.n_levels):
+            left = nodes << 1
+            left_sum = tree[left]
+            # Go right past the left mass, unless the right side is empty (rounding).
+            right = (values >= left_sum) & (tree[left + 1] > 0)
+            values = torch.where(right, values - left_sum, values)
+            nodes = left + right
+        return nodes - self._L
+
+    def sample(self, n: int, unique: bool = False, uniforms: Any = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Draw ``n`` leaves proportionally to priority; returns device tensors ``(T_idxs,
+        B_idxs, priorities)`` and remembers the leaves for :meth:`update_batch_priorities`.
+        With replacement (the default) nothing is read on the host; ``uniforms`` (``[n]`` in
+        ``[0, 1)``, tensor or array) replace the generator's draws. ``unique=True`` draws
+        without replacement in rounds that read the host: not for a GPU hot loop."""
+        n = check_int(n, "n", minimum=1)
+        if isinstance(uniforms, torch.Tensor):  # only its shape is checked (no read)
+            check_uniforms(np.zeros(tuple(uniforms.shape)), n, unique)
+            uniforms = _tensor_to_device(uniforms, torch.float64, self.device)
+        elif uniforms is not None:
+            uniforms = _host_to_device(check_uniforms(uniforms, n, unique), torch.float64,
+                                       self.device)
+        if self.n_valid_rows() == 0:
+            raise RuntimeError(f"DeviceSumTree.sample: no valid rows yet (t={self.t}, full="
+                               f"{self.full}); append more data before sampling")
+        leaves = self._sample_unique(n) if unique else self._descend(n, uniforms)
+        self._last_leaves = leaves
+        return leaves // self.B, leaves % self.B, self.tree[leaves + self._L]
+
+    def _sample_unique(self, n: int) -> torch.Tensor:
+        """Draw without replacement: drawn leaves are zeroed between rounds, then restored
+        (host reads: the root's sign and the number of distinct draws)."""
+        chosen: list[torch.Tensor] = []
+        saved: list[torch.Tensor] = []  # the drawn leaves' values, restored at the end
+        remaining = n
+        try:
+            while remaining > 0:
+                if not bool(self.tree[1] > 0):
+                    raise RuntimeError(f"DeviceSumTree.sample(unique=True): fewer than n={n} "
+                                       f"leaves have non-zero priority")
+                draws = torch.unique(self._descend(remaining))[:remaining]
+                saved.append(self.tree[draws + self._L].clone())
+                chosen.append(draws)
+                self._set_leaves(draws, torch.zeros_like(saved[-1]))
+                remaining -= draws.numel()
+        finally:
+            if chosen:
+                self._set_leaves(torch.cat(chosen), torch.cat(saved))
+        leaves = torch.cat(chosen)
+        return leaves[torch.randperm(n, generator=self.generator, device=self.device)]
+
+    # ---------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The tree's state: cursor, wrapped flag, nodes, kept priorities, generator state."""
+        return {"t": self.t, "full": self.full, "tree": self.tree.clone(),
+                "kept": self._kept.clone(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` of a tree of the same shape (validity recomputed)."""
+        if {"t", "full", "tree", "kept", "generator"} - set(state):
+            raise ValueError(f"state lacks keys; it has {sorted(state)}")
+        t = check_int(state["t"], "state['t']", minimum=0)
+        if t >= self.T:
+            raise ValueError(f"state['t'] must be < T ({self.T}); got {t}")
+        for key, target in (("tree", self.tree), ("kept", self._kept)):
+            if tuple(state[key].shape) != tuple(target.shape):
+                raise ValueError(f"state[{key!r}] has shape {tuple(state[key].shape)}; this "
+                                 f"tree needs {tuple(target.shape)}")
+        self.tree.copy_(state["tree"])
+        self._kept.copy_(state["kept"])
+        self.t, self.full = t, bool(state["full"])
+        ok = valid_rows(np.arange(self.T), self.t, self.full, self.T, self.off_backward,
+                        self.off_forward)
+        self._row_valid.copy_(_host_to_device(ok, torch.bool, self.device))
+        self.generator.set_state(state["generator"])
+        self._last_leaves = None
+
+
+def _is_priority(p: torch.Tensor) -> torch.Tensor:
+    """Mask of the usable priorities: finite and >= 0."""
+    return torch.isfinite(p) & (p >= 0)
+
+
+class DevicePrioritizedSampling:
+    """Proportional prioritized sampling over allowed starts, on a device: the twin of
+    :class:`~rlfast.replays.sampling.PrioritizedSampling` (same arguments, plus ``device``).
+
+    Raw priorities ``p`` are stored as ``p ** alpha`` in a :class:`DeviceSumTree` with one leaf
+    per allowed start (``[T // stride, B]``); :meth:`sample` returns device tensors, importance
+    weights ``(N * P(i)) ** -beta`` over the batch's largest. ``storage`` needs only the host
+    ints ``T``, ``B``, ``off_forward`` and ``n_appended``.
+    """
+
+    def __init__(self, storage: Any, off_backward: int, stride: int = 1, alpha: float = 0.6,
+                 beta: float = 0.4, default_priority: float = 1, unique: bool = False,
+                 input_priorities: bool = False, input_priority_shift: int = 0,
+                 device: str | torch.device = "cpu"):
+        self.storage = storage
+        off_backward = check_int(off_backward, "off_backward", minimum=0)
+        self.stride = check_int(stride, "stride", minimum=1)
+        if storage.T % self.stride:
+            raise ValueError(f"stride {self.stride} must divide T={storage.T}")
+        if off_backward + storage.off_forward >= storage.T:
+            raise ValueError(f"replay of T={storage.T} rows (B={storage.B}) is too short: "
+                             f"{off_backward} newest and {storage.off_forward} oldest rows are "
+                             f"never valid; increase size")
+        try:
+            self.alpha = float(alpha)
+        except (TypeError, ValueError):
+            raise TypeError(f"alpha must be a number >= 0; got {alpha!r}") from None
+        if not self.alpha >= 0:
+            raise ValueError(f"alpha must be >= 0; got {alpha}")
+        self.beta = check_fraction(beta, "beta")
+        default = float(check_priorities(default_priority, "default_priority"))
+        self.unique, self.input_priorities = bool(unique), bool(input_priorities)
+        tree_T = storage.T // self.stride
+        tree_back = math.ceil(off_backward / self.stride)
+        tree_forward = math.ceil(storage.off_forward / self.stride)
+        if tree_back + tree_forward >= tree_T:
+            raise ValueError(
+                f"replay too short for a priority tree: T={storage.T} steps (B={storage.B}) "
+                f"give {tree_T} starts of stride {self.stride}, of which {tree_back} newest and "
+                f"{tree_forward} oldest are never valid; increase size")
+        self.tree = DeviceSumTree(
+            T=tree_T, B=storage.B, off_backward=tree_back, off_forward=tree_forward,
+            default_value=default ** self.alpha, enable_input_priorities=self.input_priorities,
+            input_priority_shift=input_priority_shift, device=device)
+        self.device = self.tree.device
+        self._rows_started = 0  # tree rows whose start step has been written (unwrapped)
+
+    def set_beta(self, beta: float) -> None:
+        """Set the importance-sampling exponent (annealed by the algorithm)."""
+        self.beta = check_fraction(beta, "beta")
+
+    def _alpha_power(self, priorities: Any) -> Any:
+        """Raw priorities to ``p ** alpha``: host values checked and raised on the host (as
+        ``PrioritizedSampling`` does), tensors on the device with bad values turned to NaN
+        (which the tree ignores; ``NaN ** 0`` would otherwise be 1)."""
+        if isinstance(priorities, torch.Tensor):
+            p = _tensor_to_device(priorities, torch.float64, self.device)
+            return torch.where(_is_priority(p), p ** self.alpha, math.nan)
+        return check_priorities(priorities) ** self.alpha
+
+    def advance(self, T_in: int, priorities: Any = None) -> None:
+        """Move the tree over the starts the last append wrote (``priorities`` raw)."""
+        started = -(-self.storage.n_appended // self.stride)  # ceil
+        n_rows = started - self._rows_started
+        self._rows_started = started
+        if priorities is not None:
+            if not self.input_priorities:
+                raise ValueError("samples carry priorities but the buffer was built with "
+                                 "input_priorities=False")
+            priorities = self._alpha_power(priorities)
+        if n_rows > 0:  # samples without priorities get default_priority
+            self.tree.advance(n_rows, priorities=priorities)
+
+    def sample(self, n: int, uniforms: Any = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(T_idxs, B_idxs, is_weights)`` device tensors of ``n`` starts drawn by priority
+        (weights float32); ``uniforms`` as in :meth:`DeviceSumTree.sample`."""
+        rows, B_idxs, p = self.tree.sample(n, unique=self.unique, uniforms=uniforms)
+        prob = p / self.tree.tree[1]
+        n_valid = self.tree.n_valid_rows() * self.tree.B
+        weights = (n_valid * prob) ** -self.beta
+        weights = weights / weights.max()
+        return rows * self.stride, B_idxs, weights.to(torch.float32)
+
+    def update_batch_priorities(self, priorities: Any) -> None:
+        """New raw priorities for the last sampled batch (stored as ``p ** alpha``)."""
+        self.tree.update_batch_priorities(self._alpha_power(priorities))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The scheme's state: its tree, the started-row count and ``beta``."""
+        return {"tree": self.tree.state_dict(), "rows": self._rows_started, "beta": self.beta}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` of a scheme of the same shape."""
+        self.tree.load_state_dict(state["tree"])
+        self._rows_started = check_int(state["rows"], "state['rows']", minimum=0)
+        self.set_beta(state["beta"])
