@@ -40,8 +40,9 @@ setup(
         # through gymnasium's own extras.
         "box2d": ["gymnasium[box2d]>=0.29"],
         "mujoco": ["gymnasium[mujoco]>=0.29"],
-        # The peers scripts/bench_*.py compare against; never imported by rlfast itself.
-        "bench": ["stable-baselines3>=2.0", "envpool>=0.8"],
+        # The peers scripts/bench_*.py compare against, and MuJoCo for the HalfCheetah-v5 SAC
+        # figures of scripts/bench_gpu.sh --replay-only; never imported by rlfast itself.
+        "bench": ["stable-baselines3>=2.0", "envpool>=0.8", "mujoco>=3.0"],
     },
     entry_points={"console_scripts": ["rlfast=rlfast.cli:main"]},
 )

@@ -5,8 +5,12 @@ import atexit
 import os
 import platform
 import shutil
+import signal
+import subprocess
 import tempfile
 import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def machine() -> str:
@@ -50,3 +54,25 @@ def sb3_log_dir() -> None:
     folder = tempfile.mkdtemp(prefix="rlfast_bench_sb3_log_")
     os.environ["SB3_LOGDIR"] = folder
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
+def child_env() -> dict:
+    """This environment with the repository on PYTHONPATH (for a benchmark's child process)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p))
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 20.0) -> None:
+    """Stop a child started in its own session as Ctrl-C would (SIGINT to its group, so that
+    rlfast's runners shut their workers down), then SIGKILL whatever is left."""
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGKILL, 10.0)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pass

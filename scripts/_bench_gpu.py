@@ -1,8 +1,11 @@
 #!/usr/bin/env python
-"""Every GPU figure of issue 37 in one run within a wall-clock budget: what scripts/bench_gpu.sh
-runs once the packages are in place (see that script for the figures and the budget).
+"""Every GPU figure of issues 37 and 38 in one run within a wall-clock budget: what
+scripts/bench_gpu.sh runs once the packages are in place (see that script for the figures and
+the budget). ``--section`` picks the PPO section (issue 37, the default), the replay section
+(issue 38: ``--replay-only``; scripts/_bench_gpu_replay.py plans it, _bench_gpu_replay_run.py
+runs it) or both (longer than one call of the GPU machine allows).
 
-Measurements (scripts/_bench_gpu_plan.py plans them, in priority order): PPO training env
+PPO measurements (scripts/_bench_gpu_plan.py plans them, in priority order): PPO training env
 steps/s of scripts/bench_atari_train.py's contenders at several env counts, one child process
 each; the sampler table of scripts/bench_sampler.py (random and Nature-CNN agent per sampler);
 a Pong learning run of ``rlfast train ppo atari:pong`` stopped when its mean training return
@@ -18,7 +21,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,31 +29,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _bench_gpu_plan as plan  # noqa: E402
+import _bench_gpu_replay as replay  # noqa: E402
+from _bench_common import child_env, stop_group  # noqa: E402
+from _bench_gpu_replay_run import ReplayRuns  # noqa: E402
 from _bench_gpu_report import write_report  # noqa: E402
 
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(SCRIPTS)
-
-
-def child_env() -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p))
-
-
-def stop_group(proc: subprocess.Popen, grace: float = 20.0) -> None:
-    """Stop a child started in its own session as Ctrl-C would (SIGINT to its group, so that
-    rlfast's runners shut their workers down), then SIGKILL whatever is left."""
-    for sig, wait in ((signal.SIGINT, grace), (signal.SIGKILL, 10.0)):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 # ---- GPU utilisation ------------------------------------------------------------------------
@@ -103,8 +87,11 @@ class Runner:
         self.args, self.work = args, work
         self.results: dict[str, dict] = {}
         self.sampler_peer_done = False
+        self.replay = ReplayRuns(args, work, self.results)
 
     def __call__(self, item: plan.Item, timeout: float) -> str:
+        if item.kind in plan.REPLAY_KINDS:
+            return self.replay(item, timeout)
         return getattr(self, "run_" + item.kind)(item, timeout)
 
     def run_train(self, item: plan.Item, timeout: float) -> str:
@@ -241,6 +228,9 @@ class Runner:
 
 # ---- main -------------------------------------------------------------------------------------
 
+SECTIONS = ("ppo", "replay", "all")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true",
@@ -278,19 +268,55 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="episodes the mean training return averages at least (default 32; "
                         "--dry-run 1)")
     p.add_argument("--no-learn", action="store_true", help="throughput only")
+    p.add_argument("--section", choices=SECTIONS, default="ppo",
+                   help="ppo: issue 37's PPO figures (default); replay: issue 38's DQN and SAC "
+                        "figures; all: both (more than one 10-minute call)")
+    p.add_argument("--replay-only", action="store_true", help="= --section replay")
+    p.add_argument("--replay-devices", nargs="+", default=["device", "prefetch"],
+                   metavar="WHERE", help="algo.replay_device values measured, the first first "
+                                         "(default: device prefetch; host is measured last)")
+    p.add_argument("--dqn-seconds", type=float, default=None,
+                   help="DQN window (default 6; --dry-run 0.5)")
+    p.add_argument("--dqn-warmup", type=float, default=None,
+                   help="DQN seconds after learning starts before the window (default 2; "
+                        "--dry-run 0)")
+    p.add_argument("--dqn-learning-starts", type=int, default=None,
+                   help="DQN env steps before learning (default 3000; --dry-run 128)")
+    p.add_argument("--dqn-replay-size", type=int, default=None,
+                   help="default 100000 (--dry-run 4096)")
+    p.add_argument("--sac-env", default="HalfCheetah-v5")
+    p.add_argument("--sac-seconds", type=float, default=None,
+                   help="SAC window (default 10; --dry-run 1.5)")
+    p.add_argument("--sac-warmup", type=float, default=None,
+                   help="SAC training seconds after learning starts before the window "
+                        "(default 3; --dry-run 0.5)")
+    p.add_argument("--sac-learning-starts", type=int, default=None,
+                   help="SAC env steps before learning (default 5000, LeanRL's; --dry-run 200)")
+    p.add_argument("--sac-replay-size", type=int, default=None,
+                   help="default 1000000, LeanRL's (--dry-run 10000)")
+    p.add_argument("--sac-log-interval", type=int, default=None,
+                   help="env steps per progress row of rlfast's SAC (default 500; --dry-run 50)")
     p.add_argument("--only", nargs="+", default=None, metavar="KEY",
                    help="run only the planned items whose key contains one of these")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="folder for the tables and raw figures")
     args = p.parse_args(argv)
     dry = args.dry_run
-    defaults = dict(device="cpu" if dry else "cuda", budget=240.0 if dry else 480.0,
+    if args.replay_only:
+        args.section = "replay"
+    budgets = dict(ppo=(240.0, 480.0), replay=(240.0, 420.0), all=(420.0, 900.0))
+    defaults = dict(device="cpu" if dry else "cuda", budget=budgets[args.section][not dry],
                     warmup=0.5 if dry else 2.0, seconds=1.5 if dry else 6.0,
                     envs=[2, 4, 0] if dry else [8, 32, 64], steps_per_env=32 if dry else 128,
                     sampler_batch_T=16 if dry else 64, learn_seconds=45.0 if dry else 300.0,
                     learn_envs=4 if dry else 32, learn_steps=6000 if dry else None,
                     learn_log_interval=512 if dry else 16384, min_episodes=1 if dry else 32,
-                    learn_skip_s=0.0 if dry else 30.0)
+                    learn_skip_s=0.0 if dry else 30.0, dqn_seconds=0.5 if dry else 6.0,
+                    dqn_warmup=0.0 if dry else 2.0, dqn_learning_starts=128 if dry else 3000,
+                    dqn_replay_size=4096 if dry else 100_000, sac_seconds=1.5 if dry else 10.0,
+                    sac_warmup=0.5 if dry else 3.0, sac_learning_starts=200 if dry else 5000,
+                    sac_replay_size=10_000 if dry else 1_000_000,
+                    sac_log_interval=50 if dry else 500)
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -300,6 +326,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def build_items(args: argparse.Namespace) -> list[plan.Item]:
+    """The planned items of ``args.section``: the PPO plan, the replay plan, or both (the
+    replay items right after the PPO learning run, before the rest of the PPO matrix)."""
+    small, main_envs, big = args.envs
+    ppo = plan.build_plan(small, main_envs, big or None) if args.section != "replay" else []
+    if args.section == "ppo":
+        return ppo
+    items = replay.build_replay_plan(args.replay_devices, args.dqn_warmup + args.dqn_seconds,
+                                     args.sac_warmup + args.sac_seconds)
+    if not ppo:
+        return items
+    for item in items:
+        item.before_learn = False
+    learn = next(i for i, item in enumerate(ppo) if item.kind == "learn")
+    return ppo[:learn + 1] + items + ppo[learn + 1:]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -307,8 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         if not torch.cuda.is_available():
             sys.exit("--device cuda needs a GPU (use --dry-run on a machine without one)")
-    small, main_envs, big = args.envs
-    items = plan.build_plan(small, main_envs, big or None)
+    items = build_items(args)
     if args.no_learn:
         items = [i for i in items if i.kind != "learn"]
     if args.only:
@@ -316,17 +358,28 @@ def main(argv: list[str] | None = None) -> int:
     estimator = plan.Estimator(
         warmup=args.warmup, seconds=args.seconds, overhead=10.0 if args.dry_run else 15.0,
         compile=40.0 if args.dry_run else 30.0, sampler_overhead=4.0 if args.dry_run else 6.0,
-        learn_seconds=args.learn_seconds)
+        learn_seconds=args.learn_seconds, replay_overhead=10.0 if args.dry_run else 20.0)
     budget = plan.Budget(args.budget)
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    print(f"Plan ({len(items)} items, budget {args.budget:.0f} s, device {args.device}, "
-          f"windows {args.warmup:g} s warm-up + {args.seconds:g} s): "
-          + ", ".join(i.key for i in items), flush=True)
+    windows = {"ppo": f"{args.warmup:g} s warm-up + {args.seconds:g} s",
+               "replay": f"DQN {args.dqn_warmup:g} + {args.dqn_seconds:g} s, SAC "
+                         f"{args.sac_warmup:g} + {args.sac_seconds:g} s"}
+    shown = [w for section, w in windows.items() if args.section in (section, "all")]
+    print(f"Plan ({args.section}: {len(items)} items, budget {args.budget:.0f} s, device "
+          f"{args.device}, windows {'; '.join(shown)}): " + ", ".join(i.key for i in items),
+          flush=True)
     monitor = GpuMonitor()
     if monitor.note:
         print(monitor.note, flush=True)
     work = tempfile.mkdtemp(prefix="rlfast_bench_gpu_")
     runner = Runner(args, work)
+    if any(i.kind in plan.REPLAY_KINDS for i in items):
+        missing = [f"{algo}: algo.{key}" for algo, keys in runner.replay.probe().items()
+                   for key, ok in keys.items() if not ok]
+        if missing:
+            print("Not accepted by this rlfast's presets (left out of the runs that ask for "
+                  "them; a run that would repeat another is skipped): " + ", ".join(missing),
+                  flush=True)
     outcomes: dict[str, str] = {}
     try:
         outcomes = plan.schedule(items, budget, estimator, runner,
@@ -339,7 +392,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     shm_left = sorted((set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set())
                       - shm_before)
-    write_report(args, items, outcomes, runner.results, monitor, budget.elapsed(), shm_left)
+    accepted = runner.replay.accepted
+    write_report(args, items, outcomes, runner.results, monitor, budget.elapsed(), shm_left,
+                 accepted)
     return 1 if any(o.startswith("failed") for o in outcomes.values()) else 0
 
 

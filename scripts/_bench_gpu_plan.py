@@ -1,7 +1,8 @@
 """The pure parts of scripts/bench_gpu.sh (no processes, no GPU): the ordered plan of
 measurements, the time budget that admits or defers each one, the reading of rlfast's
 progress.csv for the time a learning run first reached a mean training return, and the
-reading of nvidia-smi's utilisation samples. scripts/_bench_gpu.py runs what is planned here.
+reading of nvidia-smi's utilisation samples. scripts/_bench_gpu.py runs what is planned here;
+the replay section's own plan is in scripts/_bench_gpu_replay.py.
 """
 from __future__ import annotations
 
@@ -19,15 +20,20 @@ from datetime import datetime
 @dataclass
 class Item:
     """One measurement: ``kind`` "train" (a scripts/bench_atari_train.py contender at ``envs``
-    environments), "sampler" (scripts/bench_sampler.py on one sampler, random and CNN agent)
-    or "learn" (the Pong learning run). ``before_learn``: tried before the learning run (else
-    after it, with what is left)."""
+    environments), "sampler" (scripts/bench_sampler.py on one sampler, random and CNN agent),
+    "learn" (the Pong learning run), or one of the replay section's ``REPLAY_KINDS`` ("dqn",
+    "sac": ``runs`` child processes, each measured for ``window`` seconds of warm-up and
+    window after its start-up, with the ``sets`` overrides of ``rlfast train --set``).
+    ``before_learn``: tried before the learning run (else after it, with what is left)."""
 
     kind: str
     name: str
     envs: int = 0
     before_learn: bool = True
     tags: tuple[str, ...] = ()
+    runs: int = 1
+    window: float = 0.0
+    sets: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -85,11 +91,16 @@ def build_plan(small: int, main: int, big: int | None) -> list[Item]:
     return plan + after
 
 
+REPLAY_KINDS = ("dqn", "sac")
+
+
 @dataclass
 class Estimator:
     """Seconds each kind of measurement is expected to take, learnt as they run: a child's
     start-up and shut-down (``overhead``, the largest seen), what torch.compile adds
-    (``compile``), a sampler contender's start-up (``sampler_overhead``)."""
+    (``compile``), a sampler contender's start-up (``sampler_overhead``), a replay run's
+    start-up, filling of the replay up to learning start, and shut-down (``replay_overhead``
+    until one of that kind ran, then the largest seen of its kind: ``replay_overhead_of``)."""
 
     warmup: float
     seconds: float
@@ -98,9 +109,13 @@ class Estimator:
     sampler_overhead: float
     learn_seconds: float
     learn_overhead: float = 20.0
+    replay_overhead: float = 20.0
     seen: dict = field(default_factory=dict)
 
     def estimate(self, item: Item) -> float:
+        if item.kind in REPLAY_KINDS:
+            extra = self.compile if "compile" in item.tags else 0.0
+            return item.runs * (self.replay_overhead_of(item.kind) + item.window) + extra
         if item.kind == "train":
             extra = self.compile if "compile" in item.tags else 0.0
             return self.overhead + extra + self.warmup + self.seconds
@@ -108,9 +123,21 @@ class Estimator:
             return self.sampler_overhead * 3 + 3 * (self.seconds + 1.0)
         return self.learn_seconds + self.learn_overhead
 
+    def replay_overhead_of(self, kind: str) -> float:
+        return self.seen.get("replay:" + kind, self.replay_overhead)
+
     def observe(self, item: Item, wall: float) -> None:
         """Learn from a measurement that ran ``wall`` seconds."""
-        if item.kind == "train":
+        if item.kind in REPLAY_KINDS:
+            spent = wall - item.runs * item.window
+            if "compile" in item.tags:
+                overhead = item.runs * self.replay_overhead_of(item.kind)
+                self.compile = max(0.0, spent - overhead)
+                self.seen["compile"] = True
+            else:
+                key = "replay:" + item.kind
+                self.seen[key] = max(spent / item.runs, self.seen.get(key, 0.0), 1.0)
+        elif item.kind == "train":
             spent = wall - self.warmup - self.seconds
             if "compile" in item.tags:
                 self.compile = max(0.0, spent - self.overhead)

@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 
 import _bench_gpu_plan as plan
+from _bench_gpu_replay import replay_tables
 
 TARGET_SHARE_32 = 0.7      # PPO at the main env count: share of the random agent's steps/s
 TARGET_STEPS_8 = 6800.0    # PPO at 8 envs: LeanRL's published H100 figure, env steps/s
@@ -165,17 +166,27 @@ def learning_table(args, results) -> tuple[list[str], dict]:
 
 
 def tables(args, machine_line, items, outcomes, results, samples, monitor_note, elapsed,
-           shm_left) -> tuple[str, dict]:
-    """The whole report as Markdown text, and the verdicts."""
-    lines = ["# rlfast GPU figures (issue 37)", "", f"Machine: {machine_line}", ""]
+           shm_left, accepted=None) -> tuple[str, dict]:
+    """The whole report as Markdown text, and the verdicts. ``accepted``: which overrides
+    this rlfast's presets take (the replay section)."""
+    ppo = any(i.kind in ("train", "sampler", "learn") for i in items)
+    replay = any(i.kind in plan.REPLAY_KINDS for i in items)
+    issues = " and ".join(n for n, on in (("37", ppo), ("38", replay)) if on)
+    lines = [f"# rlfast GPU figures (issue{'s' if ppo and replay else ''} {issues})", "",
+             f"Machine: {machine_line}", ""]
     verdicts = {}
-    for part in (sampler_table(items, outcomes, results, samples),
-                 training_table(args, items, outcomes, results, samples),
-                 learning_table(args, results)):
+    parts = [sampler_table(items, outcomes, results, samples)]
+    if any(i.kind == "train" for i in items) or not replay:
+        parts.append(training_table(args, items, outcomes, results, samples))
+    parts += [learning_table(args, results),
+              replay_tables(args, items, outcomes, results, samples, accepted)]
+    for part in parts:
         lines += part[0]
         verdicts.update(part[1])
     lines.append("## GPU utilisation (nvidia-smi utilization.gpu: share of time a kernel ran)")
     windows = [r for r in results.values() if isinstance(r, dict) and "t_start" in r]
+    windows += [c for r in results.values() if isinstance(r, dict)
+                for c in r.get("contenders", []) if c.get("t_start")]
     if monitor_note:
         lines.append(monitor_note)
     else:
@@ -197,19 +208,21 @@ def tables(args, machine_line, items, outcomes, results, samples, monitor_note, 
     return "\n".join(lines) + "\n", verdicts
 
 
-def write_report(args, items, outcomes, results, monitor, elapsed, shm_left) -> None:
+def write_report(args, items, outcomes, results, monitor, elapsed, shm_left,
+                 accepted=None) -> None:
     from _bench_common import machine
 
     machine_line = machine()
     text, verdicts = tables(args, machine_line, items, outcomes, results, monitor.samples,
-                            monitor.note, elapsed, shm_left)
+                            monitor.note, elapsed, shm_left, accepted)
     print("\n" + text, flush=True)
     with open(os.path.join(args.out, "bench_gpu.md"), "w") as f:
         f.write(text)
     with open(os.path.join(args.out, "bench_gpu.json"), "w") as f:
         json.dump(dict(machine=machine_line, settings=vars(args), outcomes=outcomes,
                        results=results, verdicts=verdicts, elapsed_s=elapsed,
-                       shm_left=shm_left, gpu_util_note=monitor.note), f, indent=1,
+                       shm_left=shm_left, gpu_util_note=monitor.note,
+                       accepted_overrides=accepted), f, indent=1,
                   default=str)
     if monitor.lines:
         with open(os.path.join(args.out, "gpu_util.csv"), "w") as f:

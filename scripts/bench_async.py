@@ -65,7 +65,9 @@ and the gpu sampler (agent on GPU 0 in the master), the master training on GPU 0
 Usage: python scripts/bench_async.py [--rounds 3] [--seconds 20] [--warmup 4]
            [--dqn-replay-ratios 8 0.5] [--sac-replay-ratio 256] [--sync-samplers serial cpu]
            [--sync-threads 1 [2]] [--benchmarks dqn sac copier] [--device cpu|cuda]
-           [--quiet-wait 0] [--no-pin] [--no-throttle] [--quick] [--json OUT]
+           [--quiet-wait 0] [--no-pin] [--no-throttle] [--set KEY=VALUE ...]
+           [--async-set KEY=VALUE ...] [--runners sync async] [--keep-going] [--quick]
+           [--json OUT]
 """
 from __future__ import annotations
 
@@ -145,7 +147,8 @@ class Window:
         now = time.perf_counter()
         since = self.optimize_time["since"]
         optimize = self.optimize_time["total"] + (0.0 if since is None else now - since)
-        return dict(t=now, steps=steps, updates=updates, cpu_master=t.user + t.system,
+        return dict(t=now, wall=time.time(), steps=steps, updates=updates,
+                    cpu_master=t.user + t.system,
                     cpu_children=children, cpu_machine=busy, optimize=optimize,
                     wait_master=_run_delay(me.pid), wait_children=children_wait)
 
@@ -170,7 +173,8 @@ class Window:
         a, b = self.start, self.end
         wall = b["t"] - a["t"]
         steps, updates = b["steps"] - a["steps"], b["updates"] - a["updates"]
-        return dict(window_s=wall, steps=steps, updates=updates, env_sps=steps / wall,
+        return dict(window_s=wall, t_start=a["wall"], t_end=b["wall"], steps=steps,
+                    updates=updates, env_sps=steps / wall,
                     ups=updates / wall, ratio=updates * batch_size / steps if steps else 0.0,
                     optim_busy=(b["optimize"] - a["optimize"]) / wall,
                     cpu_master=(b["cpu_master"] - a["cpu_master"]) / wall,
@@ -245,6 +249,9 @@ def run_child(spec: dict) -> dict:
     config = get_preset(bench["algo"], bench["env"])
     config["algo"].update(replay_ratio=spec["replay_ratio"], replay_size=spec["replay_size"],
                           min_steps_learn=spec["min_steps_learn"])
+    if spec.get("sets"):  # --set KEY=VALUE, as rlfast train's (unknown keys are refused)
+        from rlfast.experiments.config import apply_overrides
+        config = apply_overrides(config, spec["sets"])
     # Online logging only, no evaluation envs; no decorrelation steps (startup time only).
     config["sampler"].update(eval_n_envs=0, max_decorrelation_steps=0)
     for key in ("batch_T", "batch_B"):
@@ -354,8 +361,12 @@ def contenders(args: argparse.Namespace) -> list[dict]:
 
     def add(base, name, group, role, runner, sampler, threads=1, copier="optimizer",
             throttled=False):
+        if role in ("sync", "async") and runner not in args.runners:
+            return
+        sets = list(args.set) + (list(args.async_set) if runner == "async" else [])
         out.append(dict(base, name=name, group=group, role=role, runner=runner,
-                        sampler=sampler, threads=threads, copier=copier, throttle=throttled))
+                        sampler=sampler, threads=threads, copier=copier, throttle=throttled,
+                        sets=sets))
 
     for i, ratio in enumerate(args.dqn_replay_ratios):
         last = i == len(args.dqn_replay_ratios) - 1
@@ -551,6 +562,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet-load", type=float, default=0.3)
     parser.add_argument("--target", type=float, default=1.3,
                         help="the async / sync env steps/s target for DQN on Pong")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a preset override for every run, as rlfast train's --set (e.g. "
+                             "algo.replay_device=device); repeatable")
+    parser.add_argument("--async-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a preset override for the async runs only, after --set (e.g. "
+                             "algo.replay_device=auto); repeatable")
+    parser.add_argument("--runners", nargs="+", choices=("sync", "async"),
+                        default=["sync", "async"],
+                        help="the DQN and SAC comparisons' contenders to run (default both)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="a contender that fails is reported and left out, the others run "
+                             "on (exit status 1 at the end)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: 1 round, 0.5 s windows, tiny replay buffers")
     parser.add_argument("--json", metavar="OUT", help="write every run and the summary here")
@@ -577,7 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Device {args.device}; {args.rounds} rounds, interleaved; window {args.seconds:g} s "
           f"per run, opening {args.warmup:g} s after the first update; sync master torch "
           f"threads {' / '.join(map(str, args.sync_threads))}, async optimizer 1; async "
-          f"contenders sampler_throttle={throttle}; processes pinned: {not args.no_pin}")
+          f"contenders sampler_throttle={throttle}; processes pinned: {not args.no_pin}"
+          + (f"; --set {' '.join(args.set)}" if args.set else "")
+          + (f"; async --set {' '.join(args.async_set)}" if args.async_set else ""))
     for group in dict.fromkeys(s["group"] for s in specs):
         s = next(x for x in specs if x["group"] == group)
         print(f"  {group if group != 'copier' else 'copier (dqn)'}: replay_ratio "
@@ -586,17 +611,27 @@ def main(argv: list[str] | None = None) -> int:
     print(flush=True)
     timeout = 300 + 3 * (args.seconds + args.warmup)
     results: dict[str, list[dict]] = {s["name"]: [] for s in specs}
+    failed: dict[str, str] = {}
     start = time.time()
     for r in range(args.rounds):
         for spec in (specs if r % 2 == 0 else specs[::-1]):
+            if spec["name"] in failed:
+                continue
             waited = wait_for_quiet(args.quiet_wait, args.quiet_load)
-            res = run_contender(spec, timeout)
+            try:
+                res = run_contender(spec, timeout)
+            except RuntimeError as error:
+                if not args.keep_going:
+                    raise
+                failed[spec["name"]] = str(error)[-3000:]
+                print(f"  round {r + 1} {spec['name']} FAILED (left out): {error}", flush=True)
+                continue
             res["quiet_wait_s"] = waited
             results[spec["name"]].append(res)
             if args.json:  # what finished so far survives a run that is cut short
                 with open(args.json, "w") as f:
                     json.dump(dict(machine=machine(), args=vars(args), specs=specs,
-                                   runs=results, summary=None), f, indent=1)
+                                   runs=results, failed=failed, summary=None), f, indent=1)
             flag = " *" if off_ratio(dict(res)) else ""
             print(f"  round {r + 1} {spec['name']:<42} {res['env_sps']:>8,.1f} steps/s "
                   f"{res['ups']:>7,.2f} updates/s  ratio {res['ratio']:.2f}{flag}  optim busy "
@@ -606,6 +641,9 @@ def main(argv: list[str] | None = None) -> int:
                   + (f"  [{res['affinity_code']}]"
                                                   if res.get("affinity_code") else ""),
                   flush=True)
+    if failed:
+        specs = [s for s in specs if s["name"] not in failed]
+        results = {name: runs for name, runs in results.items() if name not in failed}
     summary = summarize(specs, results)
     print_table(specs, results, summary, args)
     print(f"\nTotal time {time.time() - start:.0f} s")
@@ -614,9 +652,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(machine=machine(), args=vars(args), specs=specs, runs=results,
-                           summary=summary), f, indent=1)
+                           failed=failed, summary=summary), f, indent=1)
     if bad:
         print(f"Non-finite or non-positive figures: {bad}")
+        return 1
+    if failed:
+        print(f"Failed and left out: {', '.join(failed)}")
         return 1
     return 0
 

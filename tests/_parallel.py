@@ -32,6 +32,7 @@ IN_PROCESS_MODULES = frozenset({
     "tests/algos/test_host_syncs.py",
     "tests/algos/test_replay_host_syncs.py",
     "tests/algos/test_graph_step.py",
+    "tests/algos/test_replay_choice.py",
     "tests/scripts/test_bench_gpu_plan.py",
     "tests/utils/test_host_sync.py",
     "tests/utils/test_pinned.py",

@@ -147,9 +147,16 @@ class BaseAgent(ABC):
             self.shared_model = self.model
         self.share_memory = share_memory
 
-    def send_shared_memory(self, updates: int = 0) -> None:
+    def send_shared_memory(self, updates: int = 0, wait: bool = True) -> None:
         """Optimizer side: publish the trained parameters (copied to shared CPU memory under
-        the write lock; the version moves). ``updates``: the update count they follow."""
+        the write lock; the version moves). ``updates``: the update count they follow.
+        ``wait=False`` with the model on a GPU: stage them without waiting for the device and
+        publish at a later call (:meth:`SharedParams.publish_async`); a call with ``wait``
+        publishes the current parameters at once (and drops a staged, older copy)."""
+        if not wait and self.device.type == "cuda":
+            self.shared_params.publish_async(self.model, updates)
+            return
+        self.shared_params.flush()
         self.shared_params.publish(self.model, updates)
 
     def recv_shared_memory(self) -> bool:

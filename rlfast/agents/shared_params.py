@@ -43,11 +43,13 @@ class SharedParams:
             array = np_mp_array(tuple(tensor.shape), tensor.cpu().numpy().dtype)
             self.shared[name] = torch.from_numpy(np.asarray(array))
             self.shared[name].copy_(tensor)
-        # [version, updates at that version]: written under the write lock, one int64 each.
-        self._counters = torch.from_numpy(np.asarray(np_mp_array(2, np.int64)))
+        # [version, updates at that version, last version a reader pulled]: int64 each.
+        self._counters = torch.from_numpy(np.asarray(np_mp_array(3, np.int64)))
         self.lock = RWLock(ctx)
         self._pairs: tuple | None = None  # (model, [(shared, own)]) of the last caller
         self.version_held = 0  # per process: the version this process's model holds
+        self._staged: list | None = None  # publish_async: pinned copies of the model's state
+        self._in_flight: tuple | None = None  # (CUDA event, updates) of a staged copy
 
     def _pairs_for(self, model: torch.nn.Module) -> list:
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
@@ -93,4 +95,71 @@ class SharedParams:
             for shared, own in pairs:
                 own.copy_(shared)
         self.version_held = version
+        self._counters[2] = version  # the publisher may stage the next one
         return updates
+
+    # The CUDA pieces of publish_async (CPU tests replace them with stand-ins).
+    @staticmethod
+    def staging_tensor(like: torch.Tensor) -> torch.Tensor:
+        """Page-locked host memory shaped like ``like`` (a target for non_blocking copies)."""
+        return torch.empty(like.shape, dtype=like.dtype, pin_memory=True)
+
+    @staticmethod
+    def new_event() -> "torch.cuda.Event":
+        """A CUDA event to record after the staging copies."""
+        return torch.cuda.Event()
+
+    @property
+    def pulled_version(self) -> int:
+        """The last version a reader copied (what :meth:`publish_async` waits for)."""
+        return int(self._counters[2])
+
+    @property
+    def publishing(self) -> bool:
+        """Whether a :meth:`publish_async` copy is staged but not yet published."""
+        return self._in_flight is not None
+
+    @torch.no_grad()
+    def publish_async(self, model: torch.nn.Module, updates: int) -> bool:
+        """Publish ``model`` (on a CUDA device) without making the host wait for it.
+
+        Completes a staged copy whose CUDA event has passed (into shared memory under the
+        write lock; the version moves); then, if nothing is staged and the sampler has pulled
+        the last version, stages the model's current state: ``non_blocking`` copies into
+        page-locked memory on the current stream, and an event after them. Returns whether a
+        version was published by this call. The staged state is the one after every update
+        queued before the call (the stream orders the copies after them)."""
+        published = False
+        if self._in_flight is not None:
+            event, staged_updates = self._in_flight
+            if not event.query():
+                return False
+            self._finish(staged_updates)
+            published = True
+        if self.pulled_version < self.version:
+            return published  # the sampler has not taken the last one yet
+        pairs = self._pairs_for(model)
+        if self._staged is None:
+            self._staged = [self.staging_tensor(own) for _, own in pairs]
+        for staged, (_, own) in zip(self._staged, pairs):
+            staged.copy_(own.detach(), non_blocking=True)
+        event = self.new_event()
+        event.record()
+        self._in_flight = (event, int(updates))
+        return published
+
+    def flush(self) -> None:
+        """Publish a staged copy now, waiting for its event (the run's final parameters)."""
+        if self._in_flight is None:
+            return
+        event, staged_updates = self._in_flight
+        event.synchronize()
+        self._finish(staged_updates)
+
+    def _finish(self, updates: int) -> None:
+        with self.lock.write_lock:
+            for shared, staged in zip((shared for shared, _ in self._pairs[1]), self._staged):
+                shared.copy_(staged)
+            self._counters[1] = int(updates)
+            self._counters[0] += 1
+        self._in_flight = None

@@ -50,7 +50,8 @@ class RLAlgorithm(abc.ABC):
         """
 
     def async_initialize(self, agent: Any, sampler_n_itr: int, batch_spec: Any,
-                         mid_batch_reset: bool, examples: Any, world_size: int = 1) -> Any:
+                         mid_batch_reset: bool, examples: Any, world_size: int = 1,
+                         shared_replay: bool = True) -> Any:
         """Set up for an asynchronous runner and return the shared-memory replay buffer the
         sampler's batches are copied into. Only replay-based algorithms (the DQN family,
         DDPG, TD3, SAC) have one; on-policy ones cannot learn from an asynchronous sampler
@@ -61,6 +62,25 @@ class RLAlgorithm(abc.ABC):
 
     def optim_initialize(self, rank: int = 0) -> None:
         """Build the optimizer once the agent is on its device (a no-op unless overridden)."""
+
+    # ---- replay owned by an asynchronous run's optimizer -------------------------------------
+    _deferred_replay: Any = None  # (examples, batch_spec) until the optimizer builds replay
+
+    @property
+    def replay_deferred(self) -> bool:
+        """Whether the replay buffer waits for :meth:`build_deferred_replay` (an asynchronous
+        run whose optimizer alone appends to and samples from it: it is built in the
+        optimizer process, on the optimizer's device)."""
+        return self._deferred_replay is not None
+
+    def build_deferred_replay(self) -> None:
+        """Build the replay :meth:`async_initialize` deferred (``shared_replay=False``), now
+        that the agent is on its device; a no-op otherwise."""
+        if self._deferred_replay is None:
+            return
+        examples, batch_spec = self._deferred_replay
+        self._deferred_replay = None
+        self.initialize_replay_buffer(examples, batch_spec, async_=False)
 
     @abc.abstractmethod
     def optimize_agent(self, itr: int, samples: Any = None, sampler_itr: int | None = None) -> Any:

@@ -16,9 +16,12 @@
   the replay takes at most :data:`DEVICE_REPLAY_FRACTION` of the device's free memory, else
   ``"prefetch"``.
 
-An asynchronous runner whose sampler appends through a copier process shares a host replay
-between processes: there, ``"device"`` is refused and ``"auto"`` means ``"prefetch"`` on CUDA
-(the prefetcher runs in the optimizer process, over the shared buffer).
+An asynchronous run whose optimizer is the only process to append to and sample from replay
+(``copier="optimizer"``, one optimizer rank: the default) builds its replay in the optimizer
+process, on its device, with the same choices. One that shares a host replay between
+processes (a copier process, or several optimizer ranks) refuses ``"device"``, and there
+``"auto"`` means ``"prefetch"`` on CUDA (each optimizer process prefetches from the shared
+buffer).
 """
 from __future__ import annotations
 
@@ -29,10 +32,11 @@ import torch
 
 from rlfast.replays import PrefetchingReplay, make_replay_buffer
 from rlfast.utils.checks import check_choice
+from rlfast.utils.logging import logger
 
 __all__ = ["REPLAY_DEVICES", "DEVICE_REPLAY_FRACTION", "estimate_replay_bytes",
            "resolve_replay_device", "takes_device_priorities", "build_replay_buffer",
-           "prefetched", "replay_to_save"]
+           "prefetched", "replay_to_save", "close_replay"]
 
 REPLAY_DEVICES = ("auto", "host", "device", "prefetch")
 # Share of the free device memory a device replay may take under "auto": the rest is left to
@@ -135,7 +139,12 @@ def make_learner_replay(setting: str, device: torch.device | str | None, batch_B
                                      bool(kwargs.get("frames")),
                                      int(kwargs.get("n_step_return", 1)))
     choice = resolve_replay_device(setting, device, estimate, owner=owner)
-    return build_replay_buffer(choice, torch.device(device or "cpu"), batch_B, **kwargs), choice
+    buffer = build_replay_buffer(choice, torch.device(device or "cpu"), batch_B, **kwargs)
+    where = {"host": "host memory", "device": f"{device}",
+             "prefetch": f"host memory, prefetched to {device}"}[choice]
+    logger.log(f"{owner}: replay of {kwargs['size']:,} steps ({mebibytes(estimate)}) in "
+               f"{where} (replay_device={setting!r})")
+    return buffer, choice
 
 
 def finish_shared_replay(buffer: Any, setting: str, device: torch.device | str | None,
@@ -156,3 +165,11 @@ def replay_to_save(buffer: Any) -> Any:
         buffer.flush()
         return buffer.buffer
     return buffer
+
+
+def close_replay(algo: Any) -> None:
+    """Stop the prefetching thread of ``algo``'s replay, if it has one (a runner's shutdown,
+    on every exit path); other buffers hold no thread."""
+    buffer = getattr(algo, "replay_buffer", None)
+    if isinstance(buffer, PrefetchingReplay):
+        buffer.close()

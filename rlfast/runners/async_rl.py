@@ -30,10 +30,11 @@ from typing import Any
 import numpy as np
 import psutil
 
+from rlfast.algos.replay_choice import close_replay
 from rlfast.runners.async_processes import AsyncCtrl, async_child
 from rlfast.runners.minibatch_rl import MinibatchRlBase, MinibatchRl, MinibatchRlEval
-from rlfast.runners.snapshots import (restore_models_and_replay, restore_training_state,
-                                      resume_start_itr)
+from rlfast.runners.snapshots import (restore_models_and_replay, restore_replay,
+                                      restore_training_state, resume_start_itr)
 from rlfast.utils.checks import check_int
 from rlfast.utils.collections import AttrDict
 from rlfast.utils.distributed import (DEFAULT_DIST_TIMEOUT_S, DistEnv, broadcast_int,
@@ -129,6 +130,14 @@ class AsyncRlBase(MinibatchRlBase):
             backend, dist_timeout, type(self).__name__, on_cuda)
         self._opt_ranks: ProcessSupervisor | None = None
 
+    @property
+    def shares_replay(self) -> bool:
+        """Whether the replay is shared between processes (on shared memory, behind a
+        reader-writer lock): when a copier process appends to it, or several optimizer ranks
+        sample from it. Otherwise the optimizer alone appends and samples, and keeps its
+        replay where ``replay_device`` says (on its GPU, by default)."""
+        return self.copier == "process" or self.n_optimizers > 1
+
     # ---- startup / shutdown ------------------------------------------------------------------
     def startup(self) -> int:
         """Seed, build the agent and double buffer (``sampler.async_initialize``) and the
@@ -145,10 +154,13 @@ class AsyncRlBase(MinibatchRlBase):
                                             seed=self.sampler_seed())
         self.itr_batch_size = sampler.batch_spec.size
         n_itr = self.get_n_itr()
+        # With the optimizer as the copier and one optimizer rank, the replay is the
+        # optimizer's own: built in optim_initialize on its device (a device replay on a GPU).
         self.replay_buffer = algo.async_initialize(
             agent, n_itr, sampler.batch_spec, sampler.mid_batch_reset, examples,
-            world_size=self.n_optimizers)
+            world_size=self.n_optimizers, shared_replay=self.shares_replay)
         self._start_itr = 0
+        self._replay_deferred = algo.replay_deferred
         if self._resume is not None:  # before the fork: the sampler acts with these parameters
             snapshot, snapshot_dir = self._resume
             self._start_itr = resume_start_itr(self, snapshot, n_itr)
@@ -162,6 +174,9 @@ class AsyncRlBase(MinibatchRlBase):
         else:
             agent.to_device(self.affinity.get("cuda_idx"))
         algo.optim_initialize(rank=0)
+        self.replay_buffer = algo.replay_buffer
+        if self._resume is not None and self._replay_deferred:
+            restore_replay(self, *self._resume)
         algo.on_update = self._after_update
         self._published = algo.update_counter
         self.initialize_logging()
@@ -287,6 +302,7 @@ class AsyncRlBase(MinibatchRlBase):
             _end(process)
         self._grandchildren = []
         self.algo.on_update = None
+        close_replay(self.algo)
         self._restore_master_affinity()
 
     # ---- the optimizer loop ------------------------------------------------------------------
@@ -306,7 +322,7 @@ class AsyncRlBase(MinibatchRlBase):
         optimizer is the copier), so the sampler never waits longer than one update for its
         slot to be freed."""
         if update_counter - self._published >= self.algo.updates_per_sync:
-            self.agent.send_shared_memory(update_counter)
+            self.agent.send_shared_memory(update_counter, wait=False)  # GPU: no host wait
             self._published = update_counter
         if not self.stop_requested:
             self._handle(self._supervisor.receive(0))

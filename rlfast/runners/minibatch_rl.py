@@ -17,6 +17,7 @@ import numpy as np
 import psutil
 import torch
 
+from rlfast.algos.replay_choice import close_replay
 from rlfast.utils.interrupts import SigtermGuard, TrainingInterrupted, signal_name
 from rlfast.runners.snapshots import (RESUME_SEED_STRIDE, build_snapshot, check_resumable,
                                       replay_sidecars, restore_snapshot,
@@ -246,6 +247,7 @@ class MinibatchRlBase(abc.ABC):
             if batches is not None:
                 batches.stop()
                 self._overlap_batches = None
+            close_replay(self.algo)
             self._restore_master_affinity()
 
     def _restore_master_affinity(self) -> None:

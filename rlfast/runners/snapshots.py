@@ -95,11 +95,20 @@ def restore_models_and_replay(runner: MinibatchRlBase, snapshot: Mapping[str, An
     """The first part of a resume: the agent's parameters, the algorithm's counters and the
     replay buffer (an asynchronous runner does this before it forks its sampler, which then
     acts with the trained parameters and appends to the restored buffer)."""
-    itr = int(snapshot["itr"])
     runner.agent.load_state_dict(snapshot["agent_state_dict"])
     if runner.sampling_agent is not runner.agent:  # overlap: the sampler acts with a copy
         runner.agent.publish_to(runner.sampling_agent)
     runner.algo.load_state_dict(snapshot["algo_state"])
+    if not getattr(runner.algo, "replay_deferred", False):
+        restore_replay(runner, snapshot, snapshot_dir)
+
+
+def restore_replay(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
+                   snapshot_dir: str | None) -> None:
+    """The replay buffer's part of a resume (part of :func:`restore_models_and_replay`; an
+    asynchronous run whose optimizer builds the replay on its device calls it once built):
+    the saved replay file, or learning paused until replay is refilled."""
+    itr = int(snapshot["itr"])
     # In a multi-rank run rank 0 alone saved the snapshot: its replay and environments are
     # rank 0's, and the other ranks refill their buffers and start new episodes.
     own_state = runner.rank == 0

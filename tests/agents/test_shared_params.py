@@ -95,3 +95,73 @@ def test_concurrent_publish_and_pull_never_tear():
     child.join()
     assert child.exitcode == 0
     assert pulls > 20
+
+
+class _FakeEvent:
+    """A CUDA event stand-in: 'not done' to ``busy`` queries, then done."""
+
+    def __init__(self, busy: int):
+        self.busy, self.recorded, self.waited = busy, False, False
+
+    def record(self) -> None:
+        self.recorded = True
+
+    def query(self) -> bool:
+        self.busy -= 1
+        return self.busy < 0
+
+    def synchronize(self) -> None:
+        self.waited = True
+        self.busy = -1
+
+
+def _async_board(model, busy: int = 1):
+    """A board whose publish_async runs its CUDA branch on the CPU: plain staging memory and
+    fake events that report the copy under way for ``busy`` queries."""
+    board = SharedParams(model)
+    events = []
+
+    def new_event():
+        events.append(_FakeEvent(busy))
+        return events[-1]
+
+    board.staging_tensor = lambda like: torch.empty(like.shape, dtype=like.dtype)
+    board.new_event = new_event
+    return board, events
+
+
+def test_publish_async_stages_then_publishes_once_the_copy_is_done():
+    optimizer, sampler = Net(), Net()
+    board, events = _async_board(optimizer, busy=1)
+    _fill(optimizer, 1.0)
+    assert board.publish_async(optimizer, updates=5) is False  # staged: no version yet
+    assert board.publishing and board.version == 0 and events[0].recorded
+    _fill(optimizer, 2.0)  # later updates do not change what was staged
+    assert board.publish_async(optimizer, updates=6) is False  # the copy is still under way
+    assert board.publish_async(optimizer, updates=7) is True  # done: version 1, the staged state
+    assert board.version == 1 and board.published_updates == 5
+    assert board.pull(sampler) == 5 and _values(sampler) == {1.0}
+
+
+def test_publish_async_waits_for_the_sampler_to_pull_before_staging_again():
+    optimizer, sampler = Net(), Net()
+    board, events = _async_board(optimizer, busy=0)
+    board.publish_async(optimizer, updates=1)
+    assert board.publish_async(optimizer, updates=2) is True  # version 1 out
+    assert board.publish_async(optimizer, updates=3) is False and not board.publishing
+    assert len(events) == 1  # nothing staged while the sampler has not pulled version 1
+    board.pull(sampler)
+    board.publish_async(optimizer, updates=4)
+    assert board.publishing and len(events) == 2
+
+
+def test_flush_publishes_the_staged_copy_waiting_for_it():
+    optimizer = Net()
+    board, events = _async_board(optimizer, busy=100)
+    _fill(optimizer, 4.0)
+    board.publish_async(optimizer, updates=9)
+    board.flush()
+    assert events[0].waited and board.version == 1 and board.published_updates == 9
+    assert not board.publishing
+    board.flush()  # nothing staged: nothing happens
+    assert board.version == 1

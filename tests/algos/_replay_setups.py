@@ -15,9 +15,11 @@ import torch
 
 from rlfast.agents import CatDqnAgent, DqnAgent, R2d1Agent, SacAgent, Td3Agent
 from rlfast.algos import DQN, R2D1, SAC, TD3, CategoricalDQN
-from rlfast.envs import make
+from rlfast.envs import EnvSpaces, make
 from rlfast.samplers import CpuWaitResetCollector, SerialSampler
+from rlfast.spaces import FloatBox, IntBox
 
+CARTPOLE_SPACES = EnvSpaces(observation=FloatBox(-5.0, 5.0, shape=(4,)), action=IntBox(0, 2))
 KINDS = ("dqn", "catdqn", "r2d1", "sac")  # the four the host-read bound names
 ALL_KINDS = KINDS + ("td3",)
 

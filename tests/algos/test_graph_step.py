@@ -159,3 +159,16 @@ def test_the_program_reads_the_host_as_rarely_as_the_plain_step(kind, prioritize
         algo.optimize_agent(3, None)
     steps = algo.update_counter - steps
     assert syncs.count == (steps if per_step else 1), syncs.report()
+
+
+def test_noisy_networks_take_the_plain_step():
+    """Sampling replaces a noisy layer's noise tensors, which a captured graph would not see."""
+    from rlfast.agents import DqnAgent
+    from rlfast.algos import DQN
+    algo = DQN()
+    algo.program_capture = graph_step.eager_program
+    algo.agent = DqnAgent(model_kwargs=dict(hidden_sizes=[8], noisy=True))
+    algo.agent.initialize(_replay_setups.CARTPOLE_SPACES)
+    algo.optim_initialize()
+    assert algo.agent.noisy and algo.guarded_steps.skips_on_device
+    assert algo.graph_step(None) is None

@@ -44,6 +44,10 @@ class DQN(RLAlgorithm):
     to ``pri_beta_final`` over ``pri_beta_steps`` once learning starts) and stores stacked
     frames once with ``frame_buffer``; ``ReplayBufferCls`` overrides the choice. Under an
     asynchronous runner the sampler gets new parameters every ``updates_per_sync`` updates.
+    ``replay_device`` says where replay lives (``auto``: host on the CPU; on a GPU the device,
+    or the host behind a prefetcher when memory is short; see
+    :mod:`rlfast.algos.replay_choice`). ``compile=True`` compiles the loss and runs the whole
+    update as one program, a CUDA graph on CUDA (:mod:`rlfast.algos.graph_step`).
     """
 
     opt_info_fields = tuple(OptInfo._fields)
@@ -108,17 +112,19 @@ class DQN(RLAlgorithm):
         self.optim_initialize(rank)
 
     def async_initialize(self, agent: Any, sampler_n_itr: int, batch_spec: Any,
-                         mid_batch_reset: bool, examples: Any, world_size: int = 1) -> Any:
+                         mid_batch_reset: bool, examples: Any, world_size: int = 1,
+                         shared_replay: bool = True) -> Any:
         """Asynchronous runners, in the master before the sampler process forks: the same
         schedule as :meth:`initialize` (in sampler iterations) and a replay buffer in shared
         memory (an ``Async*`` buffer), which is returned; the optimizer is built later by
         :meth:`optim_initialize`, once the agent is on its device."""
         self.world_size = check_int(world_size, "world_size", minimum=1, owner=type(self).__name__)
-        self._setup(agent, sampler_n_itr, batch_spec, mid_batch_reset, examples, async_=True)
+        self._setup(agent, sampler_n_itr, batch_spec, mid_batch_reset, examples, async_=True,
+                    shared_replay=shared_replay)
         return self.replay_buffer
 
     def _setup(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
-               examples: Any, async_: bool) -> None:
+               examples: Any, async_: bool, shared_replay: bool = True) -> None:
         self.check_collector(mid_batch_reset)
         self.agent = agent
         self.n_itr = n_itr
@@ -133,8 +139,11 @@ class DQN(RLAlgorithm):
         if hasattr(agent, "set_epsilon_itr_min_max"):
             agent.set_epsilon_itr_min_max(self.min_itr_learn, self.min_itr_learn + eps_itr_max)
         self.pri_beta_itr = max(1, self.pri_beta_steps // self.sampler_bs)
-        self._shared_replay = async_
-        self.initialize_replay_buffer(examples, batch_spec, async_=async_)
+        self._shared_replay = async_ and shared_replay
+        if async_ and not shared_replay:  # the optimizer process builds it, on its device
+            self._deferred_replay, self.replay_buffer = (examples, batch_spec), None
+        else:
+            self.initialize_replay_buffer(examples, batch_spec, async_=async_)
 
     def check_collector(self, mid_batch_reset: bool) -> None:
         """Refuse a collector that cannot feed this algorithm (here: one without resets in the
@@ -154,6 +163,7 @@ class DQN(RLAlgorithm):
         asynchronous run's optimizer process, also put a prefetcher in front of the shared
         replay where ``replay_device`` asks for one (see :mod:`rlfast.algos.replay_choice`)."""
         self.rank = rank
+        self.build_deferred_replay()
         if getattr(self, "_shared_replay", False) and self.ReplayBufferCls is None:
             self.replay_buffer, self.replay_choice = finish_shared_replay(
                 self.replay_buffer, self.replay_device, self.agent.device,
@@ -277,10 +287,12 @@ class DQN(RLAlgorithm):
     def graph_step(self, batch: Any) -> GraphStep | None:
         """The step program for ``compile=True`` (or a test's ``program_capture``), built at
         the first batch; None for the plain step, also when the optimizer cannot refuse a
-        step on the device (it has no fused kernel), which a program needs."""
+        step on the device (it has no fused kernel), which a program needs, and for noisy
+        networks (each sampling step replaces their noise tensors, which a captured graph would
+        not see: they train with the compiled loss, step by step)."""
         if not (self.compile or self.program_capture is not None):
             return None
-        if not self.guarded_steps.skips_on_device:
+        if not self.guarded_steps.skips_on_device or getattr(self.agent, "noisy", False):
             return None
         if self._program is None:
             self._program = GraphStep(

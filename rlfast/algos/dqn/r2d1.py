@@ -80,10 +80,11 @@ class R2D1(DQN):
         self.input_priority_shift = int(input_priority_shift or 0)
 
     def _setup(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
-               examples: Any, async_: bool) -> None:
+               examples: Any, async_: bool, shared_replay: bool = True) -> None:
         """As DQN's; learning starts no earlier than the first complete sequence (burn-in,
         training steps and n-step targets, from a stored state)."""
-        super()._setup(agent, n_itr, batch_spec, mid_batch_reset, examples, async_)
+        super()._setup(agent, n_itr, batch_spec, mid_batch_reset, examples, async_,
+                       shared_replay)
         needed_T = self.warmup_T + self.batch_T + self.n_step_return + self.store_rnn_state_interval
         self.min_itr_learn = max(self.min_itr_learn, -(-needed_T // batch_spec.T))
 

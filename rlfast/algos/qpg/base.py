@@ -46,6 +46,9 @@ class QpgAlgoBase(RLAlgorithm):
     ``ReplayBufferCls`` names another; ``replay_ratio`` is how many times each sampled step
     is replayed on average. ``linear_lr_schedule`` scales every learning rate by the fraction
     of the run still to come (zero at its end; rl-baselines3-zoo's ``lin_`` rates).
+    ``replay_device`` says where replay lives (:mod:`rlfast.algos.replay_choice`);
+    ``compile=True`` compiles the losses and runs each update as one program, a CUDA graph on
+    CUDA (:mod:`rlfast.algos.graph_step`).
     """
 
     OptInfoCls = None  # namedtuple of lists, set by subclasses
@@ -105,16 +108,18 @@ class QpgAlgoBase(RLAlgorithm):
         self.optim_initialize(rank)
 
     def async_initialize(self, agent: Any, sampler_n_itr: int, batch_spec: Any,
-                         mid_batch_reset: bool, examples: Any, world_size: int = 1) -> Any:
+                         mid_batch_reset: bool, examples: Any, world_size: int = 1,
+                         shared_replay: bool = True) -> Any:
         """Asynchronous runners, in the master before the sampler process forks: the
         schedule of :meth:`initialize` and a shared-memory (``Async*``) replay buffer, which
         is returned; :meth:`optim_initialize` builds the optimizer later, on the device."""
         self.world_size = check_int(world_size, "world_size", minimum=1, owner=type(self).__name__)
-        self._setup(agent, sampler_n_itr, batch_spec, mid_batch_reset, examples, async_=True)
+        self._setup(agent, sampler_n_itr, batch_spec, mid_batch_reset, examples, async_=True,
+                    shared_replay=shared_replay)
         return self.replay_buffer
 
     def _setup(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
-               examples: Any, async_: bool) -> None:
+               examples: Any, async_: bool, shared_replay: bool = True) -> None:
         if not mid_batch_reset:
             raise ValueError(f"{type(self).__name__} replays single transitions: use a "
                              f"collector that resets mid-batch (CpuResetCollector / "
@@ -129,8 +134,11 @@ class QpgAlgoBase(RLAlgorithm):
                                                  self.batch_size))
         self.min_itr_learn = int(self.min_steps_learn // self.sampler_bs)
         agent.give_min_itr_learn(self.min_itr_learn)
-        self._shared_replay = async_
-        self.initialize_replay_buffer(examples, batch_spec, async_=async_)
+        self._shared_replay = async_ and shared_replay
+        if async_ and not shared_replay:  # the optimizer process builds it, on its device
+            self._deferred_replay, self.replay_buffer = (examples, batch_spec), None
+        else:
+            self.initialize_replay_buffer(examples, batch_spec, async_=async_)
 
     def initialize_replay_buffer(self, examples: dict, batch_spec: Any,
                                  async_: bool = False) -> None:
@@ -176,6 +184,7 @@ class QpgAlgoBase(RLAlgorithm):
         """One optimizer over every parameter group (fused Adam where possible), restoring
         ``initial_optim_state_dict`` if given."""
         self.rank = rank
+        self.build_deferred_replay()
         if getattr(self, "_shared_replay", False) and self.ReplayBufferCls is None:
             self.replay_buffer, self.replay_choice = finish_shared_replay(
                 self.replay_buffer, self.replay_device, self.agent.device,

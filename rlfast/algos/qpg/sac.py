@@ -74,7 +74,7 @@ class SAC(QpgAlgoBase):
                                           owner="SAC")
 
     def _setup(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool,
-               examples: Any, async_: bool) -> None:
+               examples: Any, async_: bool, shared_replay: bool = True) -> None:
         """Check for twin critics, create ``log_alpha`` (learned or fixed) and resolve the
         target entropy, then set up as QpgAlgoBase does (for :meth:`initialize` and
         :meth:`async_initialize`)."""
@@ -91,7 +91,8 @@ class SAC(QpgAlgoBase):
         # made once (a tensor made in the loss would be a host-to-device copy per update,
         # which a CUDA graph cannot capture)
         self._fixed_alpha = torch.tensor(float(self.fixed_alpha or 0.0), device=agent.device)
-        super()._setup(agent, n_itr, batch_spec, mid_batch_reset, examples, async_)
+        super()._setup(agent, n_itr, batch_spec, mid_batch_reset, examples, async_,
+                       shared_replay)
 
     def optim_initialize(self, rank: int = 0) -> None:
         """Put ``log_alpha`` on the agent's device (an async optimizer moves the agent after
