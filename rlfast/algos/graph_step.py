@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from rlfast.algos.guarded_steps import stack_scalars
+
 __all__ = ["GraphStep", "capture_cuda_graph", "eager_program", "static_copy", "copy_into",
            "CapturableRates", "capture_for", "check_compile", "WARMUP_STEPS"]
 
@@ -173,8 +175,8 @@ class GraphStep:
         """The step (static tensors only, no host read): terms, guarded step, outputs."""
         scalars, extra, priorities = self.terms(self.batch)
         names = tuple(scalars)
-        head = torch.stack([scalars[n].detach().reshape(()).to(torch.float64) for n in names])
-        finite = torch.isfinite(torch.stack([head[names.index(n)] for n in self.checked])).all()
+        head = stack_scalars(scalars.values())
+        finite = torch.isfinite(torch.stack([head[names.index(n)] for n in self.checked]).sum())
         torch.logical_or(self.failed, ~finite, out=self.failed)
         self.found_inf.copy_(self.failed)
         self.optimizer.found_inf = self.found_inf

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["GuardedSteps", "skips_on_device", "StepRecord"]
+__all__ = ["GuardedSteps", "skips_on_device", "StepRecord", "stack_scalars"]
 
 
 def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
@@ -36,6 +36,15 @@ def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
     (Adam, AdamW, SGD with ``fused=True``) that takes ``found_inf`` from a ``GradScaler``."""
     return bool(getattr(optimizer, "_step_supports_amp_scaling", False)) and all(
         group.get("fused") for group in optimizer.param_groups)
+
+
+def stack_scalars(values: Any) -> torch.Tensor:
+    """0-d tensors (detached) as one float64 row: one stack, then one conversion when they
+    share a dtype (the common case), else each converted first."""
+    values = [v.detach().reshape(()) for v in values]
+    if all(v.dtype == values[0].dtype for v in values):
+        return torch.stack(values).to(torch.float64)
+    return torch.stack([v.to(torch.float64) for v in values])
 
 
 class StepRecord:
@@ -69,6 +78,7 @@ class GuardedSteps:
         self._pending: list = []
         self._failed: torch.Tensor | None = None
         self.steps_applied = 0  # after end(): steps before the first non-finite one
+        self._slices: dict = {}
 
     @property
     def skips_on_device(self) -> bool:
@@ -95,12 +105,8 @@ class GuardedSteps:
         :meth:`end`.
         """
         names = tuple(scalars)
-        missing = [name for name in checked if name not in scalars]
-        if missing:
-            raise KeyError(f"checked names {missing} are not among the scalars {names}")
-        head = torch.stack([scalars[name].detach().reshape(()).to(torch.float64)
-                            for name in names])
-        finite = torch.isfinite(torch.stack([head[names.index(name)] for name in checked])).all()
+        head = stack_scalars(scalars.values())
+        finite = torch.isfinite(head[self._checked_slice(names, tuple(checked))].sum())
         parts = [head, finite.to(torch.float64).reshape(1)]
         n_extra = 0
         if extra is not None:
@@ -145,6 +151,21 @@ class GuardedSteps:
             self.check_finite(itr, record.scalars)
         self._pending.append(record)
         return values[row.numel():]
+
+    def _checked_slice(self, names: tuple, checked: tuple) -> Any:
+        """Where the ``checked`` scalars sit in the row: a slice when they are contiguous (a
+        sum over it is non-finite exactly when one of them is), else their positions."""
+        key = (names, checked)
+        found = self._slices.get(key)
+        if found is None:
+            missing = [name for name in checked if name not in names]
+            if missing:
+                raise KeyError(f"checked names {missing} are not among the scalars {names}")
+            positions = [names.index(name) for name in checked]
+            contiguous = positions == list(range(positions[0], positions[0] + len(positions)))
+            found = slice(positions[0], positions[-1] + 1) if contiguous else positions
+            self._slices[key] = found
+        return found
 
     @staticmethod
     def _record(names: tuple, values: np.ndarray, n_extra: int) -> StepRecord:

@@ -1,5 +1,5 @@
 """Seeded learning checks: SAC and TD3 reach an evaluation return of -250 on Pendulum-v1
-within 20k environment steps.
+within 20k environment steps (SAC also with the device replay).
 
 Each run is exactly ``rlfast train {sac,td3} Pendulum-v1`` (the Pendulum-tuned preset from
 ``rlfast.experiments.qpg_presets``, serial sampler, one environment, one gradient update per
@@ -23,9 +23,10 @@ THRESHOLD = -250.0
 SEEDS = {"sac": 0, "td3": 0}
 
 
-def _run(algo: str, seed: int, tmp_path):
+def _run(algo: str, seed: int, tmp_path, replay_device: str = "auto"):
     config = get_preset(algo, "Pendulum-v1")
     config["runner"].update(n_steps=BUDGET, log_interval_steps=1000)
+    config["algo"]["replay_device"] = replay_device
     runner = build_experiment(algo, "Pendulum-v1", config, sampler="serial", seed=seed,
                               affinity=dict(master_torch_threads=torch.get_num_threads()))
     runner.progress_bar = False
@@ -33,10 +34,14 @@ def _run(algo: str, seed: int, tmp_path):
     return train(runner, tmp_path, f"{algo}_pendulum")
 
 
-@pytest.mark.parametrize("algo", ["sac", "td3"])
-def test_reaches_minus_250_on_pendulum_within_20k_steps(algo, tmp_path, record_property):
+@pytest.mark.parametrize("algo, replay_device", [("sac", "auto"), ("td3", "auto"),
+                                                  ("sac", "device")])
+def test_reaches_minus_250_on_pendulum_within_20k_steps(algo, replay_device, tmp_path,
+                                                       record_property):
+    """``device``: the replay in torch tensors (here on the CPU, the GPU path's code), which
+    draws its batches from torch's generator instead of numpy's: another learning run."""
     seed = SEEDS[algo]
-    result = _run(algo, seed, tmp_path)
+    result = _run(algo, seed, tmp_path, replay_device)
     evals = result["eval_returns"]
     history = describe(result)
     print(f"{algo.upper()} Pendulum-v1 (seed {seed}) evals (steps:return): {history}")

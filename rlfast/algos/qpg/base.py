@@ -23,7 +23,7 @@ import torch
 
 from rlfast.algos.base import RLAlgorithm
 from rlfast.algos.graph_step import GraphStep, capture_for, check_compile
-from rlfast.algos.guarded_steps import GuardedSteps
+from rlfast.algos.guarded_steps import GuardedSteps, stack_scalars
 from rlfast.algos.replay_choice import (REPLAY_DEVICES, finish_shared_replay, make_learner_replay,
                                         takes_device_priorities)
 from rlfast.utils.checks import check_choice, check_fraction, check_int, check_positive
@@ -289,7 +289,7 @@ class QpgAlgoBase(RLAlgorithm):
                  for params in self._clip_groups]
         scalars = {**info, "loss": loss.detach(), **dict(zip(self._grad_norm_names, norms))}
         row = self.diagnostics(info, norms, update_policy)
-        extra = torch.stack([row[f].detach().float().reshape(()) for f in self.OptInfoCls._fields])
+        extra = stack_scalars(row[f] for f in self.OptInfoCls._fields)
         return scalars, extra, td_abs
 
     def compiled_losses(self, batch: Any, update_policy: bool) -> Any:
