@@ -186,8 +186,8 @@ class _ProbeAgent(DqnAgent):
         self.probe = ctx.RawArray("d", 5)
         self.published = {0: _checksum(self.model)}
 
-    def send_shared_memory(self, updates=0):
-        super().send_shared_memory(updates)
+    def send_shared_memory(self, updates=0, wait=True):
+        super().send_shared_memory(updates, wait)  # on the CPU wait=False publishes at once
         self.published[updates] = _checksum(self.model)
 
     def recv_shared_memory(self):
