@@ -18,11 +18,12 @@ from typing import Any
 import torch
 
 from rlfast.replays.base import ReplayBufferBase
-from rlfast.replays.collections import AgentInputs, SamplesFromReplay
+from rlfast.replays.collections import SamplesFromReplay
 from rlfast.replays.device_storage import DeviceReplayStorage, check_device
 from rlfast.replays.device_tree import DevicePrioritizedSampling
+from rlfast.replays.non_sequence import transitions_at
 from rlfast.replays.ring import valid_age_range
-from rlfast.replays.sampling import _not_enough, _too_small
+from rlfast.replays.sampling import UniformSampling, _not_enough, check_starts
 from rlfast.utils.checks import check_int
 
 __all__ = ["DeviceUniformSampling", "DeviceUniformReplayBuffer", "DeviceUniformReplayFrameBuffer",
@@ -47,12 +48,7 @@ class DeviceUniformSampling:
     def __init__(self, storage: DeviceReplayStorage, off_backward: int, stride: int = 1,
                  device: str | torch.device | None = None):
         self.storage = storage
-        self.off_backward = check_int(off_backward, "off_backward", minimum=0)
-        self.stride = check_int(stride, "stride", minimum=1)
-        if storage.T % self.stride:
-            raise ValueError(f"stride {self.stride} must divide T={storage.T}")
-        if self.off_backward + storage.off_forward >= storage.T:
-            raise ValueError(_too_small(storage, self.off_backward))
+        self.off_backward, self.stride = check_starts(storage, off_backward, stride)
         self.device = storage.device if device is None else check_device(device)
         if self.device != storage.device:
             raise ValueError(f"the sampling scheme's device {self.device} must be the storage's "
@@ -61,11 +57,7 @@ class DeviceUniformSampling:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed((torch.initial_seed() + _SEED_OFFSET) % 2 ** 64)
 
-    def advance(self, T_in: int, priorities: Any = None) -> None:
-        """Called after each append (nothing to track for uniform sampling)."""
-        if priorities is not None:
-            raise ValueError("input priorities were given to a uniform replay buffer; use a "
-                             "Prioritized* buffer with input_priorities=True")
+    advance = UniformSampling.advance  # nothing to track; input priorities are refused
 
     def sample(self, n: int, ages: Any = None, B_idxs: Any = None
                ) -> tuple[torch.Tensor, torch.Tensor, None]:
@@ -125,21 +117,7 @@ def extract_device_transitions(storage: DeviceReplayStorage, T_idxs: torch.Tenso
     """``SamplesFromReplay`` of device tensors: the transitions at ``(T_idxs[i], B_idxs[i])``
     (int64 device tensors), as :func:`~rlfast.replays.non_sequence.extract_transitions`
     gathers them from numpy, with no host read."""
-    k = T_idxs.shape[0]
-    # Inputs at t and at t + n in one gather each.
-    T_all = torch.cat([T_idxs, (T_idxs + storage.n_step_return) % storage.T])
-    B_all = torch.cat([B_idxs, B_idxs])
-    observation = storage.observation(T_all, B_all)
-    prev_action, prev_reward = storage.prev_inputs(T_all, B_all)
-    s = storage.samples
-    return SamplesFromReplay(
-        agent_inputs=AgentInputs(observation[:k], prev_action[:k], prev_reward[:k]),
-        action=s.action[T_idxs, B_idxs],
-        return_=storage.samples_return_[T_idxs, B_idxs],
-        done=s.done[T_idxs, B_idxs],
-        done_n=storage.samples_done_n[T_idxs, B_idxs],
-        target_inputs=AgentInputs(observation[k:], prev_action[k:], prev_reward[k:]),
-    )
+    return transitions_at(storage, T_idxs, B_idxs, torch.cat)
 
 
 class DeviceUniformReplayBuffer(ReplayBufferBase):

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from rlfast.replays.cells import cell_array, cell_property
+from rlfast.replays.frames import check_observation, frame_layout, write_newest
 from rlfast.replays.ring import ring_slices
 
 __all__ = ["DeviceFrameStore", "torch_dtype", "as_device"]
@@ -53,25 +54,16 @@ class DeviceFrameStore:
         example = np.asarray(observation_example.detach().cpu()
                              if isinstance(observation_example, torch.Tensor)
                              else observation_example)
-        if example.ndim < 1 or not 1 <= example.shape[0] <= 65:
-            raise ValueError("a frame buffer needs stacked observations [C, ...] with 1 <= C "
-                             f"<= 65 frames, oldest first; got an example of shape "
-                             f"{example.shape}")
+        self.n_frames, self.frame_shape, bits_dtype, bit_values = frame_layout(example)
         self.device = torch.device(device)
-        self.n_frames = int(example.shape[0])
-        self.frame_shape = tuple(example.shape[1:])
         self.T, self.B = int(T), int(B)
         self.frames = torch.zeros((self.T + self.n_frames - 1, self.B) + self.frame_shape,
                                   dtype=torch_dtype(example.dtype), device=self.device)
-        n_bits = self.n_frames - 1
-        bits_dtype = next(d for d in (np.uint8, np.uint16, np.uint32, np.uint64)
-                          if np.dtype(d).itemsize * 8 >= n_bits)
         # Bit k of history_ok[t, b]: history slot k of step t matched the stored frame.
         self.history_ok = torch.zeros((self.T, self.B), dtype=torch_dtype(bits_dtype),
                                       device=self.device)
         # Bit values as int64 (the bit arithmetic runs in int64 on every device).
-        self._bit_values = torch.from_numpy(
-            (1 << np.arange(n_bits, dtype=np.uint64)).view(np.int64).copy()).to(self.device)
+        self._bit_values = torch.from_numpy(bit_values.view(np.int64).copy()).to(self.device)
         self._slots = torch.arange(self.n_frames, device=self.device)
         self._cells = cell_array(1, np.int64)
         self._written = False
@@ -86,24 +78,14 @@ class DeviceFrameStore:
         steps ``start, start + 1, ...`` (wrapping), and which of its history frames match the
         stored ones, compared on the device; the first write also stores its history."""
         C, T = self.n_frames, self.T
-        expected = (self.B, C) + self.frame_shape
-        if observation.dim() < 2 or tuple(observation.shape[1:]) != expected:
-            raise ValueError(f"observation must be [T_in, B, C, ...] = [T_in, {expected}]; got "
-                             f"shape {tuple(observation.shape)}")
+        check_observation(observation, self.B, C, self.frame_shape)
         frames = self.frames
         if not self._written and C > 1:
             # History of the first observation: rows 0 .. C-2 hold the C-1 older frames.
             frames[start:start + C - 1] = observation[0, :, :C - 1].transpose(0, 1)
         self._written = True
-        newest = observation[:, :, C - 1]
-        mirror_from = T - (C - 1)  # steps from here on are also kept in rows 0 .. C-2
         pieces = ring_slices(start, int(observation.shape[0]), T)
-        for rows, src in pieces:
-            frames[rows.start + C - 1:rows.stop + C - 1] = newest[src]
-            lo = max(rows.start, mirror_from)
-            if lo < rows.stop:
-                src_lo = src.start + lo - rows.start
-                frames[lo - mirror_from:rows.stop - mirror_from] = newest[src_lo:src.stop]
+        write_newest(frames, observation[:, :, C - 1], pieces, T, C)
         if C > 1:
             # Slot k of step t is rebuilt from row t + k: compare it with what was given.
             for rows, src in pieces:

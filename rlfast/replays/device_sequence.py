@@ -14,12 +14,12 @@ from typing import Any
 import torch
 
 from rlfast.replays.base import ReplayBufferBase
-from rlfast.replays.collections import AgentInputs, SequenceSamplesFromReplay
+from rlfast.replays.collections import SequenceSamplesFromReplay
 from rlfast.replays.device_buffers import DeviceUniformSampling, device_scheme
 from rlfast.replays.device_storage import DeviceReplayStorage
 from rlfast.replays.device_tree import DevicePrioritizedSampling
+from rlfast.replays.sequence import sequence_setup, sequences_at
 from rlfast.utils.buffer import buffer_func
-from rlfast.utils.checks import check_int
 
 __all__ = ["DeviceUniformSequenceReplayBuffer", "DeviceUniformSequenceReplayFrameBuffer",
            "DevicePrioritizedSequenceReplayBuffer", "DevicePrioritizedSequenceReplayFrameBuffer",
@@ -35,40 +35,20 @@ def extract_device_sequences(storage: DeviceReplayStorage, T_idxs: torch.Tensor,
     offsets = torch.arange(length, device=T_idxs.device)
     steps_grid = (T_idxs[None, :] + offsets[:, None]) % storage.T  # [length, n]
     envs_grid = B_idxs[None, :].expand(length, n)
-    steps, envs = steps_grid.reshape(-1), envs_grid.reshape(-1)
-
-    def unflatten(x: torch.Tensor) -> torch.Tensor:
-        return x.reshape((length, n) + tuple(x.shape[1:]))
 
     def gather(x: torch.Tensor) -> torch.Tensor:
         return x[steps_grid, envs_grid]
 
-    observation = buffer_func(storage.observation(steps, envs), unflatten)
-    prev_action, prev_reward = buffer_func(storage.prev_inputs(steps, envs), unflatten)
-    s = storage.samples
-    return SequenceSamplesFromReplay(
-        agent_inputs=AgentInputs(observation, prev_action, prev_reward),
-        action=buffer_func(s.action, gather),
-        return_=gather(storage.samples_return_),
-        done=gather(s.done),
-        done_n=gather(storage.samples_done_n),
-        init_rnn_state=storage.rnn_state(T_idxs, B_idxs),
-    )
+    return sequences_at(storage, T_idxs, B_idxs, steps_grid.reshape(-1), envs_grid.reshape(-1),
+                        length, lambda x: buffer_func(x, gather))
 
 
-def _sequence_setup(cls_name: str, example: Any, size: int, B: int, rnn_state_interval: int,
-                    batch_T: int, discount: float, n_step_return: int, frame_based: bool,
-                    device: str | torch.device) -> tuple[DeviceReplayStorage, int, int]:
-    """Storage, plus the backward window (steps) and stride shared by both schemes (as in
-    :mod:`rlfast.replays.sequence`)."""
-    batch_T = check_int(batch_T, "batch_T", minimum=1, owner=cls_name)
-    n_step_return = check_int(n_step_return, "n_step_return", minimum=1, owner=cls_name)
-    storage = DeviceReplayStorage(example, size, B, discount, n_step_return,
-                                  frame_based=frame_based, rnn_state_interval=rnn_state_interval,
-                                  device=device)
-    # The last of the batch_T + n rows must have its own n-step window written.
-    off_backward = batch_T + 2 * n_step_return - 2
-    return storage, off_backward, max(1, storage.rnn_state_interval)
+def _extract_batch(self: Any, T_idxs: torch.Tensor,
+                   B_idxs: torch.Tensor) -> SequenceSamplesFromReplay:
+    """The sequences of ``batch_T + n_step_return`` steps from these starts, as device
+    tensors (see :func:`extract_device_sequences`)."""
+    return extract_device_sequences(self.storage, T_idxs, B_idxs,
+                                    self.batch_T + self.n_step_return)
 
 
 class DeviceUniformSequenceReplayBuffer(ReplayBufferBase):
@@ -79,21 +59,14 @@ class DeviceUniformSequenceReplayBuffer(ReplayBufferBase):
     def __init__(self, example: Any, size: int, B: int, rnn_state_interval: int, batch_T: int,
                  discount: float = 1, n_step_return: int = 1,
                  device: str | torch.device = "cpu"):
-        storage, off_backward, stride = _sequence_setup(
-            type(self).__name__, example, size, B, rnn_state_interval, batch_T, discount,
-            n_step_return, self.frame_based, device)
-        self.batch_T = int(batch_T)
-        self.rnn_state_interval = storage.rnn_state_interval
+        storage, off_backward, stride = sequence_setup(
+            self, DeviceReplayStorage, example, size, B, rnn_state_interval, batch_T, discount,
+            n_step_return, device=device)
         super().__init__(storage, DeviceUniformSampling(storage, off_backward, stride))
 
     device = property(lambda self: self.storage.device, doc="Where every tensor lives.")
 
-    def extract_batch(self, T_idxs: torch.Tensor,
-                      B_idxs: torch.Tensor) -> SequenceSamplesFromReplay:
-        """The sequences of ``batch_T + n_step_return`` steps from these starts, as device
-        tensors (see :func:`extract_device_sequences`)."""
-        return extract_device_sequences(self.storage, T_idxs, B_idxs,
-                                        self.batch_T + self.n_step_return)
+    extract_batch = _extract_batch
 
 
 class DeviceUniformSequenceReplayFrameBuffer(DeviceUniformSequenceReplayBuffer):
@@ -113,11 +86,9 @@ class DevicePrioritizedSequenceReplayBuffer(ReplayBufferBase):
                  beta: float = 0.4, default_priority: float = 1, unique: bool = False,
                  input_priorities: bool = False, input_priority_shift: int = 0,
                  device: str | torch.device = "cpu"):
-        storage, off_backward, stride = _sequence_setup(
-            type(self).__name__, example, size, B, rnn_state_interval, batch_T, discount,
-            n_step_return, self.frame_based, device)
-        self.batch_T = int(batch_T)
-        self.rnn_state_interval = storage.rnn_state_interval
+        storage, off_backward, stride = sequence_setup(
+            self, DeviceReplayStorage, example, size, B, rnn_state_interval, batch_T, discount,
+            n_step_return, device=device)
         scheme = DevicePrioritizedSampling(
             storage, off_backward=off_backward, stride=stride, alpha=alpha, beta=beta,
             default_priority=default_priority, unique=unique,
@@ -128,12 +99,7 @@ class DevicePrioritizedSequenceReplayBuffer(ReplayBufferBase):
     device = property(lambda self: self.storage.device, doc="Where every tensor lives.")
     _prioritized = device_scheme
 
-    def extract_batch(self, T_idxs: torch.Tensor,
-                      B_idxs: torch.Tensor) -> SequenceSamplesFromReplay:
-        """The sequences of ``batch_T + n_step_return`` steps from these starts, as device
-        tensors (see :func:`extract_device_sequences`)."""
-        return extract_device_sequences(self.storage, T_idxs, B_idxs,
-                                        self.batch_T + self.n_step_return)
+    extract_batch = _extract_batch
 
 
 class DevicePrioritizedSequenceReplayFrameBuffer(DevicePrioritizedSequenceReplayBuffer):

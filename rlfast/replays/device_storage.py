@@ -14,8 +14,6 @@ in a small numpy array as the numpy twin keeps them, so snapshots treat both ali
 """
 from __future__ import annotations
 
-import math
-from collections import namedtuple
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,9 +23,10 @@ import torch
 from rlfast.replays.cells import cell_array, cell_property
 from rlfast.replays.device_frames import DeviceFrameStore, as_device, torch_dtype
 from rlfast.replays.ring import ring_rows, ring_slices
-from rlfast.replays.storage import _NOT_STORED, REQUIRED_FIELDS
+from rlfast.replays.storage import (add_n_step_returns, advance_cursor, appended_length,
+                                    check_example, check_rnn_example, off_forward, ring_shape,
+                                    storage_nbytes, stored_example)
 from rlfast.utils.buffer import buffer_from_example, buffer_func
-from rlfast.utils.checks import check_fraction, check_int
 
 __all__ = ["DeviceReplayStorage"]
 
@@ -42,14 +41,6 @@ def _leaf_pairs(dest: Any, src: Any, name: str) -> Iterator[tuple[torch.Tensor, 
             yield from _leaf_pairs(getattr(dest, field), getattr(src, field), f"{name}.{field}")
     elif dest is not None:
         yield dest, src, name
-
-
-def _nbytes(buf: Any) -> int:
-    if buf is None:
-        return 0
-    if hasattr(buf, "_fields"):
-        return sum(_nbytes(v) for v in buf)
-    return int(buf.nbytes)
 
 
 class _Staging:
@@ -113,23 +104,11 @@ class DeviceReplayStorage:
     def __init__(self, example: Any, size: int, B: int, discount: float = 1.0,
                  n_step_return: int = 1, frame_based: bool = False, rnn_state_interval: int = 0,
                  device: str | torch.device = "cpu", staging: bool | None = None):
-        if not hasattr(example, "_fields"):
-            raise TypeError(f"example must be a namedtuple/namedarraytuple of one sample with "
-                            f"fields {REQUIRED_FIELDS}; got {type(example).__name__}")
-        missing = [f for f in REQUIRED_FIELDS if f not in example._fields]
-        if missing:
-            raise ValueError(f"example lacks fields {missing}; it needs {REQUIRED_FIELDS} "
-                             f"(has {tuple(example._fields)})")
+        check_example(example)
         self.device = check_device(device)
-        size = check_int(size, "size", minimum=1)
-        self.B = check_int(B, "B", minimum=1)
-        self.n_step_return = check_int(n_step_return, "n_step_return", minimum=1)
-        self.discount = check_fraction(discount, "discount")
-        self.rnn_state_interval = check_int(rnn_state_interval, "rnn_state_interval", minimum=0)
-        T = math.ceil(size / self.B)
-        if self.rnn_state_interval > 0:
-            T = math.ceil(T / self.rnn_state_interval) * self.rnn_state_interval
-        self.T = T
+        self.T, self.B, self.n_step_return, self.discount, self.rnn_state_interval = \
+            ring_shape(size, B, discount, n_step_return, rnn_state_interval)
+        T = self.T
         self.size = T * self.B
         self._cells = cell_array(3, np.int64)  # t, full, n_appended: host integers
         self._stage = self.device.type == "cuda" if staging is None else bool(staging)
@@ -138,10 +117,7 @@ class DeviceReplayStorage:
         self._staging: dict[str, _Staging] = {}
         self._scratch: dict[str, torch.Tensor] = {}
 
-        stored = [f for f in example._fields if f not in _NOT_STORED
-                  and not (frame_based and f == "observation")]
-        stored_example = namedtuple("ReplaySamples", stored)(*(getattr(example, f) for f in stored))
-        self.samples = self._zeros_like(stored_example, T)
+        self.samples = self._zeros_like(stored_example(example, frame_based), T)
         self.frames = (DeviceFrameStore(example.observation, T, self.B, self.device)
                        if frame_based else None)
         if self.n_step_return > 1:
@@ -154,15 +130,10 @@ class DeviceReplayStorage:
             self.samples_done_n = self.samples.done
         self.rnn_states = None
         if self.rnn_state_interval > 0:
-            if "prev_rnn_state" not in example._fields or example.prev_rnn_state is None:
-                raise ValueError(f"rnn_state_interval={self.rnn_state_interval} > 0 needs a "
-                                 f"'prev_rnn_state' field in the example; fields: "
-                                 f"{tuple(example._fields)} (use rnn_state_interval=0 to store "
-                                 f"no state)")
+            check_rnn_example(example, self.rnn_state_interval)
             self.rnn_states = self._zeros_like(example.prev_rnn_state,
                                                T // self.rnn_state_interval)
-        # Rows whose previous step (and frame history) is overwritten next.
-        self.off_forward = max(1, self.frames.n_frames - 1) if frame_based else 1
+        self.off_forward = off_forward(self.frames)
         self.t = 0
         self.full = False
         self.n_appended = 0
@@ -178,29 +149,13 @@ class DeviceReplayStorage:
     @property
     def nbytes(self) -> int:
         """Bytes of every device tensor held (returns aliased to rewards counted once)."""
-        total = _nbytes(self.samples) + _nbytes(self.rnn_states)
-        if self.frames is not None:
-            total += self.frames.nbytes
-        if self.n_step_return > 1:
-            total += self.samples_return_.nbytes + self.samples_done_n.nbytes
-        return total
+        return storage_nbytes(self)
 
     # ---------------------------------------------------------------- writing
     def append(self, samples: Any) -> tuple[int, np.ndarray]:
         """Write ``[T_in, B]`` samples at the cursor (wrapping), compute the n-step returns that
         became complete, advance the cursor; returns ``(T_in, rows written)`` (host rows)."""
-        for f in REQUIRED_FIELDS:
-            if not hasattr(samples, f):
-                raise ValueError(f"samples lack field {f!r}; they need {REQUIRED_FIELDS}")
-        reward = samples.reward
-        shape = tuple(reward.shape) if hasattr(reward, "shape") else np.shape(reward)
-        if len(shape) < 2 or shape[1] != self.B:
-            raise ValueError(f"samples must have leading dims [T_in, B] with B={self.B}; got "
-                             f"reward of shape {shape}")
-        T_in = int(shape[0])
-        if T_in > self.T:
-            raise ValueError(f"can append at most T={self.T} time steps at once; got "
-                             f"T_in={T_in}")
+        T_in = appended_length(samples, self.B, self.T)
         if T_in == 0:
             return 0, np.zeros(0, dtype=np.int64)
         start = self.t
@@ -225,9 +180,7 @@ class DeviceReplayStorage:
                                                    "prev_rnn_state"):
                     self._write_ring(dest, int(rows[first]) // interval, src[first::interval],
                                      name)
-        self.n_appended += T_in
-        self.full = self.full or start + T_in >= self.T
-        self.t = (start + T_in) % self.T
+        advance_cursor(self, start, T_in)
         self._compute_returns(start, T_in)
         return T_in, rows
 
@@ -281,27 +234,20 @@ class DeviceReplayStorage:
         return out
 
     def _compute_returns(self, start: int, T_in: int) -> None:
-        """n-step returns for the ``T_in`` steps whose window ends in the rows just written,
-        on the device, with the numpy twin's arithmetic (same dtypes, same order).
-
-        Steps whose window reaches rows not yet written (only before the first wrap) get
-        values that are rewritten when their window completes, and are never replayed before.
-        """
+        """As :meth:`ReplayStorage._compute_returns
+        <rlfast.replays.storage.ReplayStorage._compute_returns>`, on the device, with the numpy
+        twin's arithmetic (same dtypes, same order)."""
         n = self.n_step_return
         if n == 1:
             return
         reward, done = self.samples.reward, self.samples.done
         # numpy computes a Python float times integer rewards in float64.
-        as_float = (lambda r: r) if reward.dtype.is_floating_point else \
-            (lambda r: r.to(torch.float64))
+        as_float = None if reward.dtype.is_floating_point else (lambda r: r.to(torch.float64))
         rows = (torch.arange(T_in, device=self.device) + (start - n + 1)) % self.T
         ret = torch.zeros((T_in,) + tuple(reward.shape[1:]), dtype=self.samples_return_.dtype,
                           device=self.device)
         alive = torch.ones(ret.shape, dtype=torch.bool, device=self.device)
-        for k in range(n):
-            rk = (rows + k) % self.T
-            ret += (self.discount ** k) * as_float(reward[rk]) * alive
-            alive &= done[rk] == 0
+        add_n_step_returns(ret, alive, reward, done, rows, self.T, self.discount, n, as_float)
         self.samples_return_[rows] = ret
         self.samples_done_n[rows] = (~alive).to(self.samples_done_n.dtype)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlfast.replays.base import ReplayBufferBase
@@ -20,6 +19,8 @@ from rlfast.replays.device_buffers import (DeviceUniformSampling, device_scheme,
                                            extract_device_transitions)
 from rlfast.replays.device_storage import DeviceReplayStorage
 from rlfast.replays.device_tree import DevicePrioritizedSampling
+from rlfast.replays.time_limit import (_TimeLimitAppend, _TimeLimitWindows, check_timeout_field,
+                                       discount_powers, find_window_ends)
 
 __all__ = ["DeviceTlUniformReplayBuffer", "DeviceTlPrioritizedReplayBuffer"]
 
@@ -29,18 +30,14 @@ class _DeviceTimeLimitWindows:
     up to date as samples arrive (the twin of ``time_limit._TimeLimitWindows``)."""
 
     def __init__(self, storage: DeviceReplayStorage):
-        if "timeout" not in storage.samples._fields:
-            raise ValueError(f"time-limit replay needs a 'timeout' field in the example (from "
-                             f"env_info.timeout); fields: {tuple(storage.samples._fields)}")
+        check_timeout_field(storage)
         self.storage = storage
         shape = tuple(storage.samples.done.shape)
         self.timeout_n = torch.zeros(shape, dtype=torch.bool, device=storage.device)
         self.steps_n = torch.full(shape, storage.n_step_return, dtype=torch.int16,
                                   device=storage.device)
 
-    @property
-    def nbytes(self) -> int:
-        return int(self.timeout_n.nbytes + self.steps_n.nbytes)
+    nbytes = _TimeLimitWindows.nbytes
 
     def update(self, start: int, T_in: int) -> None:
         """Recompute the windows that end in (or reach into) the rows just written."""
@@ -59,12 +56,8 @@ class _DeviceTimeLimitWindows:
         timeout_n = torch.zeros(shape, dtype=torch.bool, device=device)
         steps = torch.full(shape, n, dtype=torch.int16, device=device)
         open_ = torch.ones(shape, dtype=torch.bool, device=device)  # no done seen yet
-        for k in range(n):
-            rk = (rows + k) % s.T
-            ends = open_ & (done[rk] != 0)
-            timeout_n |= ends & (timeout[rk] != 0)
-            steps.masked_fill_(ends, k + 1)
-            open_ &= ~ends
+        find_window_ends(done, timeout, rows, s.T, n, timeout_n, steps, open_,
+                         torch.Tensor.masked_fill_)
         self.timeout_n[rows] = timeout_n
         self.steps_n[rows] = steps
 
@@ -76,29 +69,14 @@ def _select_rows(cut: torch.Tensor, new: Any, old: Any) -> Any:
     return torch.where(cut.view(cut.shape + (1,) * (old.dim() - 1)), new.to(old.dtype), old)
 
 
-class _DeviceTimeLimitExtraction:
-    """``extract_batch`` shared by the uniform and prioritized device time-limit buffers."""
+class _DeviceTimeLimitExtraction(_TimeLimitAppend):
+    """``extract_batch`` shared by the uniform and prioritized device time-limit buffers
+    (appends update the window facts on the device)."""
 
     def _setup_time_limit(self) -> None:
         s = self.storage
-        self.windows = _DeviceTimeLimitWindows(s)
-        self.has_final_observation = "final_observation" in s.samples._fields
-        powers = s.discount ** np.arange(s.n_step_return + 1, dtype=np.float64)
-        self._powers = torch.from_numpy(powers).to(s.device)
-
-    def append_samples(self, samples: Any) -> tuple[int, np.ndarray]:
-        """Append as every buffer does, then update on the device the n-step windows the new
-        rows touch (whether each was cut by a time limit, and where it ends)."""
-        start = self.storage.t
-        T_in, rows = super().append_samples(samples)
-        if T_in:
-            self.windows.update(start, T_in)
-        return T_in, rows
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of all device storage, the per-step window facts included."""
-        return super().nbytes + self.windows.nbytes
+        self._set_windows(_DeviceTimeLimitWindows(s))
+        self._powers = torch.from_numpy(discount_powers(s.discount, s.n_step_return)).to(s.device)
 
     def extract_batch(self, T_idxs: torch.Tensor, B_idxs: torch.Tensor) -> SamplesFromReplayTL:
         """The transitions at these steps as device tensors, with ``timeout``, ``timeout_n``

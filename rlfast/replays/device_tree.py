@@ -18,8 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlfast.replays.ring import ring_rows, valid_age_range, valid_rows
-from rlfast.replays.sum_tree import check_priorities, check_uniforms
+from rlfast.replays.ring import n_valid_rows, ring_rows, valid_rows
+from rlfast.replays.sampling import (advance_tree, alpha_power, check_alpha, check_starts,
+                                     importance_weights, tree_windows)
+from rlfast.replays.sum_tree import (check_advance, check_priorities, check_uniforms, descend,
+                                     rows_to_refresh, tree_shape)
 from rlfast.utils.checks import check_fraction, check_int
 
 __all__ = ["DeviceSumTree", "DevicePrioritizedSampling"]
@@ -56,24 +59,12 @@ class DeviceSumTree:
     def __init__(self, T: int, B: int, off_backward: int, off_forward: int,
                  default_value: float = 1, enable_input_priorities: bool = False,
                  input_priority_shift: int = 0, device: str | torch.device = "cpu"):
-        self.T = check_int(T, "T", minimum=1)
-        self.B = check_int(B, "B", minimum=1)
-        self.off_backward = check_int(off_backward, "off_backward", minimum=0)
-        self.off_forward = check_int(off_forward, "off_forward", minimum=0)
-        if self.off_backward + self.off_forward >= self.T:
-            raise ValueError(f"off_backward + off_forward ({self.off_backward} + "
-                             f"{self.off_forward}) must be < T ({self.T}), else no row is valid")
-        self.default_value = float(check_priorities(default_value, "default_value"))
-        self.enable_input_priorities = bool(enable_input_priorities)
-        self.input_priority_shift = check_int(input_priority_shift, "input_priority_shift",
-                                              minimum=0)
-        if self.input_priority_shift >= self.T:
-            raise ValueError(f"input_priority_shift must be < T ({self.T}); "
-                             f"got {self.input_priority_shift}")
+        (self.T, self.B, self.off_backward, self.off_forward, self.default_value,
+         self.enable_input_priorities, self.input_priority_shift, self.n_levels, self._L) = \
+            tree_shape(T, B, off_backward, off_forward, default_value, enable_input_priorities,
+                       input_priority_shift)
         self.device = torch.device(device)  # its RuntimeError names a bad device string
         n_leaves = self.T * self.B
-        self.n_levels = (n_leaves - 1).bit_length()  # depth of the leaves below the root
-        self._L = 1 << self.n_levels  # index of the first leaf; the root is node 1
         f64 = dict(dtype=torch.float64, device=self.device)
         self.tree = torch.zeros(2 * self._L, **f64)
         self._kept = torch.zeros(self.T, self.B, **f64)  # priority each row will get
@@ -100,17 +91,14 @@ class DeviceSumTree:
 
     def n_valid_rows(self) -> int:
         """How many rows may be sampled now, computed on the host from the cursor."""
-        lo, hi = valid_age_range(self.t, self.full, self.T, self.off_backward, self.off_forward)
-        return max(0, hi - lo + 1)
+        return n_valid_rows(self.t, self.full, self.T, self.off_backward, self.off_forward)
 
     # ---------------------------------------------------------------- writing
     def advance(self, T: int, priorities: Any = None) -> None:
         """Move the cursor over ``T`` new rows; ``priorities`` (already ``p ** alpha``; scalar,
         ``[B]`` or ``[T, B]``; tensor or array; only with ``enable_input_priorities``) go to
         the rows ``input_priority_shift`` back. Reads nothing from the device."""
-        T = check_int(T, "T", minimum=0)
-        if T > self.T:
-            raise ValueError(f"cannot advance by T={T}: more rows than the tree has ({self.T})")
+        T = check_advance(T, self.T)
         p = None
         if priorities is not None:
             if not self.enable_input_priorities:
@@ -133,9 +121,7 @@ class DeviceSumTree:
             rows = _host_to_device(shifted, torch.int64, self.device)
             self._kept[rows] = torch.where(_is_priority(p), p, self._kept[rows])  # bad: keep
             self._refresh_rows(shifted)
-        # Rows leaving the backward window, the new rows, and the new forward window.
-        n_refresh = min(self.T, T + self.off_backward + self.off_forward)
-        self._refresh_rows(ring_rows(old - self.off_backward, n_refresh, self.T))
+        self._refresh_rows(rows_to_refresh(self, old, T))
 
     def _refresh_rows(self, rows: np.ndarray) -> None:
         """Set these rows' leaves to their kept priority where valid, else to zero, and record
@@ -216,14 +202,7 @@ class DeviceSumTree:
                                   dtype=torch.float64)
         values = uniforms * tree[1]
         nodes = torch.ones(n, dtype=torch.int64, device=self.device)
-        for _ in range(self.n_levels):
-            left = nodes << 1
-            left_sum = tree[left]
-            # Go right past the left mass, unless the right side is empty (rounding).
-            right = (values >= left_sum) & (tree[left + 1] > 0)
-            values = torch.where(right, values - left_sum, values)
-            nodes = left + right
-        return nodes - self._L
+        return descend(tree, values, nodes, self.n_levels, torch.where) - self._L
 
     def sample(self, n: int, unique: bool = False, uniforms: Any = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -307,7 +286,7 @@ class DevicePrioritizedSampling:
     Raw priorities ``p`` are stored as ``p ** alpha`` in a :class:`DeviceSumTree` with one leaf
     per allowed start (``[T // stride, B]``); :meth:`sample` returns device tensors, importance
     weights ``(N * P(i)) ** -beta`` over the batch's largest. ``storage`` needs only the host
-    ints ``T``, ``B``, ``off_forward`` and ``n_appended``.
+    ints ``T``, ``B``, ``size``, ``off_forward`` and ``n_appended``.
     """
 
     def __init__(self, storage: Any, off_backward: int, stride: int = 1, alpha: float = 0.6,
@@ -315,31 +294,12 @@ class DevicePrioritizedSampling:
                  input_priorities: bool = False, input_priority_shift: int = 0,
                  device: str | torch.device = "cpu"):
         self.storage = storage
-        off_backward = check_int(off_backward, "off_backward", minimum=0)
-        self.stride = check_int(stride, "stride", minimum=1)
-        if storage.T % self.stride:
-            raise ValueError(f"stride {self.stride} must divide T={storage.T}")
-        if off_backward + storage.off_forward >= storage.T:
-            raise ValueError(f"replay of T={storage.T} rows (B={storage.B}) is too short: "
-                             f"{off_backward} newest and {storage.off_forward} oldest rows are "
-                             f"never valid; increase size")
-        try:
-            self.alpha = float(alpha)
-        except (TypeError, ValueError):
-            raise TypeError(f"alpha must be a number >= 0; got {alpha!r}") from None
-        if not self.alpha >= 0:
-            raise ValueError(f"alpha must be >= 0; got {alpha}")
+        off_backward, self.stride = check_starts(storage, off_backward, stride)
+        self.alpha = check_alpha(alpha)
         self.beta = check_fraction(beta, "beta")
         default = float(check_priorities(default_priority, "default_priority"))
         self.unique, self.input_priorities = bool(unique), bool(input_priorities)
-        tree_T = storage.T // self.stride
-        tree_back = math.ceil(off_backward / self.stride)
-        tree_forward = math.ceil(storage.off_forward / self.stride)
-        if tree_back + tree_forward >= tree_T:
-            raise ValueError(
-                f"replay too short for a priority tree: T={storage.T} steps (B={storage.B}) "
-                f"give {tree_T} starts of stride {self.stride}, of which {tree_back} newest and "
-                f"{tree_forward} oldest are never valid; increase size")
+        tree_T, tree_back, tree_forward = tree_windows(storage, off_backward, self.stride)
         self.tree = DeviceSumTree(
             T=tree_T, B=storage.B, off_backward=tree_back, off_forward=tree_forward,
             default_value=default ** self.alpha, enable_input_priorities=self.input_priorities,
@@ -358,30 +318,19 @@ class DevicePrioritizedSampling:
         if isinstance(priorities, torch.Tensor):
             p = _tensor_to_device(priorities, torch.float64, self.device)
             return torch.where(_is_priority(p), p ** self.alpha, math.nan)
-        return check_priorities(priorities) ** self.alpha
+        return alpha_power(priorities, self.alpha)
 
     def advance(self, T_in: int, priorities: Any = None) -> None:
         """Move the tree over the starts the last append wrote (``priorities`` raw)."""
-        started = -(-self.storage.n_appended // self.stride)  # ceil
-        n_rows = started - self._rows_started
-        self._rows_started = started
-        if priorities is not None:
-            if not self.input_priorities:
-                raise ValueError("samples carry priorities but the buffer was built with "
-                                 "input_priorities=False")
-            priorities = self._alpha_power(priorities)
-        if n_rows > 0:  # samples without priorities get default_priority
-            self.tree.advance(n_rows, priorities=priorities)
+        advance_tree(self, priorities, self._alpha_power)
 
     def sample(self, n: int, uniforms: Any = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(T_idxs, B_idxs, is_weights)`` device tensors of ``n`` starts drawn by priority
         (weights float32); ``uniforms`` as in :meth:`DeviceSumTree.sample`."""
         rows, B_idxs, p = self.tree.sample(n, unique=self.unique, uniforms=uniforms)
-        prob = p / self.tree.tree[1]
-        n_valid = self.tree.n_valid_rows() * self.tree.B
-        weights = (n_valid * prob) ** -self.beta
-        weights = weights / weights.max()
+        weights = importance_weights(p, self.tree.tree[1], self.tree.n_valid_rows() * self.tree.B,
+                                     self.beta)
         return rows * self.stride, B_idxs, weights.to(torch.float32)
 
     def update_batch_priorities(self, priorities: Any) -> None:

@@ -26,7 +26,44 @@ from rlfast.replays.cells import cell_array, cell_property
 from rlfast.replays.ring import ring_slices
 from rlfast.utils.buffer import np_mp_array
 
-__all__ = ["FrameStore"]
+__all__ = ["FrameStore", "frame_layout", "check_observation", "write_newest"]
+
+
+# What follows is shared with the device twin (rlfast.replays.device_frames): the layout
+# arithmetic, on numpy arrays or torch tensors alike.
+
+def frame_layout(example: np.ndarray) -> tuple[int, tuple, type, np.ndarray]:
+    """``(n_frames C, frame_shape, bits dtype, uint64 bit values)`` of a stacked observation
+    example ``[C, ...]`` (one history bit per slot but the newest)."""
+    if example.ndim < 1 or not 1 <= example.shape[0] <= 65:
+        raise ValueError("a frame buffer needs stacked observations [C, ...] with 1 <= C "
+                         f"<= 65 frames, oldest first; got an example of shape "
+                         f"{example.shape}")
+    n_bits = int(example.shape[0]) - 1
+    bits_dtype = next(d for d in (np.uint8, np.uint16, np.uint32, np.uint64)
+                      if np.dtype(d).itemsize * 8 >= n_bits)
+    bit_values = 1 << np.arange(n_bits, dtype=np.uint64)
+    return int(example.shape[0]), tuple(example.shape[1:]), bits_dtype, bit_values
+
+
+def check_observation(observation: Any, B: int, C: int, frame_shape: tuple) -> None:
+    """``observation`` (array or tensor) must be ``[T_in, B, C, *frame_shape]``."""
+    expected = (B, C) + frame_shape
+    if observation.ndim < 2 or tuple(observation.shape[1:]) != expected:
+        raise ValueError(f"observation must be [T_in, B, C, ...] = [T_in, {expected}]; got "
+                         f"shape {tuple(observation.shape)}")
+
+
+def write_newest(frames: Any, newest: Any, pieces: list, T: int, C: int) -> None:
+    """Write ``newest`` (``[T_in, B, ...]``) into rows ``t + C - 1`` of ``frames`` for the
+    ring pieces of the write, and mirror steps ``T - C + 1 ..`` into rows ``0 .. C - 2``."""
+    mirror_from = T - (C - 1)  # steps from here on are also kept in rows 0 .. C-2
+    for rows, src in pieces:
+        frames[rows.start + C - 1:rows.stop + C - 1] = newest[src]
+        lo = max(rows.start, mirror_from)
+        if lo < rows.stop:
+            src_lo = src.start + lo - rows.start
+            frames[lo - mirror_from:rows.stop - mirror_from] = newest[src_lo:src.stop]
 
 
 class FrameStore:
@@ -39,21 +76,13 @@ class FrameStore:
 
     def __init__(self, observation_example: Any, T: int, B: int, share_memory: bool = False):
         example = np.asarray(observation_example)
-        if example.ndim < 1 or not 1 <= example.shape[0] <= 65:
-            raise ValueError("a frame buffer needs stacked observations [C, ...] with 1 <= C "
-                             f"<= 65 frames, oldest first; got an example of shape "
-                             f"{example.shape}")
-        self.n_frames = int(example.shape[0])
-        self.frame_shape = tuple(example.shape[1:])
+        self.n_frames, self.frame_shape, bits_dtype, bit_values = frame_layout(example)
         self.T, self.B = int(T), int(B)
         self.share_memory = bool(share_memory)
         zeros = np_mp_array if self.share_memory else np.zeros
         self.frames = zeros((self.T + self.n_frames - 1, self.B) + self.frame_shape,
                             example.dtype)
-        n_bits = self.n_frames - 1
-        bits_dtype = next(d for d in (np.uint8, np.uint16, np.uint32, np.uint64)
-                          if np.dtype(d).itemsize * 8 >= n_bits)
-        self._bit_values = (1 << np.arange(n_bits, dtype=np.uint64)).astype(bits_dtype)
+        self._bit_values = bit_values.astype(bits_dtype)
         # Bit k of history_ok[t, b]: history slot k of step t matched the stored frame.
         self.history_ok = zeros((self.T, self.B), bits_dtype)
         self._cells = cell_array(1, np.int64, self.share_memory)
@@ -69,26 +98,16 @@ class FrameStore:
         ``start, start + 1, ...`` (wrapping), and which of its history frames match the stored
         ones; the first write also stores its history."""
         C, T = self.n_frames, self.T
-        expected = (self.B, C) + self.frame_shape
-        if observation.ndim < 2 or tuple(observation.shape[1:]) != expected:
-            raise ValueError(f"observation must be [T_in, B, C, ...] = [T_in, {expected}]; got "
-                             f"shape {tuple(observation.shape)}")
+        check_observation(observation, self.B, C, self.frame_shape)
         if not self._written and C > 1:
             # History of the first observation: rows 0 .. C-2 hold the C-1 older frames.
             self.frames[start:start + C - 1] = np.swapaxes(observation[0, :, :C - 1], 0, 1)
         self._written = True
-        newest = observation[:, :, C - 1]
-        mirror_from = T - (C - 1)  # steps from here on are also kept in rows 0 .. C-2
-        for rows, src in ring_slices(start, len(observation), T):
-            self.frames[rows.start + C - 1:rows.stop + C - 1] = newest[src]
-            lo = max(rows.start, mirror_from)
-            if lo < rows.stop:
-                src_lo = src.start + lo - rows.start
-                self.frames[lo - mirror_from:rows.stop - mirror_from] = \
-                    newest[src_lo:src.stop]
+        pieces = ring_slices(start, len(observation), T)
+        write_newest(self.frames, observation[:, :, C - 1], pieces, T, C)
         if C > 1:
             # Slot k of step t is rebuilt from row t + k: compare it with what was given.
-            for rows, src in ring_slices(start, len(observation), T):
+            for rows, src in pieces:
                 ok = np.zeros((rows.stop - rows.start, self.B), dtype=self.history_ok.dtype)
                 for k in range(C - 1):
                     same = _frames_equal(self.frames[rows.start + k:rows.stop + k],

@@ -8,7 +8,7 @@ overwritten.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -18,18 +18,18 @@ from rlfast.replays.sampling import PrioritizedSampling, UniformSampling
 from rlfast.replays.storage import ReplayStorage
 
 __all__ = ["UniformReplayBuffer", "UniformReplayFrameBuffer", "PrioritizedReplayBuffer",
-           "PrioritizedReplayFrameBuffer", "extract_transitions"]
+           "PrioritizedReplayFrameBuffer", "extract_transitions", "transitions_at"]
 
 
-def extract_transitions(storage: ReplayStorage, T_idxs: np.ndarray,
-                        B_idxs: np.ndarray) -> SamplesFromReplay:
-    """Numpy ``SamplesFromReplay`` of the transitions at ``(T_idxs[i], B_idxs[i])``."""
-    T_idxs = np.asarray(T_idxs)
-    B_idxs = np.asarray(B_idxs)
-    k = len(T_idxs)
+def transitions_at(storage: Any, T_idxs: Any, B_idxs: Any,
+                   concatenate: Callable[[list], Any]) -> SamplesFromReplay:
+    """``SamplesFromReplay`` of the transitions at ``(T_idxs[i], B_idxs[i])`` of a storage
+    (numpy, or its device twin): index arrays and ``np.concatenate``, or index tensors and
+    ``torch.cat``."""
+    k = T_idxs.shape[0]
     # Inputs at t and at t + n in one gather each.
-    T_all = np.concatenate([T_idxs, (T_idxs + storage.n_step_return) % storage.T])
-    B_all = np.concatenate([B_idxs, B_idxs])
+    T_all = concatenate([T_idxs, (T_idxs + storage.n_step_return) % storage.T])
+    B_all = concatenate([B_idxs, B_idxs])
     observation = storage.observation(T_all, B_all)
     prev_action, prev_reward = storage.prev_inputs(T_all, B_all)
     s = storage.samples
@@ -41,6 +41,12 @@ def extract_transitions(storage: ReplayStorage, T_idxs: np.ndarray,
         done_n=storage.samples_done_n[T_idxs, B_idxs],
         target_inputs=AgentInputs(observation[k:], prev_action[k:], prev_reward[k:]),
     )
+
+
+def extract_transitions(storage: ReplayStorage, T_idxs: np.ndarray,
+                        B_idxs: np.ndarray) -> SamplesFromReplay:
+    """Numpy ``SamplesFromReplay`` of the transitions at ``(T_idxs[i], B_idxs[i])``."""
+    return transitions_at(storage, np.asarray(T_idxs), np.asarray(B_idxs), np.concatenate)
 
 
 class UniformReplayBuffer(ReplayBufferBase):

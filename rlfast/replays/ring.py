@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["valid_age_range", "valid_rows", "ring_rows", "ring_slices", "rows_from_ages"]
+__all__ = ["valid_age_range", "n_valid_rows", "valid_rows", "ring_rows", "ring_slices",
+           "rows_from_ages"]
 
 
 def valid_age_range(cursor: int, full: bool, T: int, off_backward: int,
@@ -22,6 +23,12 @@ def valid_age_range(cursor: int, full: bool, T: int, off_backward: int,
     if not full:
         hi = min(hi, cursor - 1)
     return off_backward, hi
+
+
+def n_valid_rows(cursor: int, full: bool, T: int, off_backward: int, off_forward: int) -> int:
+    """How many rows may be replayed now (the size of :func:`valid_age_range`)."""
+    lo, hi = valid_age_range(cursor, full, T, off_backward, off_forward)
+    return max(0, hi - lo + 1)
 
 
 def valid_rows(rows: np.ndarray, cursor: int, full: bool, T: int, off_backward: int,

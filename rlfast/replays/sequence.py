@@ -11,7 +11,7 @@ sequences start anywhere and ``init_rnn_state`` is None.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -25,7 +25,50 @@ from rlfast.utils.misc import extract_sequences
 
 __all__ = ["UniformSequenceReplayBuffer", "UniformSequenceReplayFrameBuffer",
            "PrioritizedSequenceReplayBuffer", "PrioritizedSequenceReplayFrameBuffer",
-           "extract_sequence_batch"]
+           "extract_sequence_batch", "sequences_at", "sequence_setup"]
+
+
+def sequences_at(storage: Any, T_idxs: Any, B_idxs: Any, steps: Any, envs: Any, length: int,
+                 gather: Callable[[Any], Any]) -> SequenceSamplesFromReplay:
+    """``SequenceSamplesFromReplay`` of ``length`` steps from each start of a storage (numpy,
+    or its device twin): ``steps`` / ``envs`` are the ``[length * n]`` flattened grid (time
+    major) for the agent inputs, ``gather`` takes the ``[length, n]`` sequences of a stored
+    ``[T, B]`` field (leaf by leaf)."""
+    n = T_idxs.shape[0]
+
+    def unflatten(x: Any) -> Any:
+        return x.reshape((length, n) + tuple(x.shape[1:]))
+
+    observation = buffer_func(storage.observation(steps, envs), unflatten)
+    prev_action, prev_reward = buffer_func(storage.prev_inputs(steps, envs), unflatten)
+    s = storage.samples
+    return SequenceSamplesFromReplay(
+        agent_inputs=AgentInputs(observation, prev_action, prev_reward),
+        action=gather(s.action),
+        return_=gather(storage.samples_return_),
+        done=gather(s.done),
+        done_n=gather(storage.samples_done_n),
+        init_rnn_state=storage.rnn_state(T_idxs, B_idxs),
+    )
+
+
+def sequence_setup(buffer: Any, storage_cls: type, example: Any, size: int, B: int,
+                   rnn_state_interval: int, batch_T: int, discount: float, n_step_return: int,
+                   **storage_kwargs: Any) -> tuple[Any, int, int]:
+    """A sequence buffer's storage (``storage_cls``: numpy or the device twin, built with
+    ``storage_kwargs``), plus the backward window (steps) and stride shared by both schemes;
+    sets the buffer's ``batch_T`` and ``rnn_state_interval``."""
+    cls_name = type(buffer).__name__
+    batch_T = check_int(batch_T, "batch_T", minimum=1, owner=cls_name)
+    n_step_return = check_int(n_step_return, "n_step_return", minimum=1, owner=cls_name)
+    storage = storage_cls(example, size, B, discount, n_step_return,
+                          frame_based=buffer.frame_based, rnn_state_interval=rnn_state_interval,
+                          **storage_kwargs)
+    buffer.batch_T = int(batch_T)
+    buffer.rnn_state_interval = storage.rnn_state_interval
+    # The last of the batch_T + n rows must have its own n-step window written.
+    off_backward = batch_T + 2 * n_step_return - 2
+    return storage, off_backward, max(1, storage.rnn_state_interval)
 
 
 def extract_sequence_batch(storage: ReplayStorage, T_idxs: np.ndarray, B_idxs: np.ndarray,
@@ -36,34 +79,15 @@ def extract_sequence_batch(storage: ReplayStorage, T_idxs: np.ndarray, B_idxs: n
     n = len(T_idxs)
     steps = ((T_idxs[None, :] + np.arange(length)[:, None]) % storage.T).ravel()
     envs = np.broadcast_to(B_idxs[None, :], (length, n)).ravel()
-
-    def unflatten(x: np.ndarray) -> np.ndarray:
-        return x.reshape((length, n) + x.shape[1:])
-
-    observation = buffer_func(storage.observation(steps, envs), unflatten)
-    prev_action, prev_reward = buffer_func(storage.prev_inputs(steps, envs), unflatten)
-    s = storage.samples
-    return SequenceSamplesFromReplay(
-        agent_inputs=AgentInputs(observation, prev_action, prev_reward),
-        action=extract_sequences(s.action, T_idxs, B_idxs, length),
-        return_=extract_sequences(storage.samples_return_, T_idxs, B_idxs, length),
-        done=extract_sequences(s.done, T_idxs, B_idxs, length),
-        done_n=extract_sequences(storage.samples_done_n, T_idxs, B_idxs, length),
-        init_rnn_state=storage.rnn_state(T_idxs, B_idxs),
-    )
+    return sequences_at(storage, T_idxs, B_idxs, steps, envs, length,
+                        lambda x: extract_sequences(x, T_idxs, B_idxs, length))
 
 
-def _sequence_setup(cls_name: str, example: Any, size: int, B: int, rnn_state_interval: int,
-                    batch_T: int, discount: float, n_step_return: int, frame_based: bool,
-                    share_memory: bool) -> tuple[ReplayStorage, int, int]:
-    """Storage, plus the backward window (steps) and stride shared by both schemes."""
-    batch_T = check_int(batch_T, "batch_T", minimum=1, owner=cls_name)
-    n_step_return = check_int(n_step_return, "n_step_return", minimum=1, owner=cls_name)
-    storage = ReplayStorage(example, size, B, discount, n_step_return, frame_based=frame_based,
-                            rnn_state_interval=rnn_state_interval, share_memory=share_memory)
-    # The last of the batch_T + n rows must have its own n-step window written.
-    off_backward = batch_T + 2 * n_step_return - 2
-    return storage, off_backward, max(1, storage.rnn_state_interval)
+def _extract_batch(self: Any, T_idxs: np.ndarray, B_idxs: np.ndarray
+                   ) -> SequenceSamplesFromReplay:
+    """The numpy sequences of ``batch_T + n_step_return`` steps from these starts."""
+    return extract_sequence_batch(self.storage, T_idxs, B_idxs,
+                                  self.batch_T + self.n_step_return)
 
 
 class UniformSequenceReplayBuffer(ReplayBufferBase):
@@ -75,18 +99,13 @@ class UniformSequenceReplayBuffer(ReplayBufferBase):
 
     def __init__(self, example: Any, size: int, B: int, rnn_state_interval: int, batch_T: int,
                  discount: float = 1, n_step_return: int = 1, share_memory: bool = False):
-        storage, off_backward, stride = _sequence_setup(
-            type(self).__name__, example, size, B, rnn_state_interval, batch_T, discount,
-            n_step_return, self.frame_based, share_memory)
-        self.batch_T = int(batch_T)
-        self.rnn_state_interval = storage.rnn_state_interval
+        storage, off_backward, stride = sequence_setup(
+            self, ReplayStorage, example, size, B, rnn_state_interval, batch_T, discount,
+            n_step_return, share_memory=share_memory)
         super().__init__(storage, UniformSampling(storage, off_backward, stride,
                                                   share_memory=share_memory))
 
-    def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SequenceSamplesFromReplay:
-        """The numpy sequences of ``batch_T + n_step_return`` steps from these starts."""
-        return extract_sequence_batch(self.storage, T_idxs, B_idxs,
-                                      self.batch_T + self.n_step_return)
+    extract_batch = _extract_batch
 
 
 class UniformSequenceReplayFrameBuffer(UniformSequenceReplayBuffer):
@@ -112,11 +131,9 @@ class PrioritizedSequenceReplayBuffer(ReplayBufferBase):
                  beta: float = 0.4, default_priority: float = 1, unique: bool = False,
                  input_priorities: bool = False, input_priority_shift: int = 0,
                  share_memory: bool = False):
-        storage, off_backward, stride = _sequence_setup(
-            type(self).__name__, example, size, B, rnn_state_interval, batch_T, discount,
-            n_step_return, self.frame_based, share_memory)
-        self.batch_T = int(batch_T)
-        self.rnn_state_interval = storage.rnn_state_interval
+        storage, off_backward, stride = sequence_setup(
+            self, ReplayStorage, example, size, B, rnn_state_interval, batch_T, discount,
+            n_step_return, share_memory=share_memory)
         scheme = PrioritizedSampling(
             storage, off_backward=off_backward, stride=stride, alpha=alpha, beta=beta,
             default_priority=default_priority, unique=unique,
@@ -124,10 +141,7 @@ class PrioritizedSequenceReplayBuffer(ReplayBufferBase):
             share_memory=share_memory)
         super().__init__(storage, scheme)
 
-    def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SequenceSamplesFromReplay:
-        """The numpy sequences of ``batch_T + n_step_return`` steps from these starts."""
-        return extract_sequence_batch(self.storage, T_idxs, B_idxs,
-                                      self.batch_T + self.n_step_return)
+    extract_batch = _extract_batch
 
 
 class PrioritizedSequenceReplayFrameBuffer(PrioritizedSequenceReplayBuffer):

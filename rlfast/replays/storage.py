@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from rlfast.replays.ring import ring_rows, ring_slices
 from rlfast.utils.buffer import buffer_from_example, np_mp_array, numpify_buffer
 from rlfast.utils.checks import check_fraction, check_int
 
-__all__ = ["ReplayStorage", "REQUIRED_FIELDS"]
+__all__ = ["ReplayStorage", "REQUIRED_FIELDS", "RingShape", "ring_shape"]
 
 REQUIRED_FIELDS = ("observation", "action", "reward", "done")
 _NOT_STORED = ("priorities", "prev_rnn_state")  # handled separately
@@ -44,6 +44,114 @@ def _nbytes(buf: Any) -> int:
     if hasattr(buf, "_fields"):
         return sum(_nbytes(v) for v in buf)
     return int(buf.nbytes)
+
+
+# ---------------------------------------------------------------- shared with the device twin
+# What follows is the arithmetic and the checks that ReplayStorage and its device twin
+# (rlfast.replays.device_storage) share: they differ only in where their arrays live.
+
+def check_example(example: Any) -> None:
+    """Reject an ``example`` that is not a namedtuple with the :data:`REQUIRED_FIELDS`."""
+    if not hasattr(example, "_fields"):
+        raise TypeError(f"example must be a namedtuple/namedarraytuple of one sample with "
+                        f"fields {REQUIRED_FIELDS}; got {type(example).__name__}")
+    missing = [f for f in REQUIRED_FIELDS if f not in example._fields]
+    if missing:
+        raise ValueError(f"example lacks fields {missing}; it needs {REQUIRED_FIELDS} "
+                         f"(has {tuple(example._fields)})")
+
+
+class RingShape(NamedTuple):
+    """The checked arguments of a replay storage and its ring length ``T``."""
+    T: int
+    B: int
+    n_step_return: int
+    discount: float
+    rnn_state_interval: int
+
+
+def ring_shape(size: int, B: int, discount: float, n_step_return: int,
+               rnn_state_interval: int) -> RingShape:
+    """Check a storage's arguments; ``T = ceil(size / B)``, rounded up to a multiple of
+    ``rnn_state_interval`` when states are stored."""
+    size = check_int(size, "size", minimum=1)
+    B = check_int(B, "B", minimum=1)
+    n_step_return = check_int(n_step_return, "n_step_return", minimum=1)
+    discount = check_fraction(discount, "discount")
+    rnn_state_interval = check_int(rnn_state_interval, "rnn_state_interval", minimum=0)
+    T = math.ceil(size / B)
+    if rnn_state_interval > 0:
+        T = math.ceil(T / rnn_state_interval) * rnn_state_interval
+    return RingShape(T, B, n_step_return, discount, rnn_state_interval)
+
+
+def stored_example(example: Any, frame_based: bool) -> Any:
+    """The example's stored fields: all but ``priorities`` and ``prev_rnn_state``, and but the
+    observation when a frame store keeps it."""
+    stored = [f for f in example._fields if f not in _NOT_STORED
+              and not (frame_based and f == "observation")]
+    return namedtuple("ReplaySamples", stored)(*(getattr(example, f) for f in stored))
+
+
+def check_rnn_example(example: Any, rnn_state_interval: int) -> None:
+    """With ``rnn_state_interval > 0`` the example must carry a ``prev_rnn_state``."""
+    if "prev_rnn_state" not in example._fields or example.prev_rnn_state is None:
+        raise ValueError(f"rnn_state_interval={rnn_state_interval} > 0 needs a "
+                         f"'prev_rnn_state' field in the example; fields: "
+                         f"{tuple(example._fields)} (use rnn_state_interval=0 to store "
+                         f"no state)")
+
+
+def off_forward(frames: Any) -> int:
+    """Rows whose previous step (and frame history, with a frame store) is overwritten next."""
+    return max(1, frames.n_frames - 1) if frames is not None else 1
+
+
+def storage_nbytes(storage: Any) -> int:
+    """Bytes of every array a storage holds (returns aliased to rewards counted once)."""
+    total = _nbytes(storage.samples) + _nbytes(storage.rnn_states)
+    if storage.frames is not None:
+        total += storage.frames.nbytes
+    if storage.n_step_return > 1:
+        total += storage.samples_return_.nbytes + storage.samples_done_n.nbytes
+    return total
+
+
+def appended_length(samples: Any, B: int, T: int) -> int:
+    """``T_in`` of ``[T_in, B]`` samples (numpy or torch), after checking their fields and
+    shape against a ring of ``T`` rows and ``B`` columns."""
+    for f in REQUIRED_FIELDS:
+        if not hasattr(samples, f):
+            raise ValueError(f"samples lack field {f!r}; they need {REQUIRED_FIELDS}")
+    reward = samples.reward
+    shape = tuple(reward.shape) if hasattr(reward, "shape") else np.shape(reward)
+    if len(shape) < 2 or shape[1] != B:
+        raise ValueError(f"samples must have leading dims [T_in, B] with B={B}; got "
+                         f"reward of shape {shape}")
+    T_in = int(shape[0])
+    if T_in > T:
+        raise ValueError(f"can append at most T={T} time steps at once; got T_in={T_in}")
+    return T_in
+
+
+def advance_cursor(storage: Any, start: int, T_in: int) -> None:
+    """Move a storage's cursor over ``T_in`` rows appended at ``start``."""
+    storage.n_appended += T_in
+    storage.full = storage.full or start + T_in >= storage.T
+    storage.t = (start + T_in) % storage.T
+
+
+def add_n_step_returns(ret: Any, alive: Any, reward: Any, done: Any, rows: Any, T: int,
+                       discount: float, n: int, as_float: Callable[[Any], Any] = None) -> None:
+    """In place, for numpy arrays or torch tensors alike: ``ret += sum_k discount**k *
+    reward[rows + k]`` up to and including the first done, and ``alive`` false where a done
+    lies within ``rows .. rows + n - 1``. ``as_float`` (default: none) converts integer
+    rewards as numpy's promotion would."""
+    for k in range(n):
+        rk = (rows + k) % T
+        r = reward[rk] if as_float is None else as_float(reward[rk])
+        ret += (discount ** k) * r * alive
+        alive &= done[rk] == 0
 
 
 class ReplayStorage:
@@ -71,30 +179,15 @@ class ReplayStorage:
     def __init__(self, example: Any, size: int, B: int, discount: float = 1.0,
                  n_step_return: int = 1, frame_based: bool = False, rnn_state_interval: int = 0,
                  share_memory: bool = False):
-        if not hasattr(example, "_fields"):
-            raise TypeError(f"example must be a namedtuple/namedarraytuple of one sample with "
-                            f"fields {REQUIRED_FIELDS}; got {type(example).__name__}")
-        missing = [f for f in REQUIRED_FIELDS if f not in example._fields]
-        if missing:
-            raise ValueError(f"example lacks fields {missing}; it needs {REQUIRED_FIELDS} "
-                             f"(has {tuple(example._fields)})")
-        size = check_int(size, "size", minimum=1)
-        self.B = check_int(B, "B", minimum=1)
-        self.n_step_return = check_int(n_step_return, "n_step_return", minimum=1)
-        self.discount = check_fraction(discount, "discount")
-        self.rnn_state_interval = check_int(rnn_state_interval, "rnn_state_interval", minimum=0)
-        T = math.ceil(size / self.B)
-        if self.rnn_state_interval > 0:
-            T = math.ceil(T / self.rnn_state_interval) * self.rnn_state_interval
-        self.T = T
+        check_example(example)
+        self.T, self.B, self.n_step_return, self.discount, self.rnn_state_interval = \
+            ring_shape(size, B, discount, n_step_return, rnn_state_interval)
+        T = self.T
         self.size = T * self.B
         self.share_memory = bool(share_memory)
         self._cells = cell_array(3, np.int64, self.share_memory)  # t, full, n_appended
 
-        stored = [f for f in example._fields if f not in _NOT_STORED
-                  and not (frame_based and f == "observation")]
-        stored_example = namedtuple("ReplaySamples", stored)(*(getattr(example, f) for f in stored))
-        self.samples = buffer_from_example(stored_example, (T, self.B),
+        self.samples = buffer_from_example(stored_example(example, frame_based), (T, self.B),
                                            share_memory=self.share_memory)
         self.frames = (FrameStore(example.observation, T, self.B, share_memory=self.share_memory)
                        if frame_based else None)
@@ -108,16 +201,11 @@ class ReplayStorage:
             self.samples_done_n = self.samples.done
         self.rnn_states = None
         if self.rnn_state_interval > 0:
-            if "prev_rnn_state" not in example._fields or example.prev_rnn_state is None:
-                raise ValueError(f"rnn_state_interval={self.rnn_state_interval} > 0 needs a "
-                                 f"'prev_rnn_state' field in the example; fields: "
-                                 f"{tuple(example._fields)} (use rnn_state_interval=0 to store "
-                                 f"no state)")
+            check_rnn_example(example, self.rnn_state_interval)
             self.rnn_states = buffer_from_example(
                 example.prev_rnn_state, (T // self.rnn_state_interval, self.B),
                 share_memory=self.share_memory)
-        # Rows whose previous step (and frame history) is overwritten next.
-        self.off_forward = max(1, self.frames.n_frames - 1) if frame_based else 1
+        self.off_forward = off_forward(self.frames)
         self.t = 0  # next row to write
         self.full = False
         self.n_appended = 0  # total time steps ever appended
@@ -131,29 +219,14 @@ class ReplayStorage:
     @property
     def nbytes(self) -> int:
         """Bytes of every array held (returns aliased to rewards are not counted twice)."""
-        total = _nbytes(self.samples) + _nbytes(self.rnn_states)
-        if self.frames is not None:
-            total += self.frames.nbytes
-        if self.n_step_return > 1:
-            total += self.samples_return_.nbytes + self.samples_done_n.nbytes
-        return total
+        return storage_nbytes(self)
 
     # ---------------------------------------------------------------- writing
     def append(self, samples: Any) -> tuple[int, np.ndarray]:
         """Write ``[T_in, B]`` samples at the cursor (wrapping), compute the n-step returns that
         became complete, advance the cursor; returns ``(T_in, rows written)``."""
         samples = numpify_buffer(samples)
-        for f in REQUIRED_FIELDS:
-            if not hasattr(samples, f):
-                raise ValueError(f"samples lack field {f!r}; they need {REQUIRED_FIELDS}")
-        reward = np.asarray(samples.reward)
-        if reward.ndim < 2 or reward.shape[1] != self.B:
-            raise ValueError(f"samples must have leading dims [T_in, B] with B={self.B}; got "
-                             f"reward of shape {reward.shape}")
-        T_in = int(reward.shape[0])
-        if T_in > self.T:
-            raise ValueError(f"can append at most T={self.T} time steps at once; got "
-                             f"T_in={T_in}")
+        T_in = appended_length(samples, self.B, self.T)
         if T_in == 0:
             return 0, np.zeros(0, dtype=np.int64)
         start = self.t
@@ -170,9 +243,7 @@ class ReplayStorage:
             if keep.size:
                 _assign(self.rnn_states, rows[keep] // self.rnn_state_interval,
                         samples.prev_rnn_state, keep, "prev_rnn_state")
-        self.n_appended += T_in
-        self.full = self.full or start + T_in >= self.T
-        self.t = (start + T_in) % self.T
+        advance_cursor(self, start, T_in)
         self._compute_returns(start, T_in)
         return T_in, rows
 
@@ -189,10 +260,7 @@ class ReplayStorage:
         rows = ring_rows(start - n + 1, T_in, self.T)
         ret = np.zeros((T_in,) + reward.shape[1:], dtype=self.samples_return_.dtype)
         alive = np.ones(ret.shape, dtype=bool)
-        for k in range(n):
-            rk = (rows + k) % self.T
-            ret += (self.discount ** k) * reward[rk] * alive
-            alive &= done[rk] == 0
+        add_n_step_returns(ret, alive, reward, done, rows, self.T, self.discount, n)
         self.samples_return_[rows] = ret
         self.samples_done_n[rows] = ~alive
 

@@ -13,12 +13,12 @@ held at zero while the priority they will get is kept aside, and switched on onc
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from rlfast.replays.cells import cell_array, cell_property
-from rlfast.replays.ring import ring_rows, valid_age_range, valid_rows
+from rlfast.replays.ring import n_valid_rows, ring_rows, valid_rows
 from rlfast.utils.buffer import np_mp_array
 from rlfast.utils.checks import check_int
 
@@ -48,6 +48,69 @@ def check_uniforms(uniforms: Any, n: int, unique: bool) -> np.ndarray:
     return u
 
 
+class TreeShape(NamedTuple):
+    """The checked arguments of a sum tree, its depth and the index of its first leaf."""
+    T: int
+    B: int
+    off_backward: int
+    off_forward: int
+    default_value: float
+    enable_input_priorities: bool
+    input_priority_shift: int
+    n_levels: int
+    L: int
+
+
+def tree_shape(T: int, B: int, off_backward: int, off_forward: int, default_value: float,
+               enable_input_priorities: bool, input_priority_shift: int) -> TreeShape:
+    """Check a sum tree's arguments (shared by :class:`SumTree` and its device twin)."""
+    T = check_int(T, "T", minimum=1)
+    B = check_int(B, "B", minimum=1)
+    off_backward = check_int(off_backward, "off_backward", minimum=0)
+    off_forward = check_int(off_forward, "off_forward", minimum=0)
+    if off_backward + off_forward >= T:
+        raise ValueError(f"off_backward + off_forward ({off_backward} + {off_forward}) must be "
+                         f"< T ({T}), else no row is valid")
+    default_value = float(check_priorities(default_value, "default_value"))
+    input_priority_shift = check_int(input_priority_shift, "input_priority_shift", minimum=0)
+    if input_priority_shift >= T:
+        raise ValueError(f"input_priority_shift must be < T ({T}); got {input_priority_shift}")
+    n_levels = (T * B - 1).bit_length()  # depth of the leaves below the root
+    return TreeShape(T, B, off_backward, off_forward, default_value,
+                     bool(enable_input_priorities), input_priority_shift, n_levels,
+                     1 << n_levels)  # L: index of the first leaf; the root is node 1
+
+
+def check_advance(T: int, tree_T: int) -> int:
+    """``T`` new rows for a tree of ``tree_T`` rows: an int in ``[0, tree_T]``."""
+    T = check_int(T, "T", minimum=0)
+    if T > tree_T:
+        raise ValueError(f"cannot advance by T={T}: more rows than the tree has ({tree_T})")
+    return T
+
+
+def rows_to_refresh(tree: Any, old: int, T: int) -> np.ndarray:
+    """Rows whose validity an advance by ``T`` from cursor ``old`` may change: those leaving
+    the backward window, the new rows, and the new forward window."""
+    n_refresh = min(tree.T, T + tree.off_backward + tree.off_forward)
+    return ring_rows(old - tree.off_backward, n_refresh, tree.T)
+
+
+def descend(tree: Any, values: Any, nodes: Any, n_levels: int,
+            where: Callable[[Any, Any, Any], Any]) -> Any:
+    """Leaf nodes reached from ``nodes`` by the mass ``values`` (numpy arrays with
+    ``np.where``, or torch tensors with ``torch.where``): one step per level."""
+    for _ in range(n_levels):
+        left = nodes << 1
+        left_sum = tree[left]
+        # Go right when the value is past the left mass, unless the right side is empty
+        # (rounding): every node visited then has a positive sum, so leaves are never zero.
+        right = (values >= left_sum) & (tree[left + 1] > 0)
+        values = where(right, values - left_sum, values)
+        nodes = left + right
+    return nodes
+
+
 class SumTree:
     """Binary sum tree over ``[T, B]`` priorities with a wrapping time cursor.
 
@@ -71,23 +134,10 @@ class SumTree:
     def __init__(self, T: int, B: int, off_backward: int, off_forward: int,
                  default_value: float = 1, enable_input_priorities: bool = False,
                  input_priority_shift: int = 0, share_memory: bool = False):
-        self.T = check_int(T, "T", minimum=1)
-        self.B = check_int(B, "B", minimum=1)
-        self.off_backward = check_int(off_backward, "off_backward", minimum=0)
-        self.off_forward = check_int(off_forward, "off_forward", minimum=0)
-        if self.off_backward + self.off_forward >= self.T:
-            raise ValueError(f"off_backward + off_forward ({self.off_backward} + "
-                             f"{self.off_forward}) must be < T ({self.T}), else no row is valid")
-        self.default_value = float(check_priorities(default_value, "default_value"))
-        self.enable_input_priorities = bool(enable_input_priorities)
-        self.input_priority_shift = check_int(input_priority_shift, "input_priority_shift",
-                                              minimum=0)
-        if self.input_priority_shift >= self.T:
-            raise ValueError(f"input_priority_shift must be < T ({self.T}); "
-                             f"got {self.input_priority_shift}")
-        n_leaves = self.T * self.B
-        self.n_levels = (n_leaves - 1).bit_length()  # depth of the leaves below the root
-        self._L = 1 << self.n_levels  # index of the first leaf; the root is node 1
+        (self.T, self.B, self.off_backward, self.off_forward, self.default_value,
+         self.enable_input_priorities, self.input_priority_shift, self.n_levels, self._L) = \
+            tree_shape(T, B, off_backward, off_forward, default_value, enable_input_priorities,
+                       input_priority_shift)
         self.share_memory = bool(share_memory)
         zeros = np_mp_array if self.share_memory else np.zeros
         self.tree = zeros(2 * self._L, np.float64)
@@ -117,16 +167,13 @@ class SumTree:
 
     def n_valid_rows(self) -> int:
         """How many rows may be sampled now (their leaves are the only non-zero ones)."""
-        lo, hi = valid_age_range(self.t, self._full, self.T, self.off_backward, self.off_forward)
-        return max(0, hi - lo + 1)
+        return n_valid_rows(self.t, self._full, self.T, self.off_backward, self.off_forward)
 
     # ---------------------------------------------------------------- writing
     def advance(self, T: int, priorities: Any = None) -> None:
         """Move the cursor over ``T`` new rows; ``priorities`` (scalar, ``[B]`` or ``[T, B]``,
         only with ``enable_input_priorities``) go to the rows ``input_priority_shift`` back."""
-        T = check_int(T, "T", minimum=0)
-        if T > self.T:
-            raise ValueError(f"cannot advance by T={T}: more rows than the tree has ({self.T})")
+        T = check_advance(T, self.T)
         old = self.t
         new_rows = ring_rows(old, T, self.T)
         self._kept[new_rows] = self.default_value
@@ -145,9 +192,7 @@ class SumTree:
             shifted = (new_rows - self.input_priority_shift) % self.T
             self._kept[shifted] = p
             self._refresh_rows(shifted)
-        # Rows leaving the backward window, the new rows, and the new forward window.
-        n_refresh = min(self.T, T + self.off_backward + self.off_forward)
-        self._refresh_rows(ring_rows(old - self.off_backward, n_refresh, self.T))
+        self._refresh_rows(rows_to_refresh(self, old, T))
 
     def _refresh_rows(self, rows: np.ndarray) -> None:
         """Set these rows' leaves to their kept priority where valid, else to zero."""
@@ -174,15 +219,7 @@ class SumTree:
         replace ``np.random.rand(n)`` when given."""
         tree = self.tree
         values = (np.random.rand(n) if uniforms is None else uniforms) * tree[1]
-        nodes = np.ones(n, dtype=np.int64)
-        for _ in range(self.n_levels):
-            left = nodes << 1
-            left_sum = tree[left]
-            # Go right when the value is past the left mass, unless the right side is empty
-            # (rounding): every node visited then has a positive sum, so leaves are never zero.
-            right = (values >= left_sum) & (tree[left + 1] > 0)
-            values = np.where(right, values - left_sum, values)
-            nodes = left + right
+        nodes = descend(tree, values, np.ones(n, dtype=np.int64), self.n_levels, np.where)
         return nodes - self._L
 
     def sample(self, n: int, unique: bool = False, uniforms: Any = None

@@ -18,7 +18,7 @@ leave them out of the loss (``timeout_n`` marks them) rather than learn a zero v
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -33,6 +33,32 @@ from rlfast.utils.buffer import np_mp_array
 __all__ = ["TlUniformReplayBuffer", "TlPrioritizedReplayBuffer"]
 
 
+def check_timeout_field(storage: Any) -> None:
+    """A time-limit buffer's storage must hold the ``timeout`` field."""
+    if "timeout" not in storage.samples._fields:
+        raise ValueError(f"time-limit replay needs a 'timeout' field in the example (from "
+                         f"env_info.timeout); fields: {tuple(storage.samples._fields)}")
+
+
+def find_window_ends(done: Any, timeout: Any, rows: Any, T: int, n: int, timeout_n: Any,
+                     steps: Any, open_: Any, masked_fill: Callable[[Any, Any, int], Any]) -> None:
+    """In place, for the n-step windows starting at ``rows`` (numpy arrays or torch tensors
+    alike): ``timeout_n`` where the first done is a time-limit end, ``steps`` the steps to
+    the window's end (the first done inclusive, else left as n), ``open_`` cleared where a
+    done was seen. ``masked_fill(steps, mask, value)`` writes ``value`` where ``mask``."""
+    for k in range(n):
+        rk = (rows + k) % T
+        ends = open_ & (done[rk] != 0)
+        timeout_n |= ends & (timeout[rk] != 0)
+        masked_fill(steps, ends, k + 1)
+        open_ &= ~ends
+
+
+def discount_powers(discount: float, n: int) -> np.ndarray:
+    """``discount ** m`` for ``m = 0 .. n`` (float64): the bootstrap discount of each end."""
+    return discount ** np.arange(n + 1, dtype=np.float64)
+
+
 class _TimeLimitWindows:
     """Per-step facts about each n-step window, kept up to date as samples arrive:
     ``timeout_n`` (the first done in the window is a time-limit end) and ``steps_n`` (steps
@@ -40,9 +66,7 @@ class _TimeLimitWindows:
     ``share_memory`` both arrays live on OS shared memory (seen by forked children)."""
 
     def __init__(self, storage: ReplayStorage, share_memory: bool = False):
-        if "timeout" not in storage.samples._fields:
-            raise ValueError(f"time-limit replay needs a 'timeout' field in the example (from "
-                             f"env_info.timeout); fields: {tuple(storage.samples._fields)}")
+        check_timeout_field(storage)
         self.storage = storage
         shape = storage.samples.done.shape
         self.share_memory = bool(share_memory)
@@ -70,24 +94,18 @@ class _TimeLimitWindows:
         timeout_n = np.zeros((len(rows),) + done.shape[1:], dtype=bool)
         steps = np.full(timeout_n.shape, n, dtype=np.int16)
         open_ = np.ones(timeout_n.shape, dtype=bool)  # no done seen yet in the window
-        for k in range(n):
-            rk = (rows + k) % s.T
-            ends = open_ & (done[rk] != 0)
-            timeout_n |= ends & (timeout[rk] != 0)
-            steps[ends] = k + 1
-            open_ &= ~ends
+        find_window_ends(done, timeout, rows, s.T, n, timeout_n, steps, open_, np.putmask)
         self.timeout_n[rows] = timeout_n
         self.steps_n[rows] = steps
 
 
-class _TimeLimitExtraction:
-    """``extract_batch`` shared by the uniform and prioritized time-limit buffers."""
+class _TimeLimitAppend:
+    """``append_samples`` and ``nbytes`` of every time-limit buffer, numpy or device: the
+    buffer's ``windows`` (per-step window facts) follow each append."""
 
-    def _setup_time_limit(self, share_memory: bool = False) -> None:
-        self.windows = _TimeLimitWindows(self.storage, share_memory=share_memory)
+    def _set_windows(self, windows: Any) -> None:
+        self.windows = windows
         self.has_final_observation = "final_observation" in self.storage.samples._fields
-        self._powers = self.storage.discount ** np.arange(self.storage.n_step_return + 1,
-                                                          dtype=np.float64)
 
     def append_samples(self, samples: Any) -> tuple[int, np.ndarray]:
         """Append as every buffer does, then update the n-step windows the new rows touch
@@ -102,6 +120,14 @@ class _TimeLimitExtraction:
     def nbytes(self) -> int:
         """Bytes of all storage, the per-step window facts included."""
         return super().nbytes + self.windows.nbytes
+
+
+class _TimeLimitExtraction(_TimeLimitAppend):
+    """``extract_batch`` shared by the uniform and prioritized time-limit buffers."""
+
+    def _setup_time_limit(self, share_memory: bool = False) -> None:
+        self._set_windows(_TimeLimitWindows(self.storage, share_memory=share_memory))
+        self._powers = discount_powers(self.storage.discount, self.storage.n_step_return)
 
     def extract_batch(self, T_idxs: np.ndarray, B_idxs: np.ndarray) -> SamplesFromReplayTL:
         """The numpy transitions at these steps, with ``timeout``, ``timeout_n`` and the

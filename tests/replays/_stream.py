@@ -106,3 +106,47 @@ def global_of_row(row: int, n_appended: int, T: int) -> int:
     if row > n_appended - 1:
         return -1
     return row + T * ((n_appended - 1 - row) // T)
+
+
+# ------------------------------------------------------------ time-limit streams
+Tl = namedtuple("Tl", ["observation", "action", "reward", "done", "timeout", "final_observation"])
+TlNoFinal = namedtuple("TlNoFinal", ["observation", "action", "reward", "done", "timeout"])
+
+
+class TlStream:
+    """Random transitions with time-limit fields: a ``done`` with probability ``p_done``,
+    half of them time-limit ends; the final observation is zeros except at dones."""
+
+    def __init__(self, total: int, B: int, seed: int, p_done: float = 0.2):
+        rng = np.random.RandomState(seed)
+        self.observation = rng.randn(total, B, 3).astype(np.float32)
+        self.action = rng.randn(total, B, 1).astype(np.float32)
+        self.reward = rng.randn(total, B).astype(np.float32)
+        self.done = rng.rand(total, B) < p_done
+        self.timeout = self.done & (rng.rand(total, B) < 0.5)
+        self.final_observation = np.where(self.done[..., None], rng.randn(total, B, 3),
+                                          0).astype(np.float32)
+
+    def chunk(self, start: int, stop: int, final: bool = True):
+        s = slice(start, stop)
+        fields = (self.observation[s], self.action[s], self.reward[s], self.done[s],
+                  self.timeout[s])
+        return Tl(*fields, self.final_observation[s]) if final else TlNoFinal(*fields)
+
+    def example(self, final: bool = True):
+        chunk = self.chunk(0, 1, final)
+        return type(chunk)(*(x[0, 0] for x in chunk))
+
+
+def tl_id_fields(total: int, B: int, seed: int = 0) -> tuple:
+    """``Tl`` fields ``[total, B, ...]`` whose observation starts with ``(g, b)`` and whose
+    action is the id ``g * B + b + 1``; final observations ``-observation - 1000`` at dones."""
+    rng = np.random.RandomState(seed)
+    g, b = np.meshgrid(np.arange(total), np.arange(B), indexing="ij")
+    observation = np.stack([g, b, rng.randn(total, B)], -1).astype(np.float32)
+    done = rng.rand(total, B) < 0.2
+    timeout = done & (rng.rand(total, B) < 0.5)
+    final = np.where(done[..., None], -observation - 1000, 0).astype(np.float32)
+    reward = rng.randn(total, B).astype(np.float32)
+    action = (g * B + b + 1).astype(np.float32)[..., None]
+    return observation, action, reward, done, timeout, final

@@ -19,7 +19,7 @@ from rlfast.replays import (AsyncPrioritizedReplayBuffer, AsyncReplayBuffer, Asy
                             AsyncUniformReplayBuffer, SumTree, make_replay_buffer,
                             replay_buffer_class)
 from rlfast.utils.buffer import SharedArray
-from tests.replays._stream import Stream
+from tests.replays._stream import Stream, Tl, tl_id_fields
 
 FORK = mp.get_context("fork")
 ASYNC_NAMES = [
@@ -30,7 +30,6 @@ ASYNC_NAMES = [
     "AsyncTlPrioritizedReplayBuffer",
 ]
 ASYNC_CLASSES = [getattr(replays, name) for name in ASYNC_NAMES]
-Tl = namedtuple("Tl", ["observation", "action", "reward", "done", "timeout", "final_observation"])
 CHUNK_SIZES = [5, 7, 3, 8, 6, 1, 8, 4, 7, 8, 5, 8, 6, 8, 6]  # 90 steps: the ring wraps ~4 times
 B = 3
 
@@ -50,16 +49,8 @@ def in_child(target, *args, timeout: float = 60) -> None:
 
 
 def _tl_chunks(total: int, seed: int = 0) -> list:
-    rng = np.random.RandomState(seed)
-    g, b = np.meshgrid(np.arange(total), np.arange(B), indexing="ij")
-    observation = np.stack([g, b, rng.randn(total, B)], -1).astype(np.float32)
-    done = rng.rand(total, B) < 0.2
-    timeout = done & (rng.rand(total, B) < 0.5)
-    final = np.where(done[..., None], -observation - 1000, 0).astype(np.float32)
-    reward = rng.randn(total, B).astype(np.float32)
-    action = (g * B + b + 1).astype(np.float32)[..., None]
-    return [Tl(*(x[s] for x in (observation, action, reward, done, timeout, final)))
-            for s in _slices(total)]
+    fields = tl_id_fields(total, B, seed)
+    return [Tl(*(x[s] for x in fields)) for s in _slices(total)]
 
 
 def _slices(total: int) -> list[slice]:

@@ -24,9 +24,8 @@ from rlfast.replays.ring import valid_rows
 from rlfast.replays.state import load_replay_file, replay_arrays, save_replay_file
 from rlfast.utils.buffer import torchify_buffer
 from rlfast.utils.host_sync import HostSyncCounter
-from tests.replays._stream import Stream
+from tests.replays._stream import Stream, Tl
 
-Tl = namedtuple("Tl", ["observation", "action", "reward", "done", "timeout", "final_observation"])
 TOTAL = 130  # steps appended: size 60 / B 3 gives T = 20, so more than six wraps
 
 

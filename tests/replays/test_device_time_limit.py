@@ -3,8 +3,6 @@ appends give the same stored arrays and window facts (timeout_n, steps_n), the s
 (bootstrap discounts, final observations substituted with torch.where) at every valid index,
 the same draws, no host read while sampling; a snapshot round trip. See
 test_device_replay.py for the shared comparisons."""
-from collections import namedtuple
-
 import numpy as np
 import pytest
 import torch
@@ -12,34 +10,9 @@ import torch
 from rlfast.replays import (DeviceTlPrioritizedReplayBuffer, DeviceTlUniformReplayBuffer,
                             SamplesFromReplayTL, SamplesFromReplayTLPri, TlPrioritizedReplayBuffer,
                             TlUniformReplayBuffer)
-from tests.replays.test_device_replay import (TOTAL, Tl, assert_no_host_reads, assert_same,
+from tests.replays._stream import TlStream
+from tests.replays.test_device_replay import (TOTAL, assert_no_host_reads, assert_same,
                                               check_snapshot_round_trip, run_twins)
-
-TlNoFinal = namedtuple("TlNoFinal", ["observation", "action", "reward", "done", "timeout"])
-
-
-class TlStream:
-    """Transitions with time-limit ends; the final observation is zeros except at dones."""
-
-    def __init__(self, total, B, seed):
-        rng = np.random.RandomState(seed)
-        self.observation = rng.randn(total, B, 3).astype(np.float32)
-        self.action = rng.randn(total, B, 1).astype(np.float32)
-        self.reward = rng.randn(total, B).astype(np.float32)
-        self.done = rng.rand(total, B) < 0.25
-        self.timeout = self.done & (rng.rand(total, B) < 0.5)
-        self.final_observation = np.where(self.done[..., None], rng.randn(total, B, 3),
-                                          0).astype(np.float32)
-
-    def chunk(self, start, stop, final=True):
-        s = slice(start, stop)
-        fields = (self.observation[s], self.action[s], self.reward[s], self.done[s],
-                  self.timeout[s])
-        return Tl(*fields, self.final_observation[s]) if final else TlNoFinal(*fields)
-
-    def example(self, final=True):
-        chunk = self.chunk(0, 1, final)
-        return type(chunk)(*(x[0, 0] for x in chunk))
 
 
 def _assert_windows_equal(reference, device):
@@ -55,7 +28,7 @@ def _assert_windows_equal(reference, device):
 @pytest.mark.parametrize("final", [True, False], ids=["final_obs", "no_final_obs"])
 def test_time_limit_twins_store_extract_and_draw_alike(pair, n_step, final):
     cls, device_cls = pair
-    stream = TlStream(TOTAL, 3, seed=n_step + 10 * final)
+    stream = TlStream(TOTAL, 3, seed=n_step + 10 * final, p_done=0.25)
     kwargs = dict(size=60, B=3, discount=0.9, n_step_return=n_step)
     reference = cls(stream.example(final), **kwargs)
     device = device_cls(stream.example(final), device="cpu", **kwargs)
@@ -72,4 +45,4 @@ def test_time_limit_twins_store_extract_and_draw_alike(pair, n_step, final):
 
 
 def test_snapshot_round_trip_of_a_device_time_limit_buffer(tmp_path):
-    check_snapshot_round_trip(DeviceTlUniformReplayBuffer, TlStream(TOTAL, 3, seed=7), tmp_path)
+    check_snapshot_round_trip(DeviceTlUniformReplayBuffer, TlStream(TOTAL, 3, seed=7, p_done=0.25), tmp_path)

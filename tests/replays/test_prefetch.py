@@ -10,7 +10,6 @@ import copy
 import gc
 import threading
 import time
-from collections import namedtuple
 
 import numpy as np
 import pytest
@@ -26,7 +25,7 @@ from rlfast.replays import (AsyncPrioritizedReplayBuffer, AsyncUniformReplayBuff
 from rlfast.replays.prefetch import PrefetchingReplay
 from rlfast.utils.buffer import torchify_buffer
 from rlfast.utils.host_sync import HostSyncCounter
-from tests.replays._stream import Stream
+from tests.replays._stream import Stream, Tl, tl_id_fields
 
 B = 3
 BATCH_B = 6
@@ -37,7 +36,6 @@ WITH_WEIGHTS = {SamplesFromReplay: SamplesFromReplayPri,
                 SequenceSamplesFromReplay: SequenceSamplesFromReplayPri}
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="the CUDA branch (streams, events, pinned memory)"))]
-Tl = namedtuple("Tl", ["observation", "action", "reward", "done", "timeout", "final_observation"])
 
 
 # ------------------------------------------------------------------------- helpers
@@ -55,14 +53,7 @@ def no_thread_left():
 
 
 def tl_chunks(total: int, seed: int = 0) -> list:
-    rng = np.random.RandomState(seed)
-    g, b = np.meshgrid(np.arange(total), np.arange(B), indexing="ij")
-    observation = np.stack([g, b, rng.randn(total, B)], -1).astype(np.float32)
-    done = rng.rand(total, B) < 0.2
-    timeout = done & (rng.rand(total, B) < 0.5)
-    final = np.where(done[..., None], -observation - 1000, 0).astype(np.float32)
-    action = (g * B + b + 1).astype(np.float32)[..., None]
-    fields = (observation, action, rng.randn(total, B).astype(np.float32), done, timeout, final)
+    fields = tl_id_fields(total, B, seed)
     return [Tl(*(x[s:s + 10] for x in fields)) for s in range(0, total, 10)]
 
 

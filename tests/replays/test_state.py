@@ -8,7 +8,6 @@ source when both get the same new samples and priority updates. A freshly built 
 that was not loaded is checked to differ, so the equalities cannot hold by accident."""
 import re
 import zipfile
-from collections import namedtuple
 
 import numpy as np
 import pytest
@@ -18,34 +17,10 @@ from rlfast.replays import PrioritiesSamplesToBuffer
 from rlfast.replays.factory import make_replay_buffer
 from rlfast.replays.state import (load_replay_arrays, load_replay_file, replay_arrays,
                                   save_replay_file)
-from tests.replays._stream import Stream
+from tests.replays._stream import Stream, TlStream
 
-Tl = namedtuple("Tl", ["observation", "action", "reward", "done", "timeout",
-                       "final_observation"])
 TOTAL = 130  # steps in each stream: the source gets 100 (several wraps), the rest come later
 FIRST = 100
-
-
-class TlStream:
-    """Random transitions with time-limit fields."""
-
-    def __init__(self, total, B, seed):
-        rng = np.random.RandomState(seed)
-        self.observation = rng.randn(total, B, 3).astype(np.float32)
-        self.action = rng.randn(total, B, 1).astype(np.float32)
-        self.reward = rng.randn(total, B).astype(np.float32)
-        self.done = rng.rand(total, B) < 0.2
-        self.timeout = self.done & (rng.rand(total, B) < 0.5)
-        self.final_observation = np.where(self.done[..., None],
-                                          rng.randn(total, B, 3), 0).astype(np.float32)
-
-    def chunk(self, start, stop):
-        s = slice(start, stop)
-        return Tl(self.observation[s], self.action[s], self.reward[s], self.done[s],
-                  self.timeout[s], self.final_observation[s])
-
-    def example(self):
-        return Tl(*(x[0, 0] for x in self.chunk(0, 1)))
 
 
 # name -> (make_replay_buffer options, constructor kwargs, stream kind)
