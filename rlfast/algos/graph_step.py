@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from rlfast.algos.guarded_steps import stack_scalars
+from rlfast.algos.guarded_steps import stack_scalars, step_unless_failed
 
 __all__ = ["GraphStep", "capture_cuda_graph", "eager_program", "static_copy", "copy_into",
            "CapturableRates", "capture_for", "check_compile", "WARMUP_STEPS"]
@@ -177,13 +177,7 @@ class GraphStep:
         names = tuple(scalars)
         head = stack_scalars(scalars.values())
         finite = torch.isfinite(torch.stack([head[names.index(n)] for n in self.checked]).sum())
-        torch.logical_or(self.failed, ~finite, out=self.failed)
-        self.found_inf.copy_(self.failed)
-        self.optimizer.found_inf = self.found_inf
-        try:
-            self.optimizer.step()
-        finally:
-            del self.optimizer.found_inf
+        step_unless_failed(self.optimizer, self.failed, finite, self.found_inf)
         parts = [head, finite.to(torch.float64).reshape(1)]
         if extra is not None:
             parts.append(extra.detach().reshape(-1).to(torch.float64))

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["GuardedSteps", "skips_on_device", "StepRecord", "stack_scalars"]
+__all__ = ["GuardedSteps", "skips_on_device", "StepRecord", "stack_scalars", "step_unless_failed"]
 
 
 def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
@@ -36,6 +36,24 @@ def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
     (Adam, AdamW, SGD with ``fused=True``) that takes ``found_inf`` from a ``GradScaler``."""
     return bool(getattr(optimizer, "_step_supports_amp_scaling", False)) and all(
         group.get("fused") for group in optimizer.param_groups)
+
+
+def step_unless_failed(optimizer: torch.optim.Optimizer, failed: torch.Tensor,
+                       finite: torch.Tensor, found_inf: torch.Tensor | None = None) -> None:
+    """One step of a fused ``optimizer`` that its kernel refuses once any step of the call was
+    not finite: ``failed`` (a 0-d bool device tensor, sticky over the call) takes ``~finite``
+    in place and feeds the optimizer's ``found_inf`` (``found_inf``: a static float32 tensor
+    to copy it into, for a captured graph; else a new one). Nothing is read on the host."""
+    torch.logical_or(failed, ~finite, out=failed)
+    if found_inf is None:
+        found_inf = failed.to(torch.float32)
+    else:
+        found_inf.copy_(failed)
+    optimizer.found_inf = found_inf
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf
 
 
 def stack_scalars(values: Any) -> torch.Tensor:
@@ -126,12 +144,7 @@ class GuardedSteps:
             return values[len(names) + 1 + n_extra:] if read_now is not None else None
         if self._failed is None:
             self._failed = torch.zeros((), dtype=torch.bool, device=finite.device)
-        torch.logical_or(self._failed, ~finite, out=self._failed)
-        self.optimizer.found_inf = self._failed.to(torch.float32)
-        try:
-            self.optimizer.step()
-        finally:
-            del self.optimizer.found_inf
+        step_unless_failed(self.optimizer, self._failed, finite)
         self._pending.append((names, torch.cat(parts), n_extra))
         return None
 

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from rlfast.algos.base import RLAlgorithm
+from rlfast.algos.guarded_steps import skips_on_device, step_unless_failed
 from rlfast.algos.pg.reward_norm import RewardNormalizer
 from rlfast.algos.utils import (build_optimizer, discount_return,
                                 generalized_advantage_estimation, valid_from_done)
@@ -151,8 +152,7 @@ class PolicyGradientAlgo(RLAlgorithm):
         the host: the optimizer is a fused one (Adam, AdamW, SGD with ``fused=True``), whose
         kernel leaves the parameters, moments and step count untouched while its
         ``found_inf`` tensor is nonzero (the mechanism ``torch.amp.GradScaler`` drives)."""
-        return bool(getattr(self.optimizer, "_step_supports_amp_scaling", False)) and all(
-            group.get("fused") for group in self.optimizer.param_groups)
+        return skips_on_device(self.optimizer)
 
     def _begin_steps(self, failed: torch.Tensor | None = None) -> None:
         """Start the gradient steps of one ``optimize_agent`` call: no step has failed yet.
@@ -180,12 +180,7 @@ class PolicyGradientAlgo(RLAlgorithm):
             return grad_norm, finite.to(grad_norm.dtype)
         if self._failed is None:
             self._failed = torch.zeros((), dtype=torch.bool, device=finite.device)
-        torch.logical_or(self._failed, ~finite, out=self._failed)
-        self.optimizer.found_inf = self._failed.to(torch.float32)
-        try:
-            self.optimizer.step()
-        finally:
-            del self.optimizer.found_inf
+        step_unless_failed(self.optimizer, self._failed, finite)
         return grad_norm, finite.to(grad_norm.dtype)
 
     @property

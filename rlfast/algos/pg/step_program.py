@@ -29,6 +29,7 @@ import torch
 from rlfast.algos.graph_step import WARMUP_STEPS, capture_cuda_graph, eager_program
 from rlfast.algos.graph_step import copy_into as _copy_into
 from rlfast.algos.graph_step import static_copy as _static_copy
+from rlfast.algos.guarded_steps import step_unless_failed
 from rlfast.algos.pg.base import diagnostic_row
 
 __all__ = ["StepProgram", "capture_cuda_graph", "eager_program", "WARMUP_STEPS"]
@@ -105,13 +106,7 @@ class StepProgram:
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(algo.agent.parameters(), algo.clip_grad_norm)
         finite = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
-        torch.logical_or(self.failed, ~finite, out=self.failed)
-        self.found_inf.copy_(self.failed)
-        self.optimizer.found_inf = self.found_inf
-        try:
-            self.optimizer.step()
-        finally:
-            del self.optimizer.found_inf
+        step_unless_failed(self.optimizer, self.failed, finite, self.found_inf)
         self.row.copy_(diagnostic_row(loss, grad_norm, info.entropy, info.perplexity,
                                       info.approxKl, info.clipFrac, finite))
 
