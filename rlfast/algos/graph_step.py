@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from rlfast.algos.guarded_steps import stack_scalars, step_unless_failed
+from rlfast.algos.guarded_steps import as_row, stack_scalars, step_unless_failed
 
 __all__ = ["GraphStep", "capture_cuda_graph", "eager_program", "static_copy", "copy_into",
            "CapturableRates", "capture_for", "check_compile", "WARMUP_STEPS"]
@@ -180,7 +180,7 @@ class GraphStep:
         step_unless_failed(self.optimizer, self.failed, finite, self.found_inf)
         parts = [head, finite.to(torch.float64).reshape(1)]
         if extra is not None:
-            parts.append(extra.detach().reshape(-1).to(torch.float64))
+            parts.append(as_row(extra))
         row = torch.cat(parts)
         if self.row is None:  # the first (eager or warm-up) run sizes the outputs
             self.names, self.n_extra = names, row.numel() - len(names) - 1

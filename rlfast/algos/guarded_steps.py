@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["GuardedSteps", "skips_on_device", "StepRecord", "stack_scalars", "step_unless_failed"]
+__all__ = ["GuardedSteps", "skips_on_device", "StepRecord", "stack_scalars", "step_unless_failed",
+           "as_row"]
 
 
 def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
@@ -56,13 +57,19 @@ def step_unless_failed(optimizer: torch.optim.Optimizer, failed: torch.Tensor,
         del optimizer.found_inf
 
 
+@torch.no_grad()
 def stack_scalars(values: Any) -> torch.Tensor:
-    """0-d tensors (detached) as one float64 row: one stack, then one conversion when they
-    share a dtype (the common case), else each converted first."""
-    values = [v.detach().reshape(()) for v in values]
-    if all(v.dtype == values[0].dtype for v in values):
-        return torch.stack(values).to(torch.float64)
-    return torch.stack([v.to(torch.float64) for v in values])
+    """0-d (or one-element) tensors as one float64 row, outside autograd: one stack, which
+    promotes mixed dtypes, and one conversion."""
+    values = [v if v.dim() == 0 else v.reshape(()) for v in values]
+    return torch.stack(values).to(torch.float64)
+
+
+def as_row(extra: Any) -> torch.Tensor:
+    """Further diagnostics (a tensor, or a sequence of 0-d tensors) as a float64 row."""
+    if isinstance(extra, torch.Tensor):
+        return extra.detach().reshape(-1).to(torch.float64)
+    return stack_scalars(extra)
 
 
 class StepRecord:
@@ -74,6 +81,52 @@ class StepRecord:
     def __init__(self, scalars: dict[str, float], extra: np.ndarray):
         self.scalars = scalars
         self.extra = extra
+
+
+class _Lazy:
+    """A step kept on the device: its scalars' tensors (``n_tail`` of them further
+    diagnostics), its finite flag, and a further diagnostics tensor (or None)."""
+
+    __slots__ = ("names", "values", "n_tail", "finite", "extra")
+
+    def __init__(self, names: tuple, values: list, n_tail: int, finite: torch.Tensor,
+                 extra: torch.Tensor | None):
+        self.names, self.values, self.n_tail = names, values, n_tail
+        self.finite, self.extra = finite, extra
+
+
+class _Offsets:
+    """Walks the one array :meth:`GuardedSteps.end` read: the program rows first, then every
+    lazy step's scalars, their finite flags, and their extra tensors, in step order."""
+
+    def __init__(self, flat: np.ndarray | None, rows: list, lazy: list):
+        self.flat = flat
+        self.row_at = 0
+        self.scalar_at = sum(row.numel() for _, row, _ in rows)
+        self.finite_at = self.scalar_at + sum(len(p.values) for p in lazy)
+        self.extra_at = self.finite_at + len(lazy)
+
+    def next_row(self, item: Any) -> tuple[tuple, np.ndarray, int]:
+        """``(names, values, n_extra)`` of the next step, values laid out as a row (scalars,
+        finite flag, extra diagnostics)."""
+        flat = self.flat
+        if isinstance(item, tuple):
+            names, row, n_extra = item
+            values = flat[self.row_at:self.row_at + row.numel()]
+            self.row_at += row.numel()
+            return names, values, n_extra
+        n_named = len(item.values) - item.n_tail
+        scalars = flat[self.scalar_at:self.scalar_at + len(item.values)]
+        self.scalar_at += len(item.values)
+        finite = flat[self.finite_at:self.finite_at + 1]
+        self.finite_at += 1
+        n_extra = item.n_tail
+        tail = scalars[n_named:]
+        if item.extra is not None:
+            n_extra = item.extra.numel()
+            tail = flat[self.extra_at:self.extra_at + n_extra]
+            self.extra_at += n_extra
+        return item.names, np.concatenate([scalars[:n_named], finite, tail]), n_extra
 
 
 class GuardedSteps:
@@ -123,15 +176,14 @@ class GuardedSteps:
         :meth:`end`.
         """
         names = tuple(scalars)
-        head = stack_scalars(scalars.values())
-        finite = torch.isfinite(head[self._checked_slice(names, tuple(checked))].sum())
-        parts = [head, finite.to(torch.float64).reshape(1)]
-        n_extra = 0
-        if extra is not None:
-            extra = extra.detach().reshape(-1).to(torch.float64)
-            parts.append(extra)
-            n_extra = extra.numel()
         if read_now is not None or not self.skips_on_device:
+            head = stack_scalars(scalars.values())
+            finite = torch.isfinite(head[self._checked_slice(names, tuple(checked))].sum())
+            parts = [head, finite.to(torch.float64).reshape(1)]
+            n_extra = 0
+            if extra is not None:
+                parts.append(as_row(extra))
+                n_extra = parts[-1].numel()
             if read_now is not None:
                 parts.append(read_now.detach().reshape(-1).to(device=head.device,
                                                               dtype=torch.float64))
@@ -142,10 +194,20 @@ class GuardedSteps:
             self.optimizer.step()
             self._pending.append(record)
             return values[len(names) + 1 + n_extra:] if read_now is not None else None
+        # On the device: as few operations as a step allows; the rows are built at end()
+        # (stacked outside autograd, so the tensors are kept as given).
+        values = list(scalars.values())
+        checked_values = [values[i] for i in self._checked_positions(names, tuple(checked))]
+        with torch.no_grad():
+            finite = torch.isfinite(sum(checked_values[1:], checked_values[0]))
         if self._failed is None:
             self._failed = torch.zeros((), dtype=torch.bool, device=finite.device)
         step_unless_failed(self.optimizer, self._failed, finite)
-        self._pending.append((names, torch.cat(parts), n_extra))
+        if extra is None or isinstance(extra, torch.Tensor):
+            self._pending.append(_Lazy(names, values, 0, finite, extra))
+        else:  # 0-d diagnostics join the scalars' stack
+            extra = list(extra)
+            self._pending.append(_Lazy(names, values + extra, len(extra), finite, None))
         return None
 
     def record(self, itr: int, names: tuple, row: torch.Tensor, n_extra: int,
@@ -164,6 +226,11 @@ class GuardedSteps:
             self.check_finite(itr, record.scalars)
         self._pending.append(record)
         return values[row.numel():]
+
+    def _checked_positions(self, names: tuple, checked: tuple) -> list[int]:
+        """Where the ``checked`` scalars sit among ``names``."""
+        found = self._checked_slice(names, checked)
+        return list(range(found.start, found.stop)) if isinstance(found, slice) else found
 
     def _checked_slice(self, names: tuple, checked: tuple) -> Any:
         """Where the ``checked`` scalars sit in the row: a slice when they are contiguous (a
@@ -191,19 +258,22 @@ class GuardedSteps:
         optimizer refused it and every later one)."""
         pending, self._pending = self._pending, []
         self.steps_applied = len(pending)
-        on_device = [p for p in pending if not isinstance(p, StepRecord)]
-        flat = None
-        if on_device:
-            flat = np.asarray(torch.cat([row for _, row, _ in on_device]).tolist(),
-                              dtype=np.float64)
-        records, offset = [], 0
+        rows = [p for p in pending if isinstance(p, tuple)]
+        lazy = [p for p in pending if isinstance(p, _Lazy)]
+        parts = [row for _, row, _ in rows]
+        if lazy:  # every kept scalar in one stack, the flags in another, the extras joined
+            parts.append(stack_scalars([v for p in lazy for v in p.values]))
+            parts.append(torch.stack([p.finite for p in lazy]).to(torch.float64))
+            extras = [as_row(p.extra) for p in lazy if p.extra is not None]
+            parts.extend(extras)
+        flat = np.asarray(torch.cat(parts).tolist(), dtype=np.float64) if parts else None
+        offsets = _Offsets(flat, rows, lazy)
+        records = []
         for item in pending:
             if isinstance(item, StepRecord):
                 records.append(item)
                 continue
-            names, row, n_extra = item
-            values = flat[offset:offset + row.numel()]
-            offset += row.numel()
+            names, values, n_extra = offsets.next_row(item)
             record = self._record(names, values, n_extra)
             if values[len(names)] != 1.0:
                 self.steps_applied = len(records)

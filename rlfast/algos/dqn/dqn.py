@@ -271,7 +271,7 @@ class DQN(RLAlgorithm):
         self.optimizer.zero_grad(set_to_none=set_to_none)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.agent.parameters(), self.clip_grad_norm)
-        return dict(loss=loss, gradNorm=grad_norm), td_abs_errors.reshape(-1)[::8], \
+        return dict(loss=loss.detach(), gradNorm=grad_norm), td_abs_errors.reshape(-1)[::8], \
             td_abs_errors
 
     @property

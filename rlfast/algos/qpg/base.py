@@ -23,7 +23,7 @@ import torch
 
 from rlfast.algos.base import RLAlgorithm
 from rlfast.algos.graph_step import GraphStep, capture_for, check_compile
-from rlfast.algos.guarded_steps import GuardedSteps, stack_scalars
+from rlfast.algos.guarded_steps import GuardedSteps
 from rlfast.algos.replay_choice import (REPLAY_DEVICES, finish_shared_replay, make_learner_replay,
                                         takes_device_priorities)
 from rlfast.utils.checks import check_choice, check_fraction, check_int, check_positive
@@ -276,11 +276,11 @@ class QpgAlgoBase(RLAlgorithm):
         return self.OptInfoCls(*([v for v in col if v == v] for col in columns))  # drop NaN
 
     def update_terms(self, batch: Any, update_policy: bool,
-                     set_to_none: bool = True) -> tuple[dict, torch.Tensor, torch.Tensor]:
+                     set_to_none: bool = True) -> tuple[dict, list, torch.Tensor]:
         """Every loss, one backward pass and the per-group gradient clipping of one replayed
         batch (no optimizer step): ``(scalars, extra, |TD error|)``. ``scalars``: the loss
         terms, the summed loss and the gradient norms (the loss and norms must be finite;
-        all are named in an error); ``extra``: the OptInfo fields in order. Device tensors:
+        all are named in an error); ``extra``: the OptInfo fields' 0-d tensors in order. Device tensors:
         nothing is read. ``set_to_none=False`` keeps the gradients' addresses (a program)."""
         loss, info, td_abs = self.compiled_losses(batch, update_policy)
         self.optimizer.zero_grad(set_to_none=set_to_none)
@@ -289,7 +289,7 @@ class QpgAlgoBase(RLAlgorithm):
                  for params in self._clip_groups]
         scalars = {**info, "loss": loss.detach(), **dict(zip(self._grad_norm_names, norms))}
         row = self.diagnostics(info, norms, update_policy)
-        extra = stack_scalars(row[f] for f in self.OptInfoCls._fields)
+        extra = [row[f] for f in self.OptInfoCls._fields]  # stacked once per call
         return scalars, extra, td_abs
 
     def compiled_losses(self, batch: Any, update_policy: bool) -> Any:
