@@ -2,10 +2,10 @@
 
 On a GPU each read of a tensor's value on the host (``.item()``, ``float()``, ``.cpu()``, ...)
 stalls the host until the device has drained its queue. Before issue 38 ``optimize_agent`` made
-18 such reads per gradient step for DQN, 20 for C51, 46 for R2D1 and 7 for SAC (plus 1-2 more
-with prioritized replay), counted here with :class:`HostSyncCounter` on the same small
-learners: the loss and gradient norm for the finite check, the priorities, the diagnostics,
-and the multi-tensor Adam's step counts.
+12 such reads per gradient step for DQN, 14 for C51, 24 for R2D1 and 1.5 for SAC (14, 16, 26
+and 3.5 with prioritized replay), counted as these tests count, on the same small learners:
+the loss and gradient norm for the finite check, the priorities, the diagnostics, and the
+multi-tensor Adam's step counts.
 
 Now a call reads once in all when the optimizer refuses non-finite steps on the device (fused
 Adam) and the priorities stay on the device (a device replay), and once per step when a host
