@@ -247,7 +247,7 @@ class Search:
 def _stop_child(proc: subprocess.Popen) -> None:
     """SIGTERM the trial's ``rlfast train`` (it stops its workers and exits), SIGKILL
     whatever outlives the launcher's grace period."""
-    from rlfast.utils.launching.exp_launcher import stop_children
+    from rlfast.launching.children import stop_children
     stop_children([proc])
 
 
@@ -321,7 +321,7 @@ def process_alive(pid: int, started: float | None) -> bool:
 
 def stop_orphan(pid: int) -> None:
     """Stop an ``rlfast train`` whose search was killed, and its descendants."""
-    from rlfast.utils.launching.exp_launcher import TERMINATE_GRACE_S, kill_after_grace
+    from rlfast.launching.children import TERMINATE_GRACE_S, kill_after_grace
     try:
         proc = psutil.Process(pid)
         procs = [proc, *proc.children(recursive=True)]

@@ -26,9 +26,9 @@ import datetime
 import os
 import sys
 
+from rlfast.launching import report_sweep, run_experiments
 from rlfast.utils.launching import (VariantLevel, affinity_from_code, encode_affinity,
-                                    make_variants, prepend_run_slot, run_experiments)
-from rlfast.utils.launching.exp_launcher import report_sweep
+                                    make_variants, prepend_run_slot)
 from rlfast.utils.logging.context import get_data_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -4,7 +4,6 @@ from __future__ import annotations
 import errno
 import os
 import threading
-import types
 
 import psutil
 import pytest
@@ -479,11 +478,11 @@ def test_validate_affinity_rejects_malformed_ids(monkeypatch):
 def test_runner_startup_validates_affinity_before_pinning(monkeypatch):
     """MinibatchRl checks its affinity before pinning the master (which used to swallow the
     failure and run unpinned)."""
-    from rlfast.runners.minibatch_rl import MinibatchRlBase
+    from rlfast.runners.master_affinity import MasterAffinity
     FakeMachine(monkeypatch, mask={0, 1})
     pinned = []
     monkeypatch.setattr(psutil.Process, "cpu_affinity", lambda self, cpus=None: pinned.append(cpus))
-    runner = types.SimpleNamespace(affinity=dict(affinity_from_code("0slt_4cpu_0gpu_0hto_4cpr")))
+    master = MasterAffinity(dict(affinity_from_code("0slt_4cpu_0gpu_0hto_4cpr")))
     with pytest.raises(ValueError, match=r"cpus 2, 3 do not exist"):
-        MinibatchRlBase._set_master_affinity(runner)
+        master.pin()
     assert pinned == []

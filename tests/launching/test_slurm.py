@@ -10,15 +10,16 @@ import time
 import psutil
 import pytest
 
-from rlfast.utils.launching import encode_affinity, prepend_run_slot, run_experiments
-from rlfast.utils.launching import slurm as slurm_launcher
-from rlfast.utils.launching.slurm import (SlurmRunResult, SweepRun, check_slurm_options,
-                                          parse_time_minutes, submitit_parameters)
-from tests.utils.launching._interrupt import sigint_when_all_exist
+from rlfast.launching import run_experiments
+from rlfast.launching import slurm as slurm_launcher
+from rlfast.launching.slurm import (SlurmRunResult, check_slurm_options, parse_time_minutes,
+                                    submitit_parameters)
+from rlfast.utils.launching import encode_affinity, prepend_run_slot
+from tests.launching._interrupt import sigint_when_all_exist
 
 submitit = pytest.importorskip("submitit")
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "scripts", "launch", "train_ppo_cartpole.py")
 # One run slot of one core, unpinned: the jobs of a sweep share this machine's cores.
 CODE = encode_affinity(n_cpu_core=1, n_gpu=0, hyperthread_offset=0, set_affinity=False)
@@ -176,30 +177,6 @@ def test_preempted_run_is_requeued_and_resumed(tmp_path):
     with open(os.path.join(run_dir, "debug.log")) as f:
         assert "resumed" in f.read().lower()
     assert stopped_at and int(progress_rows(run_dir)[-1]["Diagnostics/CumSteps"]) == n_steps
-
-
-def test_sweep_run_restarts_without_snapshot_and_pickles_without_process(tmp_path):
-    run = SweepRun(SCRIPT, prepend_run_slot(0, CODE), str(tmp_path), 3, ["--x"], "py")
-    assert run.start_command() == ["py", SCRIPT, prepend_run_slot(0, CODE), str(tmp_path),
-                                   "3", "--x"]
-    assert run.resume_command() == ["py", "-m", "rlfast", "resume",
-                                    os.path.join(str(tmp_path), "run_3")]
-    resumed = run.resumed()
-    assert resumed.resume and not run.resume
-    run._proc = object()
-    assert "_proc" in run.__getstate__() and run.__getstate__()["_proc"] is None
-    # A requeued job whose run has no snapshot yet starts it again from a clean directory.
-    script = tmp_path / "record.py"
-    script.write_text("import os, sys; open(os.path.join(sys.argv[2], 'ran'), 'w').close()")
-    run_dir = tmp_path / "run_0"
-    run_dir.mkdir()
-    (run_dir / "progress.csv").write_text("stale\n")
-    (run_dir / "notes.txt").write_text("kept\n")
-    again = SweepRun(str(script), "0slt_1cpu", str(tmp_path), 0, resume=True)
-    assert again() == str(run_dir)
-    assert (tmp_path / "ran").exists()
-    assert not (run_dir / "progress.csv").exists() and (run_dir / "notes.txt").exists()
-    assert "starting again (removed progress.csv)" in (tmp_path / "run_0.stdout.txt").read_text()
 
 
 def test_slurm_options_map_onto_submitit(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """The job a Slurm sweep submits for each run: :class:`SweepRun`, a checkpointable submitit
 job that runs the training command as a child process, stops it gracefully when Slurm
 preempts the job (or its time runs out), and is requeued to continue through
-``rlfast resume``. See :mod:`rlfast.utils.launching.slurm` for the sweep around it.
+``rlfast resume``. See :mod:`rlfast.launching.slurm` for the sweep around it.
 """
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from typing import Any
 
 import psutil
 
-from rlfast.utils.launching.exp_launcher import _ChildWatcher, _stderr_tail, experiment_command
+from rlfast.launching.children import ChildWatcher
+from rlfast.launching.command import experiment_command
+from rlfast.launching.run_files import run_output_stem, stderr_tail
 from rlfast.utils.logging.context import remove_run_files, snapshot_files
 
 try:  # SweepRun must be a Checkpointable where submitit is installed; the rest checks later.
@@ -32,7 +34,6 @@ PR_SET_PDEATHSIG = 1
 
 class RunFailedError(RuntimeError):
     """The training command of a Slurm job exited with a non-zero status."""
-
 
 
 def _job_env(name: str, default: str) -> str:
@@ -146,7 +147,7 @@ class SweepRun(_JobBase):
     def _note(self, message: str) -> None:
         """A line in the run's stdout file, where the job's starts and stops are traced."""
         stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-        with open(os.path.join(self.log_dir, f"run_{self.run_ID}.stdout.txt"), "a",
+        with open(f"{run_output_stem(self.log_dir, self.run_ID)}.stdout.txt", "a",
                   encoding="utf-8") as f:
             f.write(f"[rlfast.slurm {stamp}] job {_job_env('job_id', '?')}: {message}\n")
 
@@ -164,13 +165,13 @@ class SweepRun(_JobBase):
                            f"{', '.join(removed) or 'nothing'})")
             command, how = self.start_command(), "starting"
         self._note(f"{how}: {subprocess.list2cmdline(command)}")
-        stem = os.path.join(self.log_dir, f"run_{self.run_ID}")
+        stem = run_output_stem(self.log_dir, self.run_ID)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # The child is one process of this job, not a rank of the job's srun step: without
         # SLURM_PROCID, rlfast (train, resume) does not take the step's tasks for its ranks.
         env.pop("SLURM_PROCID", None)
         setup = _child_setup(_preempt_signal(), os.getpid(), _load_prctl())
-        watcher = _ChildWatcher()  # a blocking wait during which the signal handler can run
+        watcher = ChildWatcher()  # a blocking wait during which the signal handler can run
         try:
             with open(f"{stem}.stdout.txt", "ab") as out, \
                     open(f"{stem}.stderr.txt", "ab") as err:
@@ -191,7 +192,7 @@ class SweepRun(_JobBase):
             raise RunFailedError(f"run_ID {self.run_ID} in {self.log_dir} exited with code "
                                  f"{returncode}{why}; command: "
                                  f"{subprocess.list2cmdline(command)}"
-                                 f"{_stderr_tail(self.log_dir, self.run_ID, n_lines=10)}")
+                                 f"{stderr_tail(self.log_dir, self.run_ID, n_lines=10)}")
         self._note("finished")
         return self.run_dir
 

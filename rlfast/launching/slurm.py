@@ -21,19 +21,19 @@ import importlib
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rlfast.launching.plan import SweepPlan
+from rlfast.launching.report import RunResult, print_failures
+from rlfast.launching.run_files import (NUM_LAUNCHED_FILE, stderr_tail, write_atomic,
+                                        write_tree_file)
+from rlfast.launching.slurm_job import RunFailedError, SweepRun
 from rlfast.utils.checks import check_choice, check_int, check_positive
 from rlfast.utils.launching.affinity import prepend_run_slot
-from rlfast.utils.launching.exp_launcher import (NUM_LAUNCHED_FILE, TREE_FILE, RunResult,
-                                                 _stderr_tail, _tree_text, write_atomic)
 from rlfast.utils.launching.variant import save_variant
-
-from rlfast.utils.launching.slurm_job import RunFailedError, SweepRun  # noqa: F401
 
 __all__ = ["run_slurm_sweep", "SweepRun", "SlurmRunResult", "RunFailedError",
            "check_slurm_options", "parse_time_minutes", "submitit_parameters",
@@ -60,10 +60,6 @@ LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # the local executor kills a job at its time li
 POLL_S = {"slurm": 10.0, "local": 0.5}  # how often a waiting sweep checks its jobs
 INSTALL_HINT = "pip install rlfast[slurm]"
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
-
-
-class RunFailedError(RuntimeError):
-    """The training command of a Slurm job exited with a non-zero status."""
 
 
 class SlurmRunResult(RunResult):
@@ -215,13 +211,10 @@ def _cancel(jobs: Sequence[Any], local: bool) -> None:
                     process.wait()
 
 
-def run_slurm_sweep(script: str, affinity_code: str, experiment_title: str, exp_dir: str,
-                    runs: Sequence[tuple[str, Mapping, int, Sequence]],
-                    log_dirs: Sequence[str], slurm: Mapping[str, Any] | None,
-                    python_executable: str | None = None, dry_run: bool = False,
+def run_slurm_sweep(plan: SweepPlan, slurm: Mapping[str, Any] | None, dry_run: bool = False,
                     wait: bool = True) -> list[SlurmRunResult]:
-    """Submit each of ``runs`` (``(run_dir, variant, run_ID, args)``, from
-    ``run_experiments``) as a :class:`SweepRun` job, in one job array, and wait for them.
+    """Submit each run of ``plan`` (from ``run_experiments``) as a :class:`SweepRun` job, on
+    run slot 0 of its affinity code, in one job array, and wait for them.
 
     Writes ``experiments_tree.txt``, each ``variant.json`` and ``num_launched.txt`` (kept
     up to date while waiting), prints the job ids, and returns one ``SlurmRunResult`` per
@@ -230,90 +223,108 @@ def run_slurm_sweep(script: str, affinity_code: str, experiment_title: str, exp_
     backend). With ``wait=False`` it returns right after submitting (returncode None;
     ``result.job`` is the submitit job: ``result.job.result()`` waits for it; local-executor
     jobs are child processes of this one, which such a wait also reaps). An interrupt
-    (Ctrl-C) while waiting cancels the unfinished jobs and re-raises. ``dry_run`` prints the submitit parameters and each
-    run's command and submits nothing (it does not need submitit).
+    (Ctrl-C) while waiting cancels the unfinished jobs and re-raises. ``dry_run`` prints the
+    submitit parameters and each run's command and submits nothing (it does not need
+    submitit).
     """
     options = check_slurm_options(slurm)
-    executor_kind = options["executor"]
     folder = os.path.abspath(os.fspath(options.get("folder") or
-                                       os.path.join(exp_dir, "slurm", "%j")))
-    params = submitit_parameters(options, experiment_title)
-    slot_code = prepend_run_slot(0, affinity_code)
-    jobs_to_run = [SweepRun(script, slot_code, run_dir, run_ID, args, python_executable)
-                   for run_dir, _, run_ID, args in runs]
-    total = len(jobs_to_run)
-    where = "Slurm jobs" if executor_kind == "slurm" else "local submitit jobs"
-
+                                       os.path.join(plan.exp_dir, "slurm", "%j")))
+    params = submitit_parameters(options, plan.experiment_title)
+    slot_code = prepend_run_slot(0, plan.affinity_code)
+    runs = [SweepRun(plan.script, slot_code, run.log_dir, run.run_ID, run.args,
+                     plan.python_executable) for run in plan.runs]
+    where = "Slurm jobs" if options["executor"] == "slurm" else "local submitit jobs"
     if dry_run:
-        print(f"[dry run] {total} {where} of {script}, each on run slot 0 of "
-              f"{affinity_code} ({slot_code}); experiment dir {exp_dir}; submitit folder "
-              f"{folder}\n[dry run] submitit parameters: "
-              + ", ".join(f"{k}={v!r}" for k, v in params.items()))
-        for run in jobs_to_run:
-            print(f"[dry run] run_ID {run.run_ID}  {run.log_dir}\n    "
-                  f"{subprocess.list2cmdline(run.start_command())}")
-        return [SlurmRunResult(run.log_dir, run.run_ID, 0, None) for run in jobs_to_run]
+        return _print_slurm_plan(plan, runs, where, slot_code, folder, params)
 
     submitit = require_submitit()
     executor = _make_executor(submitit, options, folder, params)
-    os.makedirs(exp_dir, exist_ok=True)
-    write_atomic(os.path.join(exp_dir, TREE_FILE),
-                  f"script: {script}\naffinity code: {affinity_code} (each job runs "
-                  f"{slot_code})\nbackend: slurm ({executor_kind} executor); submitit folder: "
-                  f"{folder}\nsubmitit parameters: {params}\ntotal runs: {total}\n"
-                  f"launcher pid: {os.getpid()}\n\n" + _tree_text(experiment_title, log_dirs))
-    for run_dir, variant, _, _ in runs:
-        save_variant(variant, run_dir)
-    with executor.batch():
-        jobs = [executor.submit(run) for run in jobs_to_run]
-    for k, (job, run) in enumerate(zip(jobs, jobs_to_run)):
-        print(f"[submit {k + 1}/{total}] job {job.job_id}: run_ID {run.run_ID} of "
-              f"{os.path.relpath(run.log_dir, exp_dir)}", flush=True)
+    write_tree_file(plan.exp_dir,
+                    f"script: {plan.script}\naffinity code: {plan.affinity_code} (each job "
+                    f"runs {slot_code})\nbackend: slurm ({options['executor']} executor); "
+                    f"submitit folder: {folder}\nsubmitit parameters: {params}\n"
+                    f"total runs: {len(runs)}", plan.experiment_title, plan.log_dirs)
+    jobs = _submit(executor, plan, runs)
     returncodes: dict[int, int] = {}
-
-    def record_progress() -> None:
-        failed = sum(1 for code in returncodes.values() if code)
-        lines = [f"submitted {total} / {total} runs as {where}; finished {len(returncodes)}; "
-                 f"failed {failed}; waiting {total - len(returncodes)}"]
-        states = ["waiting" if k not in returncodes else "failed" if returncodes[k] else "done"
-                  for k in range(total)]
-        lines += [f"  job {job.job_id}: run_ID {run.run_ID}  {run.log_dir}  ({state})"
-                  for job, run, state in zip(jobs, jobs_to_run, states)]
-        write_atomic(os.path.join(exp_dir, NUM_LAUNCHED_FILE), "\n".join(lines) + "\n")
-
-    record_progress()
+    _record_progress(plan.exp_dir, jobs, runs, returncodes, where)
     if not wait:
-        print(f"Submitted {total} jobs; not waiting (each result's .job is its submitit job).",
-              flush=True)
+        print(f"Submitted {len(runs)} jobs; not waiting (each result's .job is its submitit "
+              f"job).", flush=True)
         return [SlurmRunResult(run.log_dir, run.run_ID, 0, None, job)
-                for job, run in zip(jobs, jobs_to_run)]
-    index = {id(job): k for k, job in enumerate(jobs)}
+                for job, run in zip(jobs, runs)]
     try:
-        for job in submitit.helpers.as_completed(jobs, poll_frequency=POLL_S[executor_kind]):
-            k = index[id(job)]
-            run = jobs_to_run[k]
-            try:
-                job.results()
-                returncodes[k] = 0
-                print(f"[done] job {job.job_id}: run_ID {run.run_ID} of "
-                      f"{os.path.relpath(run.log_dir, exp_dir)}", flush=True)
-            except Exception as e:
-                returncodes[k] = 1
-                print(f"[FAILED] job {job.job_id}: run_ID {run.run_ID}; log dir {run.log_dir}"
-                      f"{_stderr_tail(run.log_dir, run.run_ID)}\n    {_error_line(e)} "
-                      f"(submitit log: {job.paths.stderr})", file=sys.stderr, flush=True)
-            record_progress()
+        _wait_for_jobs(submitit, jobs, runs, returncodes, plan.exp_dir, options["executor"],
+                       lambda: _record_progress(plan.exp_dir, jobs, runs, returncodes, where))
     except BaseException:
-        print(f"Cancelling {total - len(returncodes)} unfinished job(s)...", file=sys.stderr,
-              flush=True)
-        _cancel(jobs, local=executor_kind == "local")
+        print(f"Cancelling {len(runs) - len(returncodes)} unfinished job(s)...",
+              file=sys.stderr, flush=True)
+        _cancel(jobs, local=options["executor"] == "local")
         raise
     results = [SlurmRunResult(run.log_dir, run.run_ID, 0, returncodes[k], job)
-               for k, (job, run) in enumerate(zip(jobs, jobs_to_run))]
-    failed = [r for r in results if r.returncode]
-    if failed:
-        print(f"{len(failed)} of {total} runs failed:", file=sys.stderr)
-        for r in failed:
-            print(f"  job {r.job.job_id}: run_ID {r.run_ID}, {r.log_dir}", file=sys.stderr,
-                  flush=True)
+               for k, (job, run) in enumerate(zip(jobs, runs))]
+    print_failures([r for r in results if r.returncode], len(results),
+                   lambda r: f"job {r.job.job_id}: run_ID {r.run_ID}, {r.log_dir}")
     return results
+
+
+def _print_slurm_plan(plan: SweepPlan, runs: Sequence[SweepRun], where: str, slot_code: str,
+                      folder: str, params: Mapping[str, Any]) -> list[SlurmRunResult]:
+    """The dry run: print the submitit parameters and each job's command; submit nothing."""
+    print(f"[dry run] {len(runs)} {where} of {plan.script}, each on run slot 0 of "
+          f"{plan.affinity_code} ({slot_code}); experiment dir {plan.exp_dir}; submitit "
+          f"folder {folder}\n[dry run] submitit parameters: "
+          + ", ".join(f"{k}={v!r}" for k, v in params.items()))
+    for run in runs:
+        print(f"[dry run] run_ID {run.run_ID}  {run.log_dir}\n    "
+              f"{subprocess.list2cmdline(run.start_command())}")
+    return [SlurmRunResult(run.log_dir, run.run_ID, 0, None) for run in runs]
+
+
+def _submit(executor: Any, plan: SweepPlan, runs: Sequence[SweepRun]) -> list[Any]:
+    """Save each run's variant, submit the runs as one job array and print the job ids."""
+    for run in plan.runs:
+        save_variant(run.variant, run.log_dir)
+    with executor.batch():
+        jobs = [executor.submit(run) for run in runs]
+    for k, (job, run) in enumerate(zip(jobs, runs)):
+        print(f"[submit {k + 1}/{len(runs)}] job {job.job_id}: run_ID {run.run_ID} of "
+              f"{os.path.relpath(run.log_dir, plan.exp_dir)}", flush=True)
+    return jobs
+
+
+def _record_progress(exp_dir: str, jobs: Sequence[Any], runs: Sequence[SweepRun],
+                     returncodes: Mapping[int, int], where: str) -> None:
+    """Rewrite ``num_launched.txt``: the counts and each job's state."""
+    total = len(runs)
+    failed = sum(1 for code in returncodes.values() if code)
+    lines = [f"submitted {total} / {total} runs as {where}; finished {len(returncodes)}; "
+             f"failed {failed}; waiting {total - len(returncodes)}"]
+    states = ["waiting" if k not in returncodes else "failed" if returncodes[k] else "done"
+              for k in range(total)]
+    lines += [f"  job {job.job_id}: run_ID {run.run_ID}  {run.log_dir}  ({state})"
+              for job, run, state in zip(jobs, runs, states)]
+    write_atomic(os.path.join(exp_dir, NUM_LAUNCHED_FILE), "\n".join(lines) + "\n")
+
+
+def _wait_for_jobs(submitit: Any, jobs: Sequence[Any], runs: Sequence[SweepRun],
+                   returncodes: dict[int, int], exp_dir: str, executor_kind: str,
+                   record_progress: Callable[[], None]) -> None:
+    """Wait for the jobs as they complete, filling ``returncodes`` (job index -> 0 or 1) and
+    reporting each: ``[done]`` on stdout, ``[FAILED]`` with the end of the run's stderr and
+    the job's error on stderr."""
+    index = {id(job): k for k, job in enumerate(jobs)}
+    for job in submitit.helpers.as_completed(jobs, poll_frequency=POLL_S[executor_kind]):
+        k = index[id(job)]
+        run = runs[k]
+        try:
+            job.results()
+            returncodes[k] = 0
+            print(f"[done] job {job.job_id}: run_ID {run.run_ID} of "
+                  f"{os.path.relpath(run.log_dir, exp_dir)}", flush=True)
+        except Exception as e:
+            returncodes[k] = 1
+            print(f"[FAILED] job {job.job_id}: run_ID {run.run_ID}; log dir {run.log_dir}"
+                  f"{stderr_tail(run.log_dir, run.run_ID)}\n    {_error_line(e)} "
+                  f"(submitit log: {job.paths.stderr})", file=sys.stderr, flush=True)
+        record_progress()
