@@ -283,7 +283,7 @@ def run_child(spec: dict) -> dict:
         class TimedAsyncRl(AsyncRl):
             def on_batch(self, itr, traj_infos):
                 super().on_batch(itr, traj_infos)
-                if window.observe(self._received * self.itr_batch_size,
+                if window.observe(self.pace.received * self.itr_batch_size,
                                   self.algo.update_counter):
                     self.stop_requested = True
 

@@ -46,8 +46,7 @@ from _bench_common import machine  # noqa: E402
 def _child(args: argparse.Namespace) -> None:
     """Train one contender until its time is up; print one JSON line of figures."""
     from rlfast.experiments.presets import build_experiment, get_preset
-    from rlfast.runners import MinibatchRl
-    from rlfast.runners.sync_rl import SyncRlMixin
+    from rlfast.runners import MinibatchRl, SyncRl
     from rlfast.utils.logging import logger_context
 
     config = get_preset("ppo", args.env)
@@ -60,19 +59,21 @@ def _child(args: argparse.Namespace) -> None:
     built = build_experiment("ppo", args.env, config, sampler=sampler, seed=args.seed,
                              distributed=world > 0, world_size=max(world, 1))
     world_envs = max(world, 1)
-    class Timed(MinibatchRl):
-        """Stops (rank 0 decides; SyncRl broadcasts it) ``warmup + seconds`` after the
-        first log row."""
-        started: float | None = None
+    def timed(base: type) -> type:
+        class Timed(base):
+            """Stops (rank 0 decides; SyncRl broadcasts it) ``warmup + seconds`` after the
+            first log row."""
+            started: float | None = None
 
-        def log_and_snapshot(self, itr: int) -> None:
-            super().log_and_snapshot(itr)
-            if self.started is None:
-                self.started = time.time()
-            self.stop_requested = time.time() - self.started > args.warmup + args.seconds
+            def log_and_snapshot(self, itr: int) -> None:
+                super().log_and_snapshot(itr)
+                if self.started is None:
+                    self.started = time.time()
+                self.stop_requested = time.time() - self.started > args.warmup + args.seconds
 
-    class TimedSync(SyncRlMixin, Timed):
-        pass
+        return Timed
+
+    Timed, TimedSync = timed(MinibatchRl), timed(SyncRl)
 
     common = dict(algo=built.algo, agent=built.agent, sampler=built.sampler, seed=args.seed,
                   n_steps=10 ** 12, log_interval_steps=batch * world_envs,
@@ -84,7 +85,7 @@ def _child(args: argparse.Namespace) -> None:
         affinity = dict(built.affinity, master_torch_threads=len(available_cpus()))
         runner = Timed(affinity=affinity, **common)
     else:
-        runner = TimedSync(affinity=built._affinities, world_size=world, **common)
+        runner = TimedSync(affinity=built.ranks.affinities, world_size=world, **common)
     with tempfile.TemporaryDirectory() as log_dir:
         with logger_context(log_dir, 0, "bench_sync", {}, snapshot_mode="none",
                             override_prefix=True):

@@ -1,12 +1,12 @@
 """Agent base classes: the interface between sampler, neural network model and algorithm.
 
-An agent owns the model, its device and (optionally) its shared-memory copy for sampler workers.
-Samplers call ``step``/``reset``/``reset_one``; algorithms call ``__call__`` on training data and
-read ``parameters()``; runners call ``to_device``, ``data_parallel`` and the mode switches.
+An agent owns the model, its device, its policy and its state (and, optionally, the shared-memory
+model its sampler workers act with). Samplers call ``step``/``reset``/``reset_one``; algorithms
+call ``__call__`` on training data and read ``parameters()``; runners call ``to_device`` and the
+mode switches. Moving parameters between processes is ``rlfast.agents.param_sharing``'s job.
 """
 from __future__ import annotations
 
-import copy
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -14,11 +14,9 @@ import torch
 
 from rlfast.agents.recurrent import (AlternatingRecurrentAgentMixin, RecurrentAgentMixin, RnnStateStore,
                                      rnn_state_for_storage, stored_rnn_state)
-from rlfast.agents.shared_params import SharedParams
 from rlfast.models.utils import strip_ddp_state_dict
 from rlfast.utils.buffer import buffer_to
 from rlfast.utils.collections import namedarraytuple
-from rlfast.utils.torch_compat import wrap_ddp
 
 __all__ = ["AgentInputs", "AgentStep", "BaseAgent", "RandomAgent", "RecurrentAgentMixin",
            "AlternatingRecurrentAgentMixin", "rnn_state_for_storage", "stored_rnn_state",
@@ -57,6 +55,7 @@ class BaseAgent(ABC):
     recurrent = False
     alternating = False
     rnn_groups = 1  # recurrent states kept (the alternating mixin keeps two)
+    trained_model_names: tuple[str, ...] = ("model",)  # wrapped in DDP for multi-rank training
 
     def __init__(self, ModelCls: type | None = None, model_kwargs: dict | None = None,
                  initial_model_state_dict: dict | None = None):
@@ -105,75 +104,10 @@ class BaseAgent(ABC):
         self.device = torch.device("cuda", index=cuda_idx)
         self.model.to(self.device)
 
-    def data_parallel(self) -> torch.device:
-        """Wrap the model in DistributedDataParallel (torch.distributed must be initialized),
-        so that every backward pass all-reduces (averages) its gradients over the ranks.
-        Agents with more trained models (the critics of DDPG/TD3/SAC) wrap those too."""
-        self.model = self.ddp_wrap(self.model)
-        return self.device
-
-    def undo_data_parallel(self) -> None:
-        """Unwrap every DistributedDataParallel model of this agent (the trained parameters
-        stay): before the process group is destroyed, so that the wrappers' reducers (which
-        hold the group and its pending work) are freed while the interpreter is fully alive,
-        not during its teardown, where freeing them can abort the process."""
-        for name, value in list(vars(self).items()):
-            if isinstance(value, torch.nn.parallel.DistributedDataParallel):
-                setattr(self, name, value.module)
-
-    def ddp_wrap(self, module: torch.nn.Module) -> torch.nn.Module:
-        """``module`` in DistributedDataParallel on this agent's device.
-
-        Buffers are synchronized once, at wrapping, and not re-broadcast at each forward:
-        the only ones rlfast models keep are running observation statistics, which every
-        rank updates alike (pooled over ranks). The keyword that says so differs between
-        torch releases; :func:`~rlfast.utils.torch_compat.wrap_ddp` picks it.
-        """
-        return wrap_ddp(module, self.device)
-
-    def async_share(self, ctx=None) -> None:
-        """Asynchronous runners, in the master before the sampler process forks: make the
-        shared-memory board the optimizer publishes its parameters to (see
-        :class:`~rlfast.agents.shared_params.SharedParams`)."""
-        self.shared_params = SharedParams(self.model, ctx)
-        self._sampler_updates = 0
-
-    def async_cpu(self, share_memory: bool = True) -> None:
-        """In the async sampler process: the sampler's own CPU model (the forked copy of the
-        master's), in shared memory when ``share_memory`` so that the sampler's worker
-        processes act with the parameters it pulls."""
-        if share_memory:
-            self.model.share_memory()
-            self.shared_model = self.model
-        self.share_memory = share_memory
-
-    def send_shared_memory(self, updates: int = 0, wait: bool = True) -> None:
-        """Optimizer side: publish the trained parameters (copied to shared CPU memory under
-        the write lock; the version moves). ``updates``: the update count they follow.
-        ``wait=False`` with the model on a GPU: stage them without waiting for the device and
-        publish at a later call (:meth:`SharedParams.publish_async`); a call with ``wait``
-        publishes the current parameters at once (and drops a staged, older copy)."""
-        if not wait and self.device.type == "cuda":
-            self.shared_params.publish_async(self.model, updates)
-            return
-        self.shared_params.flush()
-        self.shared_params.publish(self.model, updates)
-
-    def recv_shared_memory(self) -> bool:
-        """Sampler side: copy the published parameters into this process's model (under the
-        read lock) if a new version appeared since the last copy; returns whether it did.
-        ``sampler_param_updates`` then says which optimizer update they follow."""
-        updates = self.shared_params.pull(self.model)
-        if updates is None:
-            return False
-        self._sampler_updates = updates
-        return True
-
-    @property
-    def sampler_param_updates(self) -> int:
-        """The optimizer update count of the parameters this sampler last pulled (0 before
-        any: the initial parameters)."""
-        return getattr(self, "_sampler_updates", 0)
+    def on_models_replaced(self) -> None:
+        """Called by :mod:`rlfast.agents.param_sharing` after it replaced model attributes
+        (wrapped or unwrapped them in DistributedDataParallel): drop anything cached about
+        the old module objects. Nothing is cached here."""
 
     # ---- parameters -----------------------------------------------------------------------
     def parameters(self):
@@ -188,43 +122,6 @@ class BaseAgent(ABC):
         """Load a (possibly DDP-prefixed) model state dict."""
         model = self.model.module if hasattr(self.model, "module") else self.model
         model.load_state_dict(strip_ddp_state_dict(state_dict))
-
-    def sync_shared_memory(self) -> None:
-        """Copy trained parameters into the shared CPU model (a no-op when they are the same)."""
-        if self.shared_model is not None and self.shared_model is not self.model:
-            self.shared_model.load_state_dict(self.state_dict())
-
-    def training_twin(self) -> "BaseAgent":
-        """A copy of this agent for a learner that trains while this one samples (the
-        overlapped runner): the same settings and parameters on the same device, in models of
-        its own (private memory, not shared with the sampler's workers), so that updates never
-        touch the parameters the sampler is acting with. ``publish_to(sampling_agent)`` copies
-        the trained parameters back between batches."""
-        if self.model is None:
-            raise ValueError(f"{type(self).__name__}.training_twin() needs a built model "
-                             f"(after the sampler's initialize)")
-        if isinstance(self.model, torch.nn.parallel.DistributedDataParallel):
-            raise ValueError("training_twin() is taken before the model is wrapped in "
-                             "DistributedDataParallel")
-        shared_params = getattr(self, "shared_params", None)
-        if shared_params is not None:  # asynchronous runners' board: not copied
-            self.shared_params = None
-        try:
-            twin = copy.deepcopy(self)  # module tensors are cloned into private memory
-        finally:
-            if shared_params is not None:
-                self.shared_params = shared_params
-        twin.shared_model = None
-        twin.share_memory = False
-        return twin
-
-    def publish_to(self, sampling_agent: "BaseAgent") -> None:
-        """Copy this (training) agent's parameters and buffers into ``sampling_agent``'s
-        models in place (shared memory stays shared) and hand over the algorithm-set sampling
-        settings (``sampling_state``)."""
-        with torch.no_grad():
-            sampling_agent.load_state_dict(self.state_dict())
-        sampling_agent.load_sampling_state(self.sampling_state())
 
     # ---- modes ----------------------------------------------------------------------------
     def _set_training(self, training: bool) -> None:

@@ -25,19 +25,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from rlfast.agents.param_sharing import publish_to
 from rlfast.algos.replay_choice import replay_to_save
 from rlfast.replays.state import load_replay_file, save_replay_file
 from rlfast.utils.logging import logger
 from rlfast.utils.seed import get_rng_state, set_rng_state
 
-if TYPE_CHECKING:
-    from rlfast.runners.minibatch_rl import MinibatchRlBase
-
-__all__ = ["build_snapshot", "replay_sidecars", "restore_snapshot", "check_resumable",
-           "restore_models_and_replay", "restore_training_state", "resume_start_itr",
-           "REPLAY_SUFFIX", "RESUME_SEED_STRIDE"]
+__all__ = ["Snapshots", "SnapshotRunner", "build_snapshot", "fresh_episode_seed", "log_resumed", "replay_sidecars",
+           "restore_snapshot", "check_resumable", "restore_models_and_replay",
+           "restore_training_state", "resume_start_itr", "REPLAY_SUFFIX", "RESUME_SEED_STRIDE"]
 
 REPLAY_SUFFIX = "replay.npz"
 # A resumed run whose environments start afresh seeds them ``seed + 1 + stride * resumes``,
@@ -47,8 +45,75 @@ _REQUIRED = ("itr", "agent_state_dict", "optimizer_state_dict", "algo_state", "r
              "runner_state")
 
 
-def build_snapshot(runner: MinibatchRlBase, itr: int) -> dict:
-    """The snapshot of ``runner`` after iteration ``itr`` (see the module docstring)."""
+def fresh_episode_seed(seed: int, resume_count: int) -> int:
+    """The sampler's seed in a run resumed ``resume_count`` times (0: a fresh run):
+    ``seed + 1``, plus ``RESUME_SEED_STRIDE`` per resume, so that environments that start
+    afresh do not replay the episodes the run began with."""
+    return seed + 1 + RESUME_SEED_STRIDE * resume_count
+
+
+class SnapshotRunner(Protocol):
+    """What the functions here read of a runner (every runner has it)."""
+
+    agent: Any  # the trained agent
+    sampling_agent: Any  # the agent the sampler acts with (the trained one but under overlap)
+    algo: Any
+    sampler: Any
+    n_steps: int
+    seed: int | None
+    rank: int  # 0 in a single-process run
+    itr_batch_size: int
+    snapshot_replay: bool
+
+    def runner_state(self) -> dict:
+        """What the runner's log rows are computed from."""
+
+    def load_runner_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`runner_state`'s output."""
+
+
+class Snapshots:
+    """A runner's snapshots and resume: hands each snapshot to the logger, which keeps it (or
+    not) according to the run's snapshot mode; says whether a final snapshot is due when a
+    run is interrupted; holds the snapshot a run resumes from (``resume_from``) and how many
+    times the run was resumed (``resume_count``, 0 for a fresh run)."""
+
+    def __init__(self) -> None:
+        self.covered_itrs = 0  # iterations covered by the last snapshot handed over
+        self.resume: tuple[Mapping[str, Any], str | None] | None = None
+        self.resume_count = 0
+
+    def resume_from(self, snapshot: Mapping[str, Any], snapshot_dir: str | None = None) -> None:
+        """Make the next run continue from ``snapshot`` (refused when it lacks what resuming
+        needs; ``snapshot_dir``: where its sidecar files lie)."""
+        check_resumable(snapshot)
+        self.resume = (snapshot, snapshot_dir)
+        self.resume_count = int(snapshot.get("resume_count", 0)) + 1
+
+    def save(self, runner: SnapshotRunner, itr: int) -> None:
+        """Hand the snapshot of iteration ``itr`` (and the replay buffer, with
+        ``snapshot_replay``) to the logger."""
+        if logger.get_snapshot_dir() is not None and logger.get_snapshot_mode() != "none":
+            logger.log("saving snapshot...")
+            logger.save_itr_params(itr, build_snapshot(runner, itr, self.resume_count),
+                                   sidecars=replay_sidecars(runner))
+        self.covered_itrs = itr + 1
+
+    def final_due(self, itrs_done: int) -> bool:
+        """Whether an interrupted run that finished ``itrs_done`` iterations saves a final
+        snapshot: iterations finished since the last one, and the logger keeps a snapshot of
+        the last one (a snapshot directory is set; mode "last" or "all", or "gap" on an
+        iteration the gap selects)."""
+        itr = itrs_done - 1
+        if itr < 0 or self.covered_itrs > itr or logger.get_snapshot_dir() is None:
+            return False
+        mode = logger.get_snapshot_mode()
+        return mode in ("last", "all") or (mode == "gap" and itr % logger.get_snapshot_gap() == 0)
+
+
+def build_snapshot(runner: SnapshotRunner, itr: int, resume_count: int = 0) -> dict:
+    """The snapshot of ``runner`` after iteration ``itr`` of a run resumed ``resume_count``
+    times (see the module docstring)."""
     return dict(itr=itr, cum_steps=(itr + 1) * runner.itr_batch_size,
                 agent_state_dict=runner.agent.state_dict(),
                 optimizer_state_dict=runner.algo.optim_state_dict(),
@@ -57,10 +122,10 @@ def build_snapshot(runner: MinibatchRlBase, itr: int) -> dict:
                 sampler_state=runner.sampler.state_dict(),
                 runner_state=runner.runner_state(),
                 n_steps=runner.n_steps, seed=runner.seed,
-                resume_count=runner.resume_count)
+                resume_count=resume_count)
 
 
-def replay_sidecars(runner: MinibatchRlBase) -> dict:
+def replay_sidecars(runner: SnapshotRunner) -> dict:
     """The sidecar writers for ``logger.save_itr_params``: the replay buffer when the runner
     snapshots it (``snapshot_replay``) and the algorithm has one."""
     buffer = getattr(runner.algo, "replay_buffer", None)
@@ -79,7 +144,7 @@ def check_resumable(snapshot: Mapping[str, Any], where: str = "snapshot") -> Non
                          f"evaluated with rlfast eval")
 
 
-def resume_start_itr(runner: MinibatchRlBase, snapshot: Mapping[str, Any], n_itr: int) -> int:
+def resume_start_itr(runner: SnapshotRunner, snapshot: Mapping[str, Any], n_itr: int) -> int:
     """The first iteration a run resumed from ``snapshot`` trains; refuses a snapshot that
     already covers the run's ``n_itr`` iterations."""
     start = int(snapshot["itr"]) + 1
@@ -90,20 +155,20 @@ def resume_start_itr(runner: MinibatchRlBase, snapshot: Mapping[str, Any], n_itr
     return start
 
 
-def restore_models_and_replay(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
+def restore_models_and_replay(runner: SnapshotRunner, snapshot: Mapping[str, Any],
                               snapshot_dir: str | None) -> None:
     """The first part of a resume: the agent's parameters, the algorithm's counters and the
     replay buffer (an asynchronous runner does this before it forks its sampler, which then
     acts with the trained parameters and appends to the restored buffer)."""
     runner.agent.load_state_dict(snapshot["agent_state_dict"])
     if runner.sampling_agent is not runner.agent:  # overlap: the sampler acts with a copy
-        runner.agent.publish_to(runner.sampling_agent)
+        publish_to(runner.agent, runner.sampling_agent)
     runner.algo.load_state_dict(snapshot["algo_state"])
     if not getattr(runner.algo, "replay_deferred", False):
         restore_replay(runner, snapshot, snapshot_dir)
 
 
-def restore_replay(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
+def restore_replay(runner: SnapshotRunner, snapshot: Mapping[str, Any],
                    snapshot_dir: str | None) -> None:
     """The replay buffer's part of a resume (part of :func:`restore_models_and_replay`; an
     asynchronous run whose optimizer builds the replay on its device calls it once built):
@@ -129,14 +194,15 @@ def restore_replay(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
                        f"replay holds min_steps_learn steps again", console=True)
 
 
-def restore_training_state(runner: MinibatchRlBase, snapshot: Mapping[str, Any]) -> int:
+def restore_training_state(runner: SnapshotRunner, snapshot: Mapping[str, Any]) -> int:
     """The second part of a resume, once the optimizer is built: its state, the
     environments (when the sampler can continue them), the runner's log state and, last, the
     random generators, so that nothing drawn while restoring shifts them. Returns the first
     iteration to run."""
     runner.algo.load_optim_state_dict(snapshot["optimizer_state_dict"])
     sampler_state = snapshot.get("sampler_state")
-    if sampler_state is not None and runner.sampler_restores_state and runner.rank == 0:
+    restores = getattr(runner.sampler, "restores_state", False)  # the serial sampler can
+    if sampler_state is not None and restores and runner.rank == 0:
         runner.sampler.load_state_dict(sampler_state)
     else:
         logger.log("Environments start new episodes (their state was not saved, or this "
@@ -147,7 +213,13 @@ def restore_training_state(runner: MinibatchRlBase, snapshot: Mapping[str, Any])
     return int(snapshot["itr"]) + 1
 
 
-def restore_snapshot(runner: MinibatchRlBase, snapshot: Mapping[str, Any],
+def log_resumed(start_itr: int, itr_batch_size: int, n_steps: int) -> None:
+    """Tell the console where a resumed run continues and where it goes."""
+    logger.log(f"Resumed from iteration {start_itr - 1} ({start_itr * itr_batch_size} "
+               f"steps); training to {n_steps} steps", console=True)
+
+
+def restore_snapshot(runner: SnapshotRunner, snapshot: Mapping[str, Any],
                      snapshot_dir: str | None) -> int:
     """Load ``snapshot`` into a runner whose ``startup`` has built and initialized
     everything (both parts above), and return the first iteration to run."""

@@ -9,6 +9,7 @@ from typing import Any, Callable
 import numpy as np
 
 from rlfast.agents.base import BaseAgent
+from rlfast.agents.param_sharing import use_own_cpu_model
 
 from rlfast.samplers.buffer import build_samples_buffer
 from rlfast.samplers.collections import BatchSpec, Samples, TrajInfo
@@ -145,10 +146,10 @@ class BaseSampler(abc.ABC):
                          env_ranks: list) -> None:
         """Build the agent's model for sampling. Synchronous samplers build it here; in an
         async sampler process the model was built in the master before the fork, and
-        ``agent.async_cpu`` gives the sampler its own copy (in shared memory when the
-        workers run it)."""
+        ``param_sharing.use_own_cpu_model`` gives the sampler its own copy (in shared memory
+        when the workers run it)."""
         if self.double_buffer_np is not None:
-            agent.async_cpu(share_memory=share_memory)
+            use_own_cpu_model(agent, share_memory=share_memory)
         else:
             agent.initialize(env_spaces, share_memory=share_memory, global_B=global_B,
                              env_ranks=env_ranks)

@@ -6,6 +6,7 @@ import torch
 
 from rlfast.agents import (AgentInfo, AgentInfoRnn, AlternatingAtariLstmAgent, AtariFfAgent,
                            AtariLstmAgent)
+from rlfast.agents.param_sharing import AsyncParams, use_own_cpu_model
 from rlfast.agents.pg import CategoricalPolicy
 from rlfast.distributions import DistInfo
 from rlfast.envs import EnvSpaces
@@ -184,16 +185,15 @@ def test_alternating_agent_keeps_one_state_per_group():
 @pytest.mark.parametrize("name", ["ff", "lstm"])
 def test_published_parameters_reach_a_sampler_copy(name):
     agent = build(name)
-    agent.async_share()
+    params = AsyncParams(agent)
     sampler = build(name)  # a sampler process's agent (other initial weights)
-    sampler.shared_params = agent.shared_params
-    sampler.async_cpu(share_memory=True)
+    use_own_cpu_model(sampler, share_memory=True)
     assert all(p.is_shared() for p in sampler.model.parameters())
     with torch.no_grad():
         for p in agent.model.parameters():
             p.add_(0.5)
-    agent.send_shared_memory(updates=3)
-    assert sampler.recv_shared_memory() and sampler.sampler_param_updates == 3
+    params.send(agent, updates=3)
+    assert params.recv(sampler) and params.sampler_updates == 3
     for mine, trained in zip(sampler.model.parameters(), agent.model.parameters()):
         assert torch.equal(mine, trained)
 

@@ -104,30 +104,16 @@ def test_share_memory_puts_parameters_in_shared_memory(cartpole_spaces):
     private = TinyAgent(ModelCls=TinyModel)
     private.initialize(cartpole_spaces, share_memory=False)
     assert not any(p.is_shared() for p in private.parameters())
-    # Same model: syncing is a no-op and keeps the identity.
-    before = agent.model.linear.weight.clone()
-    agent.sync_shared_memory()
-    assert torch.equal(agent.model.linear.weight, before)
 
 
-def test_async_cpu_shares_the_sampler_model_and_pulls_published_parameters(cartpole_spaces):
-    agent = TinyAgent(ModelCls=TinyModel)
-    agent.initialize(cartpole_spaces)
-    agent.async_share()
-    agent.async_cpu(share_memory=True)  # the sampler side: its model goes to shared memory
-    assert all(p.is_shared() for p in agent.model.parameters())
-    assert agent.shared_model is agent.model
-    assert not agent.recv_shared_memory()  # nothing published yet
-    publisher = TinyAgent(ModelCls=TinyModel)  # the optimizer's agent: other weights
-    publisher.initialize(cartpole_spaces)
-    publisher.shared_params = agent.shared_params
-    before = agent.model.linear.weight.clone()
-    publisher.send_shared_memory(updates=7)
-    assert agent.recv_shared_memory()
-    assert agent.sampler_param_updates == 7
-    assert torch.equal(agent.model.linear.weight, publisher.model.linear.weight)
-    assert not torch.equal(agent.model.linear.weight, before)
-    assert not agent.recv_shared_memory()  # same version: no copy
+def test_the_agent_carries_no_transport():
+    """Moving parameters between processes is rlfast.agents.param_sharing's job: the agent
+    only names the models that are trained."""
+    assert BaseAgent.trained_model_names == ("model",)
+    for name in ("data_parallel", "undo_data_parallel", "ddp_wrap", "async_share", "async_cpu",
+                 "send_shared_memory", "recv_shared_memory", "sampler_param_updates",
+                 "sync_shared_memory", "training_twin", "publish_to"):
+        assert not hasattr(BaseAgent, name), name
 
 
 def test_mode_switches_set_module_training_flag(cartpole_spaces):

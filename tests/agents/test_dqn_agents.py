@@ -9,6 +9,7 @@ from rlfast.agents import (AgentStep, AlternatingAtariR2d1Agent, AlternatingR2d1
                            AtariDqnAgent, AtariR2d1Agent, CatDqnAgent, DqnAgent, EpsilonGreedyAgentMixin,
                            R2d1Agent)
 from rlfast.agents.dqn import AgentInfo, AgentInfoRnn, CatAgentInfo, CategoricalQPolicy
+from rlfast.agents.param_sharing import sync_shared_model
 from rlfast.distributions import CategoricalEpsilonGreedy, EpsilonGreedy
 from rlfast.envs import EnvSpaces
 from rlfast.models.dqn import (AtariCatDqnModel, AtariDqnModel, AtariR2d1Model, CatDqnMlpModel, DqnMlpModel,
@@ -187,10 +188,10 @@ def test_state_dict_round_trip():
     torch.testing.assert_close(resumed(*obs), agent(*obs))
 
 
-def test_sync_shared_memory_copies_the_model_only():
+def test_sync_shared_model_copies_the_model_only():
     agent = make_dqn()
     agent.shared_model = DqnMlpModel(OBS_SHAPE, A, hidden_sizes=[8, 8])
-    agent.sync_shared_memory()
+    sync_shared_model(agent)
     for k, v in agent.shared_model.state_dict().items():
         assert torch.equal(v, agent.model.state_dict()[k])
 

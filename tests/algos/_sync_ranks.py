@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from rlfast.agents import CategoricalPgAgent, DqnAgent, MujocoFfAgent
+from rlfast.agents.param_sharing import wrap_data_parallel
 from rlfast.algos import A2C, PPO
 from rlfast.algos.dqn import DQN
 from rlfast.envs import EnvSpaces
@@ -222,7 +223,7 @@ def run_update(name: str, world_size: int = 1, rank: int = 0) -> dict:
         batch_spec = BatchSpec(T, B // world_size)
         initial = _state(agent)
         if distributed_run and opts.get("ddp", True):
-            agent.data_parallel()
+            wrap_data_parallel(agent)
         agent.train_mode(0)
         algo.initialize(agent, n_itr=4, batch_spec=batch_spec, mid_batch_reset=True,
                         examples=None, world_size=world_size, rank=rank)
@@ -250,7 +251,7 @@ def run_update(name: str, world_size: int = 1, rank: int = 0) -> dict:
     local = batch[rank * rows:(rank + 1) * rows] if distributed_run else batch
     initial = _state(agent)
     if distributed_run and opts.get("ddp", True):
-        agent.data_parallel()
+        wrap_data_parallel(agent)
     n_envs = 4  # every rank steps n_envs / world_size environments of one step
     algo = DQN(discount=0.9, batch_size=DQN_BATCH, min_steps_learn=0, delta_clip=1.0,
                replay_size=64, replay_ratio=DQN_BATCH / n_envs, target_update_tau=0.5,

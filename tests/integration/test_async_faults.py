@@ -110,7 +110,7 @@ def test_sampler_process_sigkill_ends_run(tmp_path, watchdog):  # noqa: F811
         except (TimeoutError, RuntimeError) as exc:
             killed["error"] = repr(exc)
             return
-        process = runner._supervisor.processes[0]
+        process = runner.children.supervisor.processes[0]
         killed["pid"] = process.pid
         killed["workers"] = [p.pid for p in psutil.Process(process.pid).children()]
         killed["time"] = time.time()

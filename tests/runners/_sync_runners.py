@@ -50,7 +50,7 @@ class RecordingSyncRlEval(SyncRlEval):
     fail_at: str | None = None
 
     def startup(self) -> int:
-        if self.fail_at == "startup" and self._dist_env.rank == self.fail_rank:
+        if self.fail_at == "startup" and self.ranks.env.rank == self.fail_rank:
             raise RuntimeError(FAIL_MESSAGE)
         n_itr = super().startup()
         self._record = dict(rank=self.rank, world_size=self.world_size,

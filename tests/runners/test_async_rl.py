@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from rlfast.agents import CategoricalPgAgent, DqnAgent
+from rlfast.agents.param_sharing import AsyncParams
 from rlfast.algos import DQN, PPO
 from rlfast.envs import make
 from rlfast.experiments.presets import check_runner
@@ -105,7 +106,7 @@ def test_throttle_holds_replay_ratio_when_optimizer_is_faster(tmp_path, watchdog
     achieved_csv = last["Diagnostics/CumUpdates"] * algo.batch_size / steps
     # From the runner's state at the end (batches in replay, updates made).
     achieved_state = algo.update_counter * algo.batch_size / (
-        (runner._copied - algo.min_itr_learn) * sampler_bs)
+        (runner.pace.copied - algo.min_itr_learn) * sampler_bs)
     # Per row (after the first learning row), as the ReplayRatio column reports it.
     per_row = [r["Diagnostics/ReplayRatio"] for r in _learning_rows(rows)[1:]]
     idle = 1 - busy[0] / wall
@@ -128,7 +129,7 @@ def _check_short_run(runner, result, tmp_path) -> list[dict]:
     rows = read_progress(tmp_path)
     algo = runner.algo
     assert result["cum_steps"] == runner.n_steps == 3_200
-    assert runner._copied == runner._received == runner.n_itr == 100  # every batch in replay
+    assert runner.pace.copied == runner.pace.received == runner.n_itr == 100  # every batch in replay
     # The shared replay's cursor (rows of batch_B steps) moved by every batch: 3200 / 8 rows.
     assert runner.replay_buffer.t == runner.n_steps // runner.sampler.batch_spec.B == 400
     expected_updates = (runner.n_itr - algo.min_itr_learn) * algo.updates_per_optimize
@@ -176,40 +177,54 @@ def _checksum(model: torch.nn.Module) -> float:
 
 
 class _ProbeAgent(DqnAgent):
-    """DqnAgent that records, in shared memory, what the sampler process pulled (update count
-    and parameter checksum) and what the sampler's workers act with (checksum); the master
-    records the checksum of every publication."""
-
-    def async_share(self, ctx=None):
-        super().async_share(ctx)
-        # [pulled updates, pulled checksum, pulls, worker checksum, worker steps]
-        self.probe = ctx.RawArray("d", 5)
-        self.published = {0: _checksum(self.model)}
-
-    def send_shared_memory(self, updates=0, wait=True):
-        super().send_shared_memory(updates, wait)  # on the CPU wait=False publishes at once
-        self.published[updates] = _checksum(self.model)
-
-    def recv_shared_memory(self):
-        pulled = super().recv_shared_memory()
-        if pulled:
-            self.probe[0] = self.sampler_param_updates
-            self.probe[1] = _checksum(self.model)
-            self.probe[2] += 1
-        return pulled
+    """DqnAgent whose sampler workers record, in shared memory, the checksum of the
+    parameters they act with; :func:`_probe_params` records what was published and pulled."""
 
     def step(self, observation, prev_action, prev_reward):
-        if hasattr(self, "probe"):  # not for the example outputs, made before async_share
+        if hasattr(self, "probe"):  # not for the example outputs, made before the board
             self.probe[3] = _checksum(self.model)
             self.probe[4] += 1
         return super().step(observation, prev_action, prev_reward)
 
 
-def test_parameters_reach_sampler_and_its_workers(tmp_path, watchdog):  # noqa: F811
+def _probe_params(monkeypatch) -> None:
+    """Make every :class:`AsyncParams` board of a ``_ProbeAgent`` record, on the agent, the
+    checksum of every publication (master) and, in shared memory, what the sampler process
+    pulled (update count, checksum, number of pulls)."""
+    init, send, recv = AsyncParams.__init__, AsyncParams.send, AsyncParams.recv
+
+    def probe_init(self, agent, ctx=None):
+        init(self, agent, ctx)
+        if isinstance(agent, _ProbeAgent):
+            # [pulled updates, pulled checksum, pulls, worker checksum, worker steps]
+            agent.probe = ctx.RawArray("d", 5)
+            agent.published = {0: _checksum(agent.model)}
+
+    def probe_send(self, agent, updates=0, wait=True):
+        send(self, agent, updates, wait)  # on the CPU wait=False publishes at once
+        if isinstance(agent, _ProbeAgent):
+            agent.published[updates] = _checksum(agent.model)
+
+    def probe_recv(self, agent):
+        pulled = recv(self, agent)
+        if pulled and isinstance(agent, _ProbeAgent):
+            agent.probe[0] = self.sampler_updates
+            agent.probe[1] = _checksum(agent.model)
+            agent.probe[2] += 1
+        return pulled
+
+    monkeypatch.setattr(AsyncParams, "__init__", probe_init)
+    monkeypatch.setattr(AsyncParams, "send", probe_send)
+    monkeypatch.setattr(AsyncParams, "recv", probe_recv)
+
+
+def test_parameters_reach_sampler_and_its_workers(tmp_path, watchdog,  # noqa: F811
+                                                   monkeypatch):
     """The sampler process pulls the optimizer's published parameters (exactly: the checksum
     of what it holds equals the master's at that update count) many times, its workers act
     with published parameters, and the policy lag stays small."""
     watchdog(HANG_GUARD_S)
+    _probe_params(monkeypatch)
     agent = _ProbeAgent(model_kwargs=dict(hidden_sizes=[32]), eps_eval=0.0)
     runner = small_dqn_runner("cpu", n_steps=6_400, log_interval_steps=1_600, agent=agent)
     result = train(runner, tmp_path, "params")
@@ -281,7 +296,7 @@ def test_on_policy_algorithm_is_refused(tmp_path, watchdog):  # noqa: F811
                          progress_bar=False)
     with pytest.raises(TypeError, match="does not support asynchronous runners"):
         train(runner, tmp_path, "ppo_async")
-    assert runner._supervisor is None  # nothing was forked
+    assert runner.children.supervisor is None  # nothing was forked
     assert live_children() == []
     assert new_shm_entries(before) == []
     with pytest.raises(ValueError, match="replay-based algorithm"):

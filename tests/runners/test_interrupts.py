@@ -220,3 +220,87 @@ def test_held_block_finishes_before_sigterm_or_ctrl_c_is_raised():
                 pass
     finally:
         _signal.signal(_signal.SIGINT, previous)
+
+
+# ---- TrainingGuard, the component every runner's train() runs under ------------------------------
+class _GuardedRunner:
+    """What ``TrainingGuard`` reads of a runner: a snapshot record and the hooks it calls."""
+
+    def __init__(self, itrs_done=0, due=False):
+        from rlfast.runners.snapshots import Snapshots
+
+        self.itrs_done = itrs_done
+        self.diagnostics = self.cadence = None
+        self.snapshots = Snapshots()
+        self.snapshots.final_due = lambda itrs: due
+        self.calls = []
+
+    def save_itr_snapshot(self, itr):
+        self.calls.append(("save", itr, signal.getsignal(signal.SIGTERM)))
+
+    def shutdown(self):
+        self.calls.append(("shutdown",))
+
+
+def test_guard_installs_the_sigterm_handler_for_the_body_only(tmp_path):
+    from rlfast.runners.interrupts import TrainingGuard
+
+    def marker(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, marker)
+    try:
+        runner, guard, seen = _GuardedRunner(), TrainingGuard(), []
+        with logger_context(str(tmp_path), 0, "guard", {}, override_prefix=True):
+            guard.run(runner, lambda: seen.append(signal.getsignal(signal.SIGTERM)))
+        assert seen and seen[0] is not marker and seen[0] not in (signal.SIG_DFL, None)
+        assert signal.getsignal(signal.SIGTERM) is marker
+        assert runner.calls == [("shutdown",)]
+        assert "Training complete." in (tmp_path / "debug.log").read_text()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.parametrize("due", [True, False])
+def test_guard_turns_sigterm_into_training_interrupted_and_saves_when_due(tmp_path, due):
+    from rlfast.runners.interrupts import TrainingGuard
+
+    before = signal.getsignal(signal.SIGTERM)
+    runner, guard = _GuardedRunner(itrs_done=3, due=due), TrainingGuard()
+
+    def body():
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler raises before this loop ends
+            pass
+        raise AssertionError("SIGTERM did not interrupt the body")
+
+    with logger_context(str(tmp_path), 0, "guard", {}, override_prefix=True):
+        with pytest.raises(TrainingInterrupted) as caught:
+            guard.run(runner, body)
+    assert caught.value.signum == signal.SIGTERM
+    kinds = [c[0] for c in runner.calls]
+    assert kinds == (["save", "shutdown"] if due else ["shutdown"])
+    if due:
+        assert runner.calls[0][1] == 2  # the last finished iteration
+    assert signal.getsignal(signal.SIGTERM) is before
+    log = (tmp_path / "debug.log").read_text()
+    assert "Training interrupted by SIGTERM after 3 iterations (0 steps)" in log
+    assert "Training complete." not in log
+
+
+def test_guard_shuts_down_on_an_error_and_holds_nothing_outside_a_run(tmp_path):
+    from rlfast.runners.interrupts import TrainingGuard, describe_interrupt
+
+    runner, guard = _GuardedRunner(due=True), TrainingGuard()
+    with guard.held():  # outside run(): a plain block
+        pass
+
+    def body():
+        raise RuntimeError("planted")
+
+    with logger_context(str(tmp_path), 0, "guard", {}, override_prefix=True):
+        with pytest.raises(RuntimeError, match="planted"):
+            guard.run(runner, body)
+    assert runner.calls == [("shutdown",)]  # an error is no interrupt: no final snapshot
+    assert describe_interrupt(KeyboardInterrupt()) == "Ctrl-C (SIGINT)"
+    assert describe_interrupt(TrainingInterrupted(signal.SIGTERM)) == "SIGTERM"

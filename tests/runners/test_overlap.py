@@ -482,3 +482,89 @@ def test_cli_overlap_is_not_a_dqn_key(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "runner.overlap" in err
     assert not (tmp_path / "x").exists()
+
+
+# ---- the batch sources, alone ------------------------------------------------------------------
+class _FakeSampler:
+    """``obtain_samples(itr)``: a tensor filled with ``itr`` and one trajectory named by it;
+    every call recorded (with ``fail_at``, that iteration raises)."""
+
+    def __init__(self, events, fail_at=None):
+        self.events, self.fail_at = events, fail_at
+
+    def obtain_samples(self, itr):
+        self.events.append(("obtain", itr))
+        if itr == self.fail_at:
+            raise RuntimeError(f"planted at {itr}")
+        return torch.full((2,), float(itr)), [dict(Return=float(itr))]
+
+
+class _FakeAgent:
+    def __init__(self, events, name):
+        self.events, self.name = events, name
+
+    def sample_mode(self, itr):
+        self.events.append((self.name, "sample_mode", itr))
+
+
+class _FakeAlgo:
+    update_counter = 0
+
+
+def test_serial_batches_collect_each_batch_before_it_is_trained_on():
+    from rlfast.runners.overlap import SerialBatches
+
+    events = []
+    batches = SerialBatches(_FakeSampler(events), _FakeAgent(events, "agent"))
+    samples = batches.begin(3, 5)
+    assert events == [("agent", "sample_mode", 3), ("obtain", 3)]
+    assert torch.equal(samples, torch.full((2,), 3.0))
+    assert batches.end(3, 5) == [dict(Return=3.0)]
+    batches.stop()
+
+
+def test_overlapped_batches_train_on_a_copy_and_publish_between_batches(monkeypatch):
+    """Batch itr+1 is collected while the learner trains on the copy of batch itr; after
+    each, the learner's parameters go to the sampling agent; each batch's lag is how many
+    iterations and updates the parameters it was sampled with trailed."""
+    from rlfast.runners import overlap
+
+    events, lags, algo = [], [], _FakeAlgo()
+    monkeypatch.setattr(overlap, "publish_to", lambda learner, sampling: events.append(
+        ("publish", algo.update_counter)))
+    batches = overlap.OverlappedBatches(_FakeSampler(events), _FakeAgent(events, "sampling"),
+                                        _FakeAgent(events, "learner"), algo, lags)
+    seen = []
+    try:
+        for itr in range(3):
+            batch = batches.begin(itr, 3)
+            seen.append(batch.clone())
+            algo.update_counter += 2  # the learner trains on the copy meanwhile
+            assert batches.end(itr, 3) == [dict(Return=float(itr))]
+    finally:
+        batches.stop()
+    assert [float(b[0]) for b in seen] == [0.0, 1.0, 2.0]
+    assert events[:2] == [("sampling", "sample_mode", 0), ("obtain", 0)]  # the first batch
+    assert events.index(("sampling", "sample_mode", 1)) < events.index(("obtain", 1))
+    assert [e for e in events if e[0] == "publish"] == [("publish", 2), ("publish", 4),
+                                                        ("publish", 6)]
+    assert ("obtain", 3) not in events  # nothing after the last
+    # Batch 1 was sampled with the initial parameters (before update 1 was published).
+    assert lags == [(0, 0), (1, 2), (1, 2)]
+
+
+def test_a_failed_background_batch_is_raised_in_the_learners_thread(monkeypatch):
+    from rlfast.runners import overlap
+
+    events = []
+    monkeypatch.setattr(overlap, "publish_to", lambda learner, sampling: None)
+    batches = overlap.OverlappedBatches(_FakeSampler(events, fail_at=1),
+                                        _FakeAgent(events, "s"), _FakeAgent(events, "l"),
+                                        _FakeAlgo(), [])
+    try:
+        batches.begin(0, 3)
+        with pytest.raises(RuntimeError, match="planted at 1"):
+            batches.end(0, 3)
+    finally:
+        batches.stop()
+    assert not batches._thread._thread.is_alive()

@@ -1,4 +1,5 @@
-"""Threads follow the work (``MinibatchRlBase``): on the CPU the master samples and evaluates
+"""Threads follow the work (``MasterAffinity``, which every runner uses; its rules alone are
+tested in test_master_affinity.py): on the CPU the master samples and evaluates
 with ``sample_torch_threads`` torch threads (default 1) and optimizes with
 ``master_torch_threads`` (``0``: every core of ``master_cpus``, or every available core). By
 default a convolutional model optimizes on every core and any other model (an MLP) on the
@@ -20,7 +21,6 @@ from rlfast.algos import PPO
 from rlfast.envs import make
 from rlfast.experiments.presets import default_affinity
 from rlfast.runners import MinibatchRlEval
-from rlfast.runners import minibatch_rl
 from rlfast.samplers import CpuSampler, SerialSampler
 from rlfast.utils.misc import available_cpus
 
@@ -201,62 +201,3 @@ def test_default_affinity_leaves_the_master_threads_to_the_runner():
         assert "master_torch_threads" in affinity
         assert affinity["master_torch_threads"] is None
     assert default_affinity(8, "cpu", master_threads=3)["master_torch_threads"] == 3
-
-
-class _FakeAlgo:
-    """Only ``optimize_agent``, recording the thread count it runs with."""
-
-    def __init__(self):
-        self.threads = []
-
-    def optimize_agent(self, itr, samples=None, sampler_itr=None):
-        self.threads.append(torch.get_num_threads())
-        return None
-
-
-def _bare_runner(affinity):
-    return MinibatchRlEval(algo=_FakeAlgo(), agent=None, sampler=None, n_steps=1,
-                           affinity=affinity, progress_bar=False)
-
-
-@pytest.mark.parametrize("affinity, threads", [
-    ({}, 1),  # AsyncRl's optimizer on the CPU: one thread by default
-    (dict(master_torch_threads=2), 2),
-])
-def test_optimizer_only_keeps_master_threads_all_along(affinity, threads, caller_threads):
-    """``_set_master_affinity(optimizer_only=True)`` (AsyncRl's optimizer process): the
-    master's thread count is ``master_torch_threads`` (1 by default) for sampling-free
-    optimizing, from the start; the caller's count comes back on restore."""
-    runner = _bare_runner(affinity)
-    runner._set_master_affinity(optimizer_only=True)
-    try:
-        assert torch.get_num_threads() == threads
-        runner.optimize(0, None)
-        assert runner.algo.threads == [threads]
-        assert torch.get_num_threads() == threads
-    finally:
-        runner._restore_master_affinity()
-    assert torch.get_num_threads() == caller_threads
-
-
-@pytest.mark.parametrize("affinity, sample, optimize", [
-    (dict(cuda_idx=0), CALLER_THREADS, CALLER_THREADS),  # left as they are
-    (dict(cuda_idx=0, master_torch_threads=2), CALLER_THREADS, 2),
-    (dict(cuda_idx=0, sample_torch_threads=1), 1, 1),
-])
-def test_on_cuda_threads_are_left_alone_unless_given(affinity, sample, optimize,
-                                                     caller_threads, monkeypatch):
-    """With the agent on a GPU (``cuda_idx`` set) the master's threads stay the caller's
-    unless the affinity gives them. No GPU is needed: only the thread settings are taken
-    (the GPU check of ``validate_affinity`` is skipped)."""
-    monkeypatch.setattr(minibatch_rl, "validate_affinity", lambda affinity: None)
-    runner = _bare_runner(affinity)
-    runner._set_master_affinity()
-    try:
-        assert torch.get_num_threads() == sample
-        runner.optimize(0, None)
-        assert runner.algo.threads == [optimize]
-        assert torch.get_num_threads() == sample
-    finally:
-        runner._restore_master_affinity()
-    assert torch.get_num_threads() == caller_threads

@@ -83,7 +83,7 @@ def _wrap_ddp(rank, world, data):
     wrapped(torch.full((4, 3), float(rank + 1))).sum().backward()
     out["stat_after_forward"] = module.stat.clone().numpy()
     out["weight_grad"] = module.weight.grad.clone().numpy()
-    # Free the wrapper's reducer while the group is alive (as the agents' undo_data_parallel
+    # Free the wrapper's reducer while the group is alive (as param_sharing.unwrap_data_parallel
     # does): freed during interpreter teardown, after the group, it can abort the process.
     del wrapped
     gc.collect()

@@ -196,11 +196,6 @@ class DqnAgent(EpsilonGreedyAgentMixin, BaseAgent):
         _unwrap(self.model).load_state_dict(strip_ddp_state_dict(model_state))
         self.target_model.load_state_dict(strip_ddp_state_dict(target_state))
 
-    def sync_shared_memory(self) -> None:
-        """Copy trained parameters into the shared CPU model used by sampler workers."""
-        if self.shared_model is not None and self.shared_model is not self.model:
-            self.shared_model.load_state_dict(strip_ddp_state_dict(self.model.state_dict()))
-
     def update_target(self, tau: float = 1) -> None:
         """Target <- model (``tau=1``), or ``tau * model + (1 - tau) * target``."""
         update_state_dict(self.target_model, self.model.state_dict(), tau)

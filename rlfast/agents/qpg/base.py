@@ -70,6 +70,7 @@ class QpgAgentBase:
     """
 
     target_names: tuple = ("target_q_model",)
+    trained_model_names: tuple = ("model", "q_model")  # the targets follow by averaging
 
     def __init__(self, ModelCls: type, QModelCls: type, model_kwargs: dict | None = None,
                  q_model_kwargs: dict | None = None,
@@ -170,13 +171,9 @@ class QpgAgentBase:
         self._target_pairs = None
         self._half_t = self._half_t.to(self.device)
 
-    def data_parallel(self) -> torch.device:
-        """Wrap the policy and the critic in DistributedDataParallel (the targets follow
-        them by Polyak averaging and need no gradients)."""
-        device = super().data_parallel()
-        self.q_model = self.ddp_wrap(self.q_model)
+    def on_models_replaced(self) -> None:
+        """Forget the target/source tensor pairs (they are rebuilt from the current models)."""
         self._target_pairs = None
-        return device
 
     def to_model_inputs(self, *inputs) -> tuple:
         """Inputs on the model's device (as they are on the CPU: no per-call tree walk)."""

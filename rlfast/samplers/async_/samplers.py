@@ -5,9 +5,10 @@ counterpart with two differences: ``async_initialize`` (in the master, before th
 the agent's CPU model and allocates two ``[T, B]`` batch slots in shared memory, and
 ``obtain_samples(itr, db_idx)`` writes slot ``db_idx`` while the runner copies the other one
 into replay. Collectors, workers and action servers are the synchronous ones. The agent acts
-with its own model (``agent.async_cpu``), into which the runner's sampler loop pulls the
-optimizer's published parameters before each batch. The GPU-agent samplers serve actions on
-``cuda:affinity["cuda_idx"]`` when the sampler's affinity gives a GPU, on the CPU otherwise.
+with its own model (``param_sharing.use_own_cpu_model``), into which the runner's sampler loop
+pulls the optimizer's published parameters before each batch. The GPU-agent samplers serve
+actions on ``cuda:affinity["cuda_idx"]`` when the sampler's affinity gives a GPU, on the CPU
+otherwise.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """CPU-parallel sampler: each worker runs its own copy of the (shared-memory) agent."""
 from __future__ import annotations
 
+from rlfast.agents.param_sharing import sync_shared_model
 from rlfast.samplers.parallel.base import ParallelSamplerBase
 from rlfast.samplers.parallel.cpu.collectors import CpuEvalCollector, CpuResetCollector
 
@@ -8,10 +9,10 @@ from rlfast.samplers.parallel.cpu.collectors import CpuEvalCollector, CpuResetCo
 class CpuSampler(ParallelSamplerBase):
     """Workers compute actions with the agent's model, whose parameters live in shared memory,
     so a CPU-trained model is visible to them at once; a GPU-trained one is copied into the
-    shared model (``agent.sync_shared_memory``) before each batch."""
+    shared model (``param_sharing.sync_shared_model``) before each batch."""
 
     DefaultCollectorCls = CpuResetCollector
     DefaultEvalCollectorCls = CpuEvalCollector
 
     def _before_batch(self) -> None:
-        self.agent.sync_shared_memory()
+        sync_shared_model(self.agent)
