@@ -69,9 +69,12 @@ LAUNCH = {
                               "prepend_run_slot validate_affinity VariantLevel make_variants "
                               "update_config load_variant save_variant run_experiments "
                               "launch_experiment",
+    "rlfast.launching": "run_experiments launch_experiment report_sweep",
 }
 
 
+# run_experiments and launch_experiment moved to rlfast.launching; the old path still works.
+@pytest.mark.filterwarnings("ignore:rlfast.utils.launching.* has moved to:DeprecationWarning")
 @pytest.mark.parametrize("module,name", [(m, n) for group in (CORE, ATARI, DQN, QPG, LAUNCH)
                                          for m, names in group.items() for n in names.split()])
 def test_core_name_imports(module, name):
@@ -92,6 +95,7 @@ def test_agent_namedarraytuples_have_documented_fields():
 
 @pytest.mark.parametrize("algo", ["ddpg", "td3", "sac"])
 def test_qpg_cli_presets_exist(algo):
-    from rlfast.experiments.presets import ALGOS, get_preset
-    assert algo in ALGOS
+    from rlfast.experiments.catalog import algorithm
+    from rlfast.experiments.presets import get_preset
+    assert algorithm(algo).name == algo
     assert get_preset(algo, "Pendulum-v1")

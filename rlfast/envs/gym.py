@@ -181,7 +181,7 @@ def _env_name(env: Any) -> str:
     return str(env_id) if env_id else type(getattr(env, "unwrapped", env)).__name__
 
 
-def _find_horizon(env: Any) -> int | None:
+def find_horizon(env: Any) -> int | None:
     """Max episode steps of the first ``TimeLimit`` in the wrapper chain, else the spec's."""
     layer = env
     while layer is not None:
@@ -241,7 +241,7 @@ class GymEnvWrapper(Env):
                                  f"{env.observation_space!r}")
             self._final_zero = np.zeros_like(zero)
         self._pending_seed: int | None = None
-        self._horizon = _find_horizon(env)
+        self._horizon = find_horizon(env)
 
     def step(self, action: Any) -> EnvStep:
         """Step the gym env with ``action`` (rlfast form); see the class docstring."""
@@ -411,7 +411,24 @@ def make(id: Any, info_example: Mapping | None = None, seed: int | None = None,
     given, then in ``GymEnvWrapper`` (``final_observation`` and ``flatten_observation`` passed
     on); seeded with ``seed`` (applied at the first reset). Use as the ``EnvCls`` of a
     sampler, e.g. ``env_kwargs=dict(id="CartPole-v1")``."""
-    env = _gym_make(id, **kwargs)
+    return _wrap(_gym_make(id, **kwargs), info_example, seed, final_observation,
+                 flatten_observation)
+
+
+def make_with(make_env: Any, name: str, info_example: Mapping | None = None,
+              seed: int | None = None, final_observation: bool = False,
+              flatten_observation: bool = False, **kwargs: Any) -> GymEnvWrapper:
+    """``make_env(name, **kwargs)`` (a gymnasium environment from a registered env family's
+    maker), wrapped and seeded as :func:`make` wraps ``gymnasium.make``."""
+    env = make_env(name, **kwargs)
+    if not isinstance(env, gymnasium.Env):
+        raise TypeError(f"{getattr(make_env, '__qualname__', make_env)}({name!r}) returned "
+                        f"{type(env).__name__}, not a gymnasium.Env")
+    return _wrap(env, info_example, seed, final_observation, flatten_observation)
+
+
+def _wrap(env: gymnasium.Env, info_example: Mapping | None, seed: int | None,
+          final_observation: bool, flatten_observation: bool) -> GymEnvWrapper:
     if info_example is not None:
         env = EnvInfoWrapper(env, info_example)
     wrapper = GymEnvWrapper(env, final_observation=final_observation,

@@ -312,7 +312,8 @@ def device_summary(affinity: Mapping | Sequence | None, sampler: str,
             name = gpu_name(indices[0])
             if name:
                 details.append(name)
-    if sampler in ("gpu", "alternating"):
+    from rlfast.experiments.catalog import sampler as sampler_spec
+    if sampler_spec(sampler).action_server:
         server = indices[0]
         if isinstance(affinity, Mapping) and "optimizer" in affinity:
             server = (affinity.get("sampler") or {}).get("cuda_idx")

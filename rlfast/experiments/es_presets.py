@@ -7,13 +7,14 @@ searched network: ``hidden_sizes``, and ``init``: "zeros" or "torch"), ``evaluat
 timeout), ``env`` (extra environment arguments) and ``runner`` (generations, an optional
 population-step budget, the log interval and ``stop_return``). Every leaf can be overridden
 with ``--set``. The general preset of each action family is merged with the per-environment
-entry of ``ES_ENV_TUNED`` where there is one.
+entry of ``ES_ENV_TUNED`` where there is one. The strategies are registered with these
+presets in :mod:`rlfast.experiments.builtin`; ``rlfast.experiments.presets.get_es_preset``
+resolves one for an environment.
 """
 from __future__ import annotations
 
-from rlfast.utils.misc import deep_merge
 
-__all__ = ["ES_ALGOS", "ES_PRESETS", "ES_ENV_TUNED", "check_es_task", "get_es_preset"]
+__all__ = ["ES_ALGOS", "ES_PRESETS", "ES_ENV_TUNED"]
 
 ES_ALGOS = ("cem", "cmaes", "openai_es")
 
@@ -66,26 +67,3 @@ ES_PRESETS: dict[str, dict[str, dict]] = {
 
 # Per-environment entries: (algo, gymnasium id) -> changes. Each says where it comes from.
 ES_ENV_TUNED: dict[tuple[str, str], dict] = {}
-
-
-def check_es_task(algo: str, env_id: str) -> None:
-    """Refuse an unknown strategy, or an image game, with the reason (``ValueError``)."""
-    if algo not in ES_ALGOS:
-        raise ValueError(f"unknown evolution strategy {algo!r}; choose from {list(ES_ALGOS)}")
-    if env_id.startswith("atari:"):
-        raise ValueError(f"evolution strategies search vector-observation policies; "
-                         f"{env_id} is an image game (train it with ppo, dqn or r2d1)")
-
-
-def get_es_preset(algo: str, env_id: str) -> dict:
-    """The ES preset for ``algo`` on ``env_id``: a fresh nested dict. The family comes from
-    the environment's action space (Discrete or a 1-D Box); anything else is a
-    ``ValueError`` naming the space."""
-    from rlfast.experiments.presets import inspect_env
-    check_es_task(algo, env_id)
-    traits = inspect_env(env_id)
-    family = {"discrete": "discrete", "continuous": "continuous"}.get(traits.kind)
-    if family is None:
-        raise ValueError(f"{algo} needs a Discrete or a 1-D Box action space; {env_id} has "
-                         f"{traits.action_space!r}")
-    return deep_merge(ES_PRESETS[algo][family], ES_ENV_TUNED.get((algo, env_id), {}))

@@ -14,24 +14,24 @@ from __future__ import annotations
 
 import argparse
 import functools
-import signal
-import sys
+import os
 from typing import Any
 
-from rlfast.es import CEM, CMAES, BaseES, OpenAIES
 from rlfast.es.evaluator import EsEvaluator
 from rlfast.es.policy import EsPolicy, policy_spec
 from rlfast.es.runner import EsRunner
-from rlfast.experiments.config import ConfigError, apply_overrides
+from rlfast.experiments import catalog
+from rlfast.experiments.assembly import (TrainRun, affinity_for_run, check_env_id,
+                                         resolve_config, run_command)
+from rlfast.experiments.config import ConfigError
 from rlfast.experiments.device import check_no_device
-from rlfast.experiments.es_presets import check_es_task, get_es_preset
-from rlfast.samplers import TrajInfo
-from rlfast.utils.misc import available_cpus
+from rlfast.experiments.presets import check_es_task, get_es_preset, inspect_env, run_params
+from rlfast.experiments.resume_changes import checked_changes, resume_record
+from rlfast.experiments.run_dir import check_log_dir, log_dir_for_run
 
 __all__ = ["es_train_main", "configure_es", "configure_es_resume", "build_es_runner",
-           "STRATEGIES"]
+           "resolve_es_config"]
 
-STRATEGIES: dict[str, type[BaseES]] = dict(cem=CEM, cmaes=CMAES, openai_es=OpenAIES)
 _ES_DEVICE = "cpu (evolution strategies: candidates play on the ES workers)"
 
 
@@ -57,26 +57,31 @@ def _refuse_rl_options(args: argparse.Namespace) -> None:
         raise ValueError(f"rlfast train {args.algo} does not take " + "; ".join(refused))
 
 
+def _step_budget(steps: int | None, base: dict) -> dict:
+    """The named options of ``--steps`` for an ES config: the population-step budget, and no
+    generation cap below it."""
+    if steps is None:
+        return {}
+    if steps < 1:
+        raise ConfigError(f"--steps must be >= 1; got {steps}")
+    return {"runner.n_steps": int(steps),
+            "runner.n_generations": max(base["runner"]["n_generations"], 10**9)}
+
+
 def resolve_es_config(args: argparse.Namespace) -> dict:
     """The preset for (algo, env), then ``--steps`` (``runner.n_steps``), the ``--config``
-    file and the ``--set`` overrides, later ones winning."""
-    config = get_es_preset(args.algo, args.env)
-    if getattr(args, "steps", None) is not None:
-        if args.steps < 1:
-            raise ValueError(f"--steps must be >= 1; got {args.steps}")
-        config["runner"]["n_steps"] = int(args.steps)
-        config["runner"]["n_generations"] = max(config["runner"]["n_generations"], 10**9)
-    config_file = getattr(args, "config", None)
-    if config_file:
-        from rlfast.experiments.config import apply_config_values, load_config_file
-        config = apply_config_values(config, load_config_file(config_file))
-    return apply_overrides(config, list(getattr(args, "overrides", None) or []))
+    file and the ``--set`` overrides, later ones winning (:func:`resolve_config`)."""
+    preset = get_es_preset(args.algo, args.env)
+    return resolve_config(preset, _step_budget(getattr(args, "steps", None), preset),
+                          config_file=getattr(args, "config", None) or None,
+                          overrides=list(getattr(args, "overrides", None) or []))
 
 
 def _workers_cpus(affinity: dict | None) -> list[list[int]]:
     """One worker per available core without an affinity; else the affinity's
     ``workers_cpus`` (``[]``: play in this process)."""
     if affinity is None:
+        from rlfast.utils.misc import available_cpus
         return [[cpu] for cpu in available_cpus()]
     return [list(c) if isinstance(c, (list, tuple)) else [int(c)]
             for c in affinity.get("workers_cpus") or []]
@@ -87,8 +92,6 @@ def build_es_runner(algo: str, env_id: str, config: dict, seed: int = 0,
     """The runner of one ES run (nothing started) and its policy's constructor arguments.
     ``affinity``: an affinity dict (``master_cpus``, ``workers_cpus``), or None for one
     worker per available core; ``workers_cpus=[]`` plays in this process."""
-    from rlfast.envs import make as make_gym_env
-    from rlfast.experiments.presets import inspect_env
     check_es_task(algo, env_id)
     traits = inspect_env(env_id)
     policy_cfg = dict(config["policy"])
@@ -99,13 +102,14 @@ def build_es_runner(algo: str, env_id: str, config: dict, seed: int = 0,
         raise ConfigError(f"unknown policy settings {sorted(policy_cfg)}; the ES policy takes "
                           f"hidden_sizes and init")
     x0 = EsPolicy(**policy_kwargs).initial_vector(init, seed)
-    strategy = STRATEGIES[algo](x0, seed=seed, **config["strategy"])
+    strategy = catalog.es_strategy(algo).strategy_cls(x0, seed=seed, **config["strategy"])
     evaluator_cfg = dict(config["evaluator"])
     episodes = evaluator_cfg.pop("episodes_per_candidate")
     eval_episodes = evaluator_cfg.pop("eval_episodes")
-    make_env = functools.partial(make_gym_env, id=env_id, **config.get("env", {}))
+    EnvCls, env_kwargs, TrajInfoCls = catalog.env_factory(env_id, config.get("env", {}))
+    make_env = functools.partial(EnvCls, **env_kwargs)
     workers = _workers_cpus(affinity)
-    evaluator = EsEvaluator(make_env, policy_kwargs, TrajInfo, workers_cpus=workers,
+    evaluator = EsEvaluator(make_env, policy_kwargs, TrajInfoCls, workers_cpus=workers,
                             seed=seed, **evaluator_cfg)
     runner_cfg = dict(config["runner"])
     runner = EsRunner(strategy, evaluator, episodes_per_candidate=episodes,
@@ -117,11 +121,8 @@ def build_es_runner(algo: str, env_id: str, config: dict, seed: int = 0,
 
 def configure_es(args: argparse.Namespace) -> Any:
     """Check and build an ES run from ``rlfast train`` arguments, as a ``TrainRun`` that
-    ``rlfast.cli.run_train`` runs; nothing starts and no file is written (a mistake is a
-    ``ConfigError`` / ``ValueError``)."""
-    from rlfast.cli import (TrainRun, affinity_for_run, check_env_id, check_log_dir,
-                            log_dir_for_run)
-    from rlfast.experiments.presets import run_params
+    :func:`~rlfast.experiments.assembly.run_train` runs; nothing starts and no file is
+    written (a mistake is a ``ConfigError`` / ``ValueError``)."""
     _refuse_rl_options(args)
     check_env_id(args.env)
     config = resolve_es_config(args)
@@ -139,7 +140,6 @@ def configure_es(args: argparse.Namespace) -> Any:
 
 
 def _one_process_affinity(code: str | None) -> dict | None:
-    from rlfast.cli import affinity_for_run
     affinity = affinity_for_run(code) if code else None
     if isinstance(affinity, list):
         raise ValueError(f"--affinity {code} describes several ranks; an ES run takes a "
@@ -152,11 +152,6 @@ def configure_es_resume(args: argparse.Namespace, params: dict, run_dir: str, sn
     """``rlfast resume`` of an ES run: rebuild it from ``params.json``, load the snapshot's
     strategy state and counters, and continue up to ``--steps`` population steps (default:
     the run's own budget). A changed configuration needs ``--force`` and is recorded."""
-    import copy
-    import os
-
-    from rlfast.cli import TrainRun
-    from rlfast.experiments.resume import checked_changes, resume_record
     check_no_device(getattr(args, "device", None), f"{run_dir} (an evolution-strategies run)")
     for option, value in (("--n-envs", args.n_envs), ("--sampler", args.sampler),
                           ("--world-size", args.world_size if args.world_size != 1 else None),
@@ -165,12 +160,8 @@ def configure_es_resume(args: argparse.Namespace, params: dict, run_dir: str, sn
             raise ConfigError(f"{run_dir} is an evolution-strategies run; {option} does not "
                               f"apply to it")
     old_config = params["config"]
-    config = apply_overrides(copy.deepcopy(old_config), args.overrides)
-    if args.steps is not None:
-        if args.steps < 1:
-            raise ConfigError(f"--steps must be >= 1; got {args.steps}")
-        config["runner"]["n_steps"] = int(args.steps)
-        config["runner"]["n_generations"] = max(config["runner"]["n_generations"], 10**9)
+    config = resolve_config(old_config, _step_budget(args.steps, old_config),
+                            overrides=args.overrides)
     changes, affinity_code = checked_changes(run_dir, params, old_config, config, args,
                                              ignore=("runner.n_steps", "runner.n_generations"))
     runner, _ = build_es_runner(params["algo"], params["env"], config, seed=params["seed"],
@@ -196,18 +187,4 @@ def configure_es_resume(args: argparse.Namespace, params: dict, run_dir: str, sn
 def es_train_main(args: argparse.Namespace) -> int:
     """``rlfast train`` for an ES algorithm; returns the exit status (2 for a configuration
     error, 128 + signal for an interrupted run, else 0)."""
-    from rlfast.cli import run_train
-    from rlfast.runners import TrainingInterrupted
-    from rlfast.utils.interrupts import signal_name
-    try:
-        try:
-            run = configure_es(args)
-        except (ConfigError, ValueError) as e:
-            print(f"rlfast: error: {e}", file=sys.stderr)
-            return 2
-        run_train(run)
-    except KeyboardInterrupt as e:
-        signum = e.signum if isinstance(e, TrainingInterrupted) else signal.SIGINT
-        print(f"rlfast: interrupted ({signal_name(signum)})", file=sys.stderr)
-        return 128 + int(signum)
-    return 0
+    return run_command(configure_es, args)

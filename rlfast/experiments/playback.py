@@ -62,13 +62,14 @@ class EnvFactory:
 
     def __call__(self, render: bool = False, seed: int | None = None) -> Env:
         """A new environment. ``render=True`` makes a gymnasium one with
-        ``render_mode="rgb_array"`` so that ``render()`` returns frames (Atari always renders);
-        ``seed`` seeds it (applied at its first reset)."""
-        from rlfast.envs.gym import make as make_gym_env
+        ``render_mode="rgb_array"`` so that ``render()`` returns frames (its env family's
+        ``render_kwargs``; Atari always renders); ``seed`` seeds it (applied at its first
+        reset)."""
+        from rlfast.experiments.catalog import env_family
 
         kwargs = dict(self.env_kwargs)
-        if render and self.EnvCls is make_gym_env:  # the keyword reaches gymnasium.make
-            kwargs["render_mode"] = "rgb_array"
+        if render:  # e.g. render_mode: the keyword reaches gymnasium.make or the family's maker
+            kwargs.update(env_family(self.env_id)[0].render_kwargs)
         env = self.EnvCls(**kwargs)
         if seed is not None:
             env.seed(check_int(seed, "seed", minimum=0))
@@ -137,8 +138,8 @@ def load_trained_agent(run_dir: str | os.PathLike, snapshot: str | os.PathLike |
 def _load_es_solution(params: dict, state: dict, path: str) -> tuple[dict, Any, EnvFactory]:
     """``load_trained_agent`` for a ``rlfast train cem|cmaes|openai_es`` run: the snapshot's
     center (the solution its evaluation rows scored) in the run's policy network."""
-    from rlfast.envs.gym import make as make_gym_env
     from rlfast.es.policy import EsPlaybackAgent, EsPolicy
+    from rlfast.experiments.catalog import env_factory
 
     if "center" not in state or "policy_kwargs" not in state:
         raise PlaybackError(f"snapshot {path} holds no ES solution (its entries: "
@@ -147,9 +148,9 @@ def _load_es_solution(params: dict, state: dict, path: str) -> tuple[dict, Any, 
         policy = EsPolicy(**state["policy_kwargs"]).load_vector(state["center"])
     except (TypeError, ValueError) as e:
         raise PlaybackError(f"snapshot {path} does not fit an ES policy: {e}") from e
-    make_env = EnvFactory(EnvCls=make_gym_env,
-                          env_kwargs=dict(id=params["env"], **params["config"].get("env", {})),
-                          TrajInfoCls=TrajInfo, env_id=params["env"])
+    EnvCls, env_kwargs, TrajInfoCls = env_factory(params["env"], params["config"].get("env", {}))
+    make_env = EnvFactory(EnvCls=EnvCls, env_kwargs=env_kwargs, TrajInfoCls=TrajInfoCls,
+                          env_id=params["env"])
     params = dict(params, snapshot=dict(path=path, itr=int(state.get("itr", 0)),
                                         cum_steps=int(state.get("cum_steps", 0))),
                   agent_device="cpu")  # an ES policy plays on the CPU

@@ -1,243 +1,45 @@
-"""Preset configurations for ``rlfast train ALGO ENV`` and the builder that assembles them.
+"""Presets for ``rlfast train ALGO ENV``, matched to the environment, and the builder that
+assembles a run from one.
 
 A preset is a nested dict with sections ``agent``, ``algo``, ``sampler`` and ``runner``;
-every leaf can be overridden from the command line by its dotted key. The agent and model are
-chosen from the environment's gymnasium spaces, matched exactly: categorical on Discrete
-actions, one categorical per dimension on (1-D) MultiDiscrete and MultiBinary actions (PPO and
-A2C only), Gaussian on 1-D float Box actions, and the convolutional Atari agent for
-``atari:<game>`` (rlfast's own AtariEnv). An algorithm that cannot act in the space is a
-``ValueError`` naming the space and the algorithms that can. Dict and Tuple observations are
-flattened into one vector for the MLP agents (``env.flatten_observation``).
+every leaf can be overridden from the command line by its dotted key. The presets are data
+(:mod:`rlfast.experiments.preset_data`) held by the algorithms' registry entries
+(:mod:`rlfast.experiments.catalog`). The agent and model are chosen from the environment's
+gymnasium spaces, matched exactly: categorical on Discrete actions, one categorical per
+dimension on (1-D) MultiDiscrete and MultiBinary actions (PPO and A2C only), Gaussian on 1-D
+float Box actions, and the convolutional Atari agent for ``atari:<game>`` (rlfast's own
+AtariEnv). An algorithm that cannot act in the space is a ``ValueError`` naming the space and
+the algorithms that can. Dict and Tuple observations are flattened into one vector for the MLP
+agents (``env.flatten_observation``).
 """
 from __future__ import annotations
 
-from collections import namedtuple
-from collections.abc import Callable
-from typing import Any
 
-import numpy as np
 import torch
 from gymnasium import spaces as gym_spaces
 
-from rlfast.agents import (AlternatingRecurrentCategoricalPgAgent,
-                           AlternatingRecurrentMultiCategoricalPgAgent, CategoricalPgAgent,
-                           MujocoFfAgent, MujocoLstmAgent, MultiCategoricalPgAgent,
-                           RecurrentCategoricalPgAgent, RecurrentMultiCategoricalPgAgent)
-from rlfast.algos import A2C, PPO, RLAlgorithm
-from rlfast.algos.dqn import DQN, R2D1, CategoricalDQN
-from rlfast.algos.qpg import DDPG, SAC, TD3
-from rlfast.envs import make as make_gym_env
-from rlfast.envs.gym import gym_horizon
-from rlfast.envs.gym import gym_spaces as make_gym_spaces
+from rlfast.algos import RLAlgorithm
+from rlfast.experiments import catalog
+from rlfast.experiments.builtin import action_kind
 from rlfast.experiments.device import (device_label, learner_device, resolve_device,
                                       sampler_for_device)
-from rlfast.experiments.env_overrides import DQN_CARTPOLE, ENV_SAMPLER, ENV_TUNED
-from rlfast.experiments.qpg_presets import QPG_ALGOS, QPG_PRESETS
+from rlfast.experiments.env_overrides import ENV_SAMPLER, ENV_TUNED
+from rlfast.experiments.es_presets import ES_ENV_TUNED
+from rlfast.experiments.preset_data import (ASYNC_DEFAULTS, DISTRIBUTED_DEFAULTS, PRESETS,
+                                           SAMPLER_SAFETY)
+from rlfast.experiments.registry import EnvTraits
 from rlfast.runners import AsyncRlEval, MinibatchRlEval, SyncRlEval
-from rlfast.samplers import (AlternatingSampler, AsyncAlternatingSampler, AsyncCpuSampler,
-                             AsyncGpuSampler, AsyncSerialSampler, CpuEvalCollector, CpuResetCollector, CpuSampler,
-                             CpuWaitResetCollector, GpuEvalCollector, GpuResetCollector,
-                             GpuSampler, GpuWaitResetCollector, SerialEvalCollector,
-                             SerialSampler, TrajInfo)
 from rlfast.utils.checks import check_choice
-from rlfast.utils.distributed import DEFAULT_DIST_TIMEOUT_S
 from rlfast.utils.misc import available_cpus, deep_merge
 
-# Evaluation: 8 greedy episodes, one per eval env, each allowed its full 500 steps.
-_COMMON_SAMPLER = dict(max_decorrelation_steps=100, eval_n_envs=8, eval_max_steps=8 * 500,
-                       eval_max_trajectories=8)
+__all__ = ["PRESETS", "ASYNC_DEFAULTS", "DISTRIBUTED_DEFAULTS", "SAMPLER_SAFETY", "RUNNERS",
+           "EnvTraits", "action_kind", "inspect_env", "env_kind", "algos_for",
+           "check_algo_fits", "needs_flat_observation", "fit_evaluation_to_horizon",
+           "get_preset", "check_es_task", "get_es_preset", "default_sampler",
+           "default_affinity", "default_async_affinity", "run_affinity", "check_runner",
+           "run_params", "build_experiment"]
 
-PRESETS: dict[str, dict] = {
-    "ppo": dict(
-        discrete=dict(
-            agent=dict(model_kwargs=dict(hidden_sizes=[64, 64]), greedy_eval=True,
-                       recurrent=False),
-            algo=dict(discount=0.99, learning_rate=3e-3, value_loss_coeff=0.5,
-                      entropy_loss_coeff=0.0, clip_grad_norm=1.0, gae_lambda=0.95,
-                      minibatches=4, epochs=4, ratio_clip=0.2, linear_lr_schedule=True,
-                      normalize_advantage=True),
-            sampler=dict(batch_T=64, batch_B=16, **_COMMON_SAMPLER),
-            runner=dict(n_steps=100_000, log_interval_steps=10_240),
-        ),
-        continuous=dict(
-            agent=dict(model_kwargs=dict(hidden_sizes=[64, 64], normalize_observation=True),
-                       greedy_eval=True, recurrent=False),
-            # Observation and reward normalization, as in the PPO paper's MuJoCo setup and
-            # SB3's VecNormalize. Measured on Pendulum-v1 (seeds 1, 2; 100k steps): final
-            # greedy return -211 / -210 with reward normalization, -307 / -419 without.
-            algo=dict(discount=0.99, learning_rate=1e-3, value_loss_coeff=0.5,
-                      entropy_loss_coeff=0.0, clip_grad_norm=1.0, gae_lambda=0.95,
-                      minibatches=32, epochs=10, ratio_clip=0.2, linear_lr_schedule=True,
-                      normalize_advantage=True, normalize_reward=True),
-            sampler=dict(batch_T=256, batch_B=8, **_COMMON_SAMPLER),
-            runner=dict(n_steps=200_000, log_interval_steps=20_480),
-        ),
-    ),
-    "a2c": dict(
-        discrete=dict(
-            agent=dict(model_kwargs=dict(hidden_sizes=[64, 64]), greedy_eval=True,
-                       recurrent=False),
-            algo=dict(discount=0.99, learning_rate=1e-3, value_loss_coeff=0.5,
-                      entropy_loss_coeff=0.01, clip_grad_norm=0.5, gae_lambda=1.0,
-                      normalize_advantage=False),
-            sampler=dict(batch_T=5, batch_B=16, **_COMMON_SAMPLER),
-            runner=dict(n_steps=200_000, log_interval_steps=20_000),
-        ),
-        continuous=dict(
-            agent=dict(model_kwargs=dict(hidden_sizes=[64, 64], normalize_observation=True),
-                       greedy_eval=True, recurrent=False),
-            algo=dict(discount=0.99, learning_rate=7e-4, value_loss_coeff=0.5,
-                      entropy_loss_coeff=0.0, clip_grad_norm=0.5, gae_lambda=0.95,
-                      normalize_advantage=True),
-            sampler=dict(batch_T=16, batch_B=16, **_COMMON_SAMPLER),
-            runner=dict(n_steps=200_000, log_interval_steps=20_480),
-        ),
-    ),
-}
-
-_ATARI_SAMPLER = dict(max_decorrelation_steps=1000, eval_n_envs=4, eval_max_steps=40_000,
-                      eval_max_trajectories=4)
-PRESETS["ppo"]["atari"] = dict(
-    agent=dict(model_kwargs=dict(fc_sizes=512), greedy_eval=False, recurrent=False),
-    env=dict(frame_skip=4, num_img_obs=4, clip_reward=True, episodic_lives=True,
-             repeat_action_probability=0.0, horizon=27_000),
-    algo=dict(discount=0.99, learning_rate=2.5e-4, value_loss_coeff=0.5,
-              entropy_loss_coeff=0.01, clip_grad_norm=0.5, gae_lambda=0.95, minibatches=4,
-              epochs=4, ratio_clip=0.1, linear_lr_schedule=True, normalize_advantage=True,
-              optim_kwargs=dict(fused=True)),  # one-kernel Adam: see build_optimizer
-    sampler=dict(batch_T=128, batch_B=8, **_ATARI_SAMPLER),
-    runner=dict(n_steps=10_000_000, log_interval_steps=100_000),
-)
-PRESETS["a2c"]["atari"] = dict(
-    agent=dict(model_kwargs=dict(fc_sizes=512), greedy_eval=False, recurrent=False),
-    env=dict(PRESETS["ppo"]["atari"]["env"]),
-    algo=dict(discount=0.99, learning_rate=7e-4, value_loss_coeff=0.5,
-              entropy_loss_coeff=0.01, clip_grad_norm=0.5, gae_lambda=1.0,
-              normalize_advantage=False,
-              OptimCls="RMSprop", optim_kwargs=dict(alpha=0.99, eps=1e-5)),
-    sampler=dict(batch_T=5, batch_B=16, **_ATARI_SAMPLER),
-    runner=dict(n_steps=10_000_000, log_interval_steps=100_000),
-)
-
-# ---- value-based presets (discrete actions only) -----------------------------------------
-_DQN_SAMPLER = dict(batch_T=4, batch_B=8, max_decorrelation_steps=0, eval_n_envs=8,
-                    eval_max_steps=8 * 500, eval_max_trajectories=8)
-# The general DQN preset for vector observations: the standard classic-control DQN of
-# rl-baselines3-zoo (hyperparams/dqn.yml, its Acrobot-v1 and LunarLander-v2 entries, which
-# agree: learning_rate 6.3e-4, batch_size 128, buffer_size 50000, gamma 0.99,
-# target_update_interval 250, train_freq 4, gradient_steps -1, exploration_fraction 0.12,
-# exploration_final_eps 0.1, net_arch [256, 256]), in rlfast's units: one update of 128
-# samples per environment step is replay_ratio 128; 250 steps between target copies are 250
-# updates; epsilon reaches its floor after 12% of the 100k-step default budget. One-step
-# targets, not double: the zoo's (and the Nature paper's) DQN. Learning starts after 1000
-# steps (zoo: 0), so the first batches are not 128 draws of a handful of transitions.
-# The network is 128x128, not the zoo's 256x256. Measured here (rlfast train dqn, 100k steps,
-# cpu sampler; final = 10 greedy episodes of bench_presets, seed 0 / 1):
-#   LunarLander-v3: 64x64 32 / -, 128x128 169 / 209, 256x256 112 / - (the old preset, rlfast's
-#   CartPole tuning: -32);
-#   Acrobot-v1: 128x128 -87 / -78; (last evaluation of the run, 8 episodes) 64x64 -81 / -81
-#   / -89 (seeds 0-2), 256x256 -81 / -72.
-# 256x256 took about twice as long as 128x128 (LunarLander seed 0: 618 s / 333 s, both on a
-# loaded machine).
-# CartPole-v1 keeps the preset rlfast tuned on it (DQN_CARTPOLE in env_overrides).
-_DQN_ALGO = dict(discount=0.99, batch_size=128, min_steps_learn=1000, delta_clip=None,
-                 replay_size=50_000, replay_ratio=128, target_update_tau=1.0,
-                 target_update_interval=250, n_step_return=1, learning_rate=6.3e-4,
-                 clip_grad_norm=10.0, eps_steps=12_000, double_dqn=False,
-                 prioritized_replay=False)
-_DQN_AGENT = dict(model_kwargs=dict(hidden_sizes=[128, 128], dueling=False), eps_init=1.0,
-                  eps_final=0.1, eps_eval=0.0, recurrent=False)
-# The distributional presets build on the CartPole-tuned DQN (their tuning started there).
-_DQN_TUNED_ALGO = deep_merge(_DQN_ALGO, DQN_CARTPOLE["algo"])
-_DQN_TUNED_AGENT = deep_merge(_DQN_AGENT, DQN_CARTPOLE["agent"])
-_ATARI_DQN_SAMPLER = dict(batch_T=2, batch_B=16, max_decorrelation_steps=1000, eval_n_envs=4,
-                          eval_max_steps=40_000, eval_max_trajectories=4)
-_ATARI_DQN_ALGO = dict(discount=0.99, batch_size=32, min_steps_learn=50_000, delta_clip=1.0,
-                       replay_size=1_000_000, replay_ratio=8, target_update_tau=1.0,
-                       target_update_interval=312, n_step_return=1, learning_rate=2.5e-4,
-                       clip_grad_norm=10.0, eps_steps=1_000_000, double_dqn=False,
-                       prioritized_replay=False, frame_buffer=True,
-                       optim_kwargs=dict(fused=True))  # one-kernel Adam: see build_optimizer
-_ATARI_DQN_AGENT = dict(model_kwargs=dict(dueling=False), eps_init=1.0, eps_final=0.01,
-                        eps_eval=0.001, recurrent=False)
-_RUN_CLASSIC = dict(n_steps=100_000, log_interval_steps=10_000)
-_RUN_ATARI = dict(n_steps=10_000_000, log_interval_steps=100_000)
-
-_RAINBOW = dict(n_step_return=3, double_dqn=True, prioritized_replay=True)
-PRESETS["dqn"] = dict(
-    discrete=dict(agent=_DQN_AGENT, algo=_DQN_ALGO, sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
-    atari=dict(agent=_ATARI_DQN_AGENT, env=dict(PRESETS["ppo"]["atari"]["env"]),
-               algo=_ATARI_DQN_ALGO, sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
-)
-PRESETS["cat_dqn"] = dict(
-    discrete=dict(agent=deep_merge(_DQN_TUNED_AGENT, dict(n_atoms=51)),
-                  algo=deep_merge(_DQN_TUNED_ALGO, dict(V_min=0.0, V_max=100.0, learning_rate=1e-3)),
-                  sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
-    atari=dict(agent=deep_merge(_ATARI_DQN_AGENT, dict(n_atoms=51)),
-               env=dict(PRESETS["ppo"]["atari"]["env"]),
-               algo=deep_merge(_ATARI_DQN_ALGO, dict(V_min=-10.0, V_max=10.0)),
-               sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
-)
-PRESETS["rainbow"] = dict(
-    discrete=dict(agent=deep_merge(_DQN_TUNED_AGENT, dict(n_atoms=51, eps_init=0.0, eps_final=0.0,
-                                                    model_kwargs=dict(dueling=True, noisy=True))),
-                  algo=deep_merge(_DQN_TUNED_ALGO, dict(V_min=0.0, V_max=100.0, **_RAINBOW)),
-                  sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
-    atari=dict(agent=deep_merge(_ATARI_DQN_AGENT,
-                                dict(n_atoms=51, eps_init=0.0, eps_final=0.0,
-                                     model_kwargs=dict(dueling=True, noisy=True))),
-               env=dict(PRESETS["ppo"]["atari"]["env"]),
-               algo=deep_merge(_ATARI_DQN_ALGO,
-                               dict(V_min=-10.0, V_max=10.0, learning_rate=6.25e-5,
-                                    replay_ratio=4, target_update_interval=2000, **_RAINBOW)),
-               sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
-)
-
-PRESETS["r2d1"] = dict(
-    discrete=dict(
-        agent=dict(model_kwargs=dict(hidden_sizes=[64], lstm_size=64, head_size=64), eps_init=1.0,
-                   eps_final=0.02, eps_eval=0.0, recurrent=True),
-        # Tuned on masked CartPole (tests/learning/test_r2d1_masked_cartpole.py).
-        algo=dict(discount=0.99, batch_T=20, batch_B=16, warmup_T=10, store_rnn_state_interval=20,
-                  min_steps_learn=2000, delta_clip=None, replay_size=100_000, replay_ratio=16,
-                  target_update_interval=100, n_step_return=3, learning_rate=1e-3,
-                  clip_grad_norm=10.0, eps_steps=20_000, double_dqn=True,
-                  prioritized_replay=True, pri_eta=0.9),
-        sampler=dict(batch_T=20, batch_B=8, max_decorrelation_steps=0, eval_n_envs=8,
-                     eval_max_steps=8 * 500, eval_max_trajectories=8),
-        runner=_RUN_CLASSIC),
-    atari=dict(
-        agent=dict(model_kwargs=dict(dueling=True), eps_init=1.0, eps_final=0.01, eps_eval=0.001,
-                   recurrent=True),
-        env=dict(PRESETS["ppo"]["atari"]["env"]),
-        algo=dict(discount=0.997, batch_T=80, batch_B=64, warmup_T=40, store_rnn_state_interval=40,
-                  min_steps_learn=100_000, delta_clip=None, replay_size=1_000_000, replay_ratio=1,
-                  target_update_interval=2500, n_step_return=5, learning_rate=1e-4,
-                  clip_grad_norm=80.0, eps_steps=1_000_000, double_dqn=True,
-                  prioritized_replay=True, pri_eta=0.9, frame_buffer=True),
-        sampler=dict(batch_T=40, batch_B=16, max_decorrelation_steps=1000, eval_n_envs=4,
-                     eval_max_steps=40_000, eval_max_trajectories=4),
-        runner=_RUN_ATARI),
-)
-
-PRESETS.update(QPG_PRESETS)
-
-ALGOS = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "cat_dqn": CategoricalDQN, "rainbow": CategoricalDQN,
-         "r2d1": R2D1, "ddpg": DDPG, "td3": TD3, "sac": SAC}
-VALUE_BASED = ("dqn", "cat_dqn", "rainbow", "r2d1")
-SAMPLERS = ("serial", "cpu", "gpu", "alternating")
 RUNNERS = ("sync", "async")
-REPLAY_ALGOS = VALUE_BASED + tuple(QPG_ALGOS)  # the algorithms an async runner can train
-# The async runner's own settings (``--set async.sampler_throttle=False``), see AsyncRlBase.
-# The presets hold the replay ratio (their tuning assumes it); the runner's default is a
-# free-running sampler.
-ASYNC_DEFAULTS = dict(copier="optimizer", sampler_throttle=True)
-# Multi-rank (SyncRl) settings (``--set distributed.dist_timeout=600``): seconds a collective
-# may wait on another rank before the run fails, see SyncRlMixin.
-DISTRIBUTED_DEFAULTS = dict(dist_timeout=DEFAULT_DIST_TIMEOUT_S)
-ATARI_PREFIX = "atari:"
-# Sampler safety settings every preset exposes (``--set sampler.check_finite=False``).
-SAMPLER_SAFETY = dict(check_finite=True, worker_timeout="auto")
 
 
 # Action kinds (``EnvTraits.kind``), the preset family each uses, the algorithms that can act
@@ -245,40 +47,14 @@ SAMPLER_SAFETY = dict(check_finite=True, worker_timeout="auto")
 # with the per-dimension categorical agent, which only the policy-gradient algorithms have.
 ACTION_KIND_FAMILY = {"atari": "atari", "discrete": "discrete", "multi_discrete": "discrete",
                       "continuous": "continuous"}
-MULTI_DISCRETE_ALGOS = ("a2c", "ppo")
 _KIND_LABEL = {"atari": "Atari (discrete)", "discrete": "Discrete",
                "multi_discrete": "MultiDiscrete / MultiBinary", "continuous": "continuous Box"}
 
-EnvTraits = namedtuple("EnvTraits", ["kind", "action_space", "observation_space", "horizon"],
-                       defaults=(None,))
-EnvTraits.__doc__ = ("What the presets need to know of an environment: the action ``kind`` "
-                     "(a key of ACTION_KIND_FAMILY, or None for an action space no preset "
-                     "supports), the gymnasium spaces (None for Atari games) and the time "
-                     "limit gymnasium registers for it (None if none is known).")
-
-
-def action_kind(space: Any) -> str | None:
-    """The action kind of a gymnasium action space: ``"discrete"`` (Discrete),
-    ``"multi_discrete"`` (1-D MultiDiscrete or MultiBinary), ``"continuous"`` (1-D float Box),
-    else None (Dict, Tuple, integer Box, multi-dimensional spaces, ...)."""
-    if isinstance(space, gym_spaces.Discrete):
-        return "discrete"
-    if isinstance(space, (gym_spaces.MultiDiscrete, gym_spaces.MultiBinary)):
-        return "multi_discrete" if len(space.shape) == 1 else None
-    if isinstance(space, gym_spaces.Box) and np.dtype(space.dtype).kind == "f" and \
-            len(space.shape) == 1:
-        return "continuous"
-    return None
-
-
 def inspect_env(env_id: str) -> EnvTraits:
-    """The ``EnvTraits`` of ``env_id``: ``atari:<game>`` is an Atari game (nothing is made);
-    a gymnasium id is made once, its spaces read and the env closed again."""
-    if env_id.startswith(ATARI_PREFIX):
-        return EnvTraits("atari", None, None)
-    spaces = make_gym_spaces(env_id)
-    return EnvTraits(action_kind(spaces.action), spaces.action, spaces.observation,
-                     gym_horizon(env_id))
+    """The ``EnvTraits`` of ``env_id`` from its registered env family: ``atari:<game>`` is an
+    Atari game (nothing is made); a gymnasium id is made once, its spaces read and the env
+    closed again."""
+    return catalog.env_traits(env_id)
 
 
 def env_kind(env_id: str) -> str | None:
@@ -286,32 +62,47 @@ def env_kind(env_id: str) -> str | None:
     return inspect_env(env_id).kind
 
 
-def algos_for(kind: str) -> list[str]:
-    """The preset algorithms that can act in action spaces of ``kind``, sorted."""
-    family = ACTION_KIND_FAMILY[kind]
-    return sorted(algo for algo, presets in PRESETS.items() if family in presets and
-                  (kind != "multi_discrete" or algo in MULTI_DISCRETE_ALGOS))
+def algos_for(kind: str, family: str | None = None) -> list[str]:
+    """The registered algorithms that can act in action spaces of ``kind`` (with presets for
+    the preset ``family``, by default the kind's), sorted."""
+    family = family or ACTION_KIND_FAMILY[kind]
+    able = []
+    for name in catalog.algorithm_names():
+        spec = catalog.algorithm(name)
+        if family in spec.presets and (kind != "multi_discrete" or spec.multi_discrete):
+            able.append(name)
+    return sorted(able)
+
+
+def preset_family(traits: EnvTraits, env_id: str) -> str | None:
+    """The preset family an environment's algorithms use: its env family's own, else the
+    one of its action kind (None for an action space no preset supports)."""
+    family, _ = catalog.env_family(env_id)
+    if family.preset_family is not None:
+        return family.preset_family
+    return ACTION_KIND_FAMILY.get(traits.kind)
 
 
 def check_algo_fits(algo: str, traits: EnvTraits, env_id: str) -> str:
     """The preset family of ``algo`` for this environment, or a ``ValueError`` that names the
     action space and the algorithms that can act in it."""
-    if algo not in PRESETS:
-        raise ValueError(f"unknown algorithm {algo!r}; choose from {sorted(PRESETS)}")
+    catalog.algorithm(algo)  # ValueError: unknown algorithm, with the choices
     space = "" if traits.action_space is None else " " + " ".join(str(traits.action_space).split())
-    if traits.kind is None:
+    family = preset_family(traits, env_id)
+    if traits.kind is None or family is None:
         supported = "; ".join(f"{label} ({', '.join(algos_for(kind))})"
                               for kind, label in _KIND_LABEL.items() if kind != "atari")
         raise ValueError(f"no rlfast algorithm can act in the action space{space} of {env_id}; "
                          f"the presets support these action spaces: {supported} (MultiDiscrete, "
                          f"MultiBinary and Box ones 1-D)")
-    able = algos_for(traits.kind)
+    able = algos_for(traits.kind, family)
     if algo not in able:
         own = ", ".join(label for kind, label in _KIND_LABEL.items() if algo in algos_for(kind))
-        raise ValueError(f"{algo!r} cannot act in the {_KIND_LABEL[traits.kind]} action "
-                         f"space{space} of {env_id} (it acts in {own} action spaces); "
-                         f"algorithms that can: {', '.join(able)}")
-    return ACTION_KIND_FAMILY[traits.kind]
+        label = _KIND_LABEL.get(traits.kind, traits.kind)
+        raise ValueError(f"{algo!r} cannot act in the {label} action "
+                         f"space{space} of {env_id} (it acts in {own or 'no preset'} action "
+                         f"spaces); algorithms that can: {', '.join(able) or 'none registered'}")
+    return family
 
 
 def needs_flat_observation(traits: EnvTraits) -> bool:
@@ -331,20 +122,29 @@ def fit_evaluation_to_horizon(sampler: dict, horizon: int | None) -> None:
         sampler["eval_max_steps"] = n_envs * horizon
 
 
+def _set_defaults(config: dict, defaults: dict) -> None:
+    """Add ``defaults``' keys that ``config`` lacks (recursively, in place)."""
+    for key, value in defaults.items():
+        if isinstance(value, dict):
+            _set_defaults(config.setdefault(key, {}), value)
+        else:
+            config.setdefault(key, value)
+
+
 def get_preset(algo: str, env_id: str) -> dict:
     """The preset for ``algo`` matched to ``env_id``: a fresh nested dict that the caller
     may change freely.
 
-    The family preset (from the action space, ``check_algo_fits``) comes first, then any
-    per-environment tuning from ``ENV_TUNED``; Dict and Tuple observations add
-    ``env.flatten_observation=True``. An unknown algorithm, or one that cannot act in this
-    action space, is a ``ValueError`` naming the valid choices.
+    The family preset (from the env family or the action space, ``check_algo_fits``) comes
+    first, then any per-environment tuning from ``ENV_TUNED``; Dict and Tuple observations
+    add ``env.flatten_observation=True``; then the keys every configuration of the algorithm
+    has (its registry entry's ``defaults``). An unknown algorithm, or one that cannot act in
+    this action space, is a ``ValueError`` naming the valid choices.
     """
-    if algo not in PRESETS:
-        raise ValueError(f"unknown algorithm {algo!r}; choose from {sorted(PRESETS)}")
+    spec = catalog.algorithm(algo)
     traits = inspect_env(env_id)
     family = check_algo_fits(algo, traits, env_id)
-    config = deep_merge(PRESETS[algo][family], ENV_TUNED.get((algo, env_id), {}))
+    config = deep_merge(spec.presets[family], ENV_TUNED.get((algo, env_id), {}))
     if needs_flat_observation(traits):
         config["env"] = dict(config.get("env", {}), flatten_observation=True)
     fit_evaluation_to_horizon(config["sampler"], traits.horizon)
@@ -352,22 +152,32 @@ def get_preset(algo: str, env_id: str) -> dict:
         config["sampler"].setdefault(key, value)
     # --set runner.stop_return=X ends training at the first evaluation averaging X or more.
     config["runner"].setdefault("stop_return", None)
-    if algo in REPLAY_ALGOS:  # read by --runner async only (see AsyncRlBase)
-        config.setdefault("async", dict(ASYNC_DEFAULTS))
-        # Where replay lives: host, device, or host + prefetcher (rlfast.algos.replay_choice)
-        config["algo"].setdefault("replay_device", "auto")
-        # torch.compile of the loss; on CUDA the whole update in one CUDA graph (LeanRL)
-        config["algo"].setdefault("compile", False)
-    else:  # on-policy: sampling may overlap learning; the agent may run its model in bf16
-        config["runner"].setdefault("overlap", False)
-        config["agent"].setdefault("autocast", None)
-        config["algo"].setdefault("normalize_reward", False)  # VecNormalize-style scaling
-        # torch.compile of the loss; on CUDA PPO's whole step in one CUDA graph (LeanRL)
-        config["algo"].setdefault("compile", False)
-        if algo == "ppo":  # stop an iteration's epochs once their KL passes it (None: off)
-            config["algo"].setdefault("target_kl", None)
+    _set_defaults(config, deep_merge({}, dict(spec.defaults)))
     config.setdefault("distributed", dict(DISTRIBUTED_DEFAULTS))  # read by multi-rank runs
     return config
+
+
+def check_es_task(algo: str, env_id: str) -> None:
+    """Refuse an unknown strategy, or an image game, with the reason (``ValueError``)."""
+    catalog.es_strategy(algo)
+    family, _ = catalog.env_family(env_id)
+    if family.pixels:
+        raise ValueError(f"evolution strategies search vector-observation policies; "
+                         f"{env_id} is an image game (train it with ppo, dqn or r2d1)")
+
+
+def get_es_preset(algo: str, env_id: str) -> dict:
+    """The ES preset for ``algo`` on ``env_id``: a fresh nested dict. The family comes from
+    the environment's action space (Discrete or a 1-D Box); anything else is a
+    ``ValueError`` naming the space."""
+    check_es_task(algo, env_id)
+    traits = inspect_env(env_id)
+    family = {"discrete": "discrete", "continuous": "continuous"}.get(traits.kind)
+    if family is None:
+        raise ValueError(f"{algo} needs a Discrete or a 1-D Box action space; {env_id} has "
+                         f"{traits.action_space!r}")
+    presets = catalog.es_strategy(algo).presets
+    return deep_merge(presets[family], ES_ENV_TUNED.get((algo, env_id), {}))
 
 
 def default_sampler(algo: str, env_id: str | None = None, cuda_idx: int | None = None,
@@ -377,21 +187,23 @@ def default_sampler(algo: str, env_id: str | None = None, cuda_idx: int | None =
 
     In this order: the per-environment choice of ``ENV_SAMPLER`` (``env_overrides``) where it
     has one for (``algo``, ``env_id``); serial for the replay-based continuous-control
-    algorithms (one environment and many updates per step leave nothing for parallel workers
-    to hide); with the learner on a GPU (``cuda_idx``) and a convolutional agent
-    (``atari:<game>``) in a synchronous run, the measured rule of
+    algorithms (their registry entry's ``default_sampler``: one environment and many updates
+    per step leave nothing for parallel workers to hide); with the learner on a GPU (``cuda_idx``) and a convolutional agent
+    (an env family of images, ``atari:<game>``) in a synchronous run, the measured rule of
     :func:`rlfast.experiments.device.sampler_for_device` (the GPU action server or
     worker-side inference, whichever measured faster at ``n_envs`` environments, default the
     preset's ``batch_B``, on ``n_cpus`` cores, default the available ones); else ``"cpu"``.
     """
     if env_id is not None and (algo, env_id) in ENV_SAMPLER:
         return ENV_SAMPLER[(algo, env_id)]
-    if algo in QPG_ALGOS:
-        return "serial"
-    conv = env_id is not None and env_id.startswith(ATARI_PREFIX)
-    if conv and cuda_idx is not None and runner == "sync" and algo in PRESETS:
+    spec = catalog.algorithm(algo)
+    if spec.default_sampler is not None:
+        return spec.default_sampler
+    family = catalog.env_family(env_id)[0] if env_id is not None else None
+    if family is not None and family.pixels and cuda_idx is not None and runner == "sync":
         if n_envs is None:
-            n_envs = PRESETS[algo]["atari"]["sampler"]["batch_B"]
+            preset = spec.presets.get(family.preset_family or "")
+            n_envs = preset["sampler"]["batch_B"] if preset else 1
         n_cpus = len(available_cpus()) if n_cpus is None else n_cpus
         measured = sampler_for_device(True, n_envs, n_cpus, cuda_idx)
         if measured is not None:
@@ -413,9 +225,10 @@ def default_affinity(n_envs: int, sampler: str, master_threads: int | None = Non
     """
     cpus = available_cpus()
     cuda_idx = resolve_device(device)
-    if sampler == "serial":
+    spec = catalog.sampler(sampler)
+    if not spec.worker_processes:
         return dict(master_cpus=cpus, master_torch_threads=master_threads, cuda_idx=cuda_idx)
-    n_workers = max(2 if sampler == "alternating" else 1, min(len(cpus), n_envs))
+    n_workers = max(spec.min_workers, min(len(cpus), n_envs))
     workers = [[cpus[i % len(cpus)]] for i in range(n_workers)]
     return dict(master_cpus=cpus, master_torch_threads=master_threads, workers_cpus=workers,
                 worker_torch_threads=1, cuda_idx=cuda_idx)
@@ -429,7 +242,7 @@ def default_async_affinity(sampler: str, device: str | None = "auto") -> dict:
     the gpu and alternating samplers."""
     cpus = available_cpus()
     cuda_idx = resolve_device(device)
-    n_workers = max(2 if sampler == "alternating" else 1, len(cpus))
+    n_workers = max(catalog.sampler(sampler).min_workers, len(cpus))
     sampler_affinity = dict(master_cpus=cpus, master_torch_threads=1,
                             workers_cpus=[[cpus[i % len(cpus)]] for i in range(n_workers)],
                             worker_torch_threads=1, cuda_idx=None, set_affinity=True)
@@ -463,63 +276,11 @@ def run_affinity(config: dict, sampler: str, runner: str = "sync",
 def check_runner(algo_name: str, runner: str) -> None:
     """Refuse an asynchronous run of an algorithm without replay, saying why."""
     check_choice(runner, "runner", RUNNERS)
-    if runner == "async" and algo_name not in REPLAY_ALGOS:
-        raise ValueError(f"--runner async needs a replay-based algorithm ({', '.join(REPLAY_ALGOS)}); "
+    if runner == "async" and not catalog.algorithm(algo_name).replay:
+        replay = [n for n in catalog.algorithm_names() if catalog.algorithm(n).replay]
+        raise ValueError(f"--runner async needs a replay-based algorithm ({', '.join(replay)}); "
                          f"{algo_name!r} learns on-policy from each batch once, so there is no "
                          f"replay buffer for an asynchronous sampler to fill")
-
-
-def _env_factory(env_id: str, env_cfg: dict) -> tuple[type | Callable, dict, type]:
-    """(EnvCls, env_kwargs, TrajInfoCls) for the samplers. An unknown Atari game is a
-    ``ValueError`` here, while the run is still being configured, not in a worker later."""
-    if env_id.startswith(ATARI_PREFIX):
-        from rlfast.envs import AtariEnv, AtariTrajInfo
-        from rlfast.envs.atari import resolve_game
-        game = env_id[len(ATARI_PREFIX):]
-        resolve_game(game)
-        return AtariEnv, dict(game=game, **env_cfg), AtariTrajInfo
-    return make_gym_env, dict(id=env_id, **env_cfg), TrajInfo
-
-
-def _value_agent_class(algo_name: str, kind: str, sampler: str) -> type:
-    """The DQN-family agent class; R2D1 under the alternating sampler gets the variant that
-    keeps one recurrent state per worker group."""
-    from rlfast.agents import (AtariCatDqnAgent, AtariDqnAgent, AtariR2d1Agent, CatDqnAgent,
-                               DqnAgent, R2d1Agent)
-    if algo_name == "r2d1":
-        if sampler == "alternating":
-            from rlfast.agents import AlternatingAtariR2d1Agent, AlternatingR2d1Agent
-            return AlternatingAtariR2d1Agent if kind == "atari" else AlternatingR2d1Agent
-        return AtariR2d1Agent if kind == "atari" else R2d1Agent
-    categorical = algo_name in ("cat_dqn", "rainbow")
-    if kind == "atari":
-        return AtariCatDqnAgent if categorical else AtariDqnAgent
-    return CatDqnAgent if categorical else DqnAgent
-
-
-def _agent_class(kind: str, recurrent: bool, sampler: str) -> type:
-    """The policy-gradient agent class for the action space; recurrent agents under the
-    alternating sampler get the variant that keeps one recurrent state per worker group."""
-    alternating = sampler == "alternating"
-    if kind == "atari":
-        from rlfast.agents import AlternatingAtariLstmAgent, AtariFfAgent, AtariLstmAgent
-        if recurrent:
-            return AlternatingAtariLstmAgent if alternating else AtariLstmAgent
-        return AtariFfAgent
-    if kind == "discrete":
-        if recurrent:
-            return AlternatingRecurrentCategoricalPgAgent if alternating else RecurrentCategoricalPgAgent
-        return CategoricalPgAgent
-    if kind == "multi_discrete":
-        if recurrent:
-            return (AlternatingRecurrentMultiCategoricalPgAgent if alternating
-                    else RecurrentMultiCategoricalPgAgent)
-        return MultiCategoricalPgAgent
-    if recurrent:
-        if alternating:
-            raise ValueError("no alternating recurrent Gaussian preset agent; use --sampler gpu")
-        return MujocoLstmAgent
-    return MujocoFfAgent
 
 
 def _algo(algo_name: str, algo_cfg: dict) -> RLAlgorithm:
@@ -528,7 +289,7 @@ def _algo(algo_name: str, algo_cfg: dict) -> RLAlgorithm:
     optim = algo_cfg.pop("OptimCls", None)
     if optim is not None:
         algo_cfg["OptimCls"] = getattr(torch.optim, optim)
-    return ALGOS[algo_name](**algo_cfg)
+    return catalog.algorithm(algo_name).algo_cls(**algo_cfg)
 
 
 def run_params(algo: str, env: str, config: dict, sampler: str, seed: int,
@@ -574,40 +335,30 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     from the affinity (see :func:`rlfast.runners.sync_rl.rank_affinity`). ``backend``
     overrides the automatic choice (NCCL on CUDA, gloo on CPU).
     """
-    check_choice(sampler, "sampler", SAMPLERS)
+    sampler_spec = catalog.sampler(sampler)
+    algo_spec = catalog.algorithm(algo_name)
     traits = inspect_env(env_id)
     check_algo_fits(algo_name, traits, env_id)
-    kind = traits.kind
     agent_cfg = dict(config["agent"])
     recurrent = agent_cfg.pop("recurrent", False)
-    if algo_name in QPG_ALGOS:
-        from rlfast.agents import DdpgAgent, SacAgent, Td3Agent
-        agent = dict(ddpg=DdpgAgent, td3=Td3Agent, sac=SacAgent)[algo_name](**agent_cfg)
-    elif algo_name in VALUE_BASED:
-        agent = _value_agent_class(algo_name, kind, sampler)(**agent_cfg)
-    else:
-        agent = _agent_class(kind, recurrent, sampler)(**agent_cfg)
+    agent = algo_spec.agent_cls(traits.kind, recurrent, sampler_spec)(**agent_cfg)
     env_cfg = dict(config.get("env", {}))
     if needs_flat_observation(traits):  # also for configs not made by get_preset
         env_cfg.setdefault("flatten_observation", True)
-    EnvCls, env_kwargs, TrajInfoCls = _env_factory(env_id, env_cfg)
-    sampler_cfg = dict(config["sampler"])
+    EnvCls, env_kwargs, TrajInfoCls = catalog.env_factory(env_id, env_cfg)
     # Recurrent agents replay whole sequences, so environments wait for the batch end to reset.
-    cpu_side = sampler in ("serial", "cpu")
-    if recurrent:
-        collector = CpuWaitResetCollector if cpu_side else GpuWaitResetCollector
-    else:
-        collector = CpuResetCollector if cpu_side else GpuResetCollector
-    SamplerCls, EvalCollectorCls = {
-        "serial": (SerialSampler, SerialEvalCollector), "cpu": (CpuSampler, CpuEvalCollector),
-        "gpu": (GpuSampler, GpuEvalCollector), "alternating": (AlternatingSampler, GpuEvalCollector),
-    }[sampler]
+    collector = (sampler_spec.wait_reset_collector if recurrent
+                 else sampler_spec.reset_collector)
+    SamplerCls = sampler_spec.sync_cls
     if runner == "async":
-        SamplerCls = dict(serial=AsyncSerialSampler, cpu=AsyncCpuSampler, gpu=AsyncGpuSampler,
-                          alternating=AsyncAlternatingSampler)[sampler]
+        if sampler_spec.async_cls is None:
+            raise ValueError(f"the {sampler} sampler has no asynchronous variant; --runner "
+                             f"async needs one of "
+                             f"{', '.join(n for n in catalog.sampler_names() if catalog.sampler(n).async_cls)}")
+        SamplerCls = sampler_spec.async_cls
     sampler_obj = SamplerCls(EnvCls=EnvCls, env_kwargs=env_kwargs, CollectorCls=collector,
-                             eval_CollectorCls=EvalCollectorCls, TrajInfoCls=TrajInfoCls,
-                             **sampler_cfg)
+                             eval_CollectorCls=sampler_spec.eval_collector,
+                             TrajInfoCls=TrajInfoCls, **dict(config["sampler"]))
     distributed = distributed or (world_size or 1) > 1 or isinstance(affinity, list)
     if runner == "async" and not affinity:
         affinity = None  # {} too: the async default

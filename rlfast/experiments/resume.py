@@ -32,25 +32,28 @@ snapshot's iteration, acting with the snapshot's parameters, and its replay buff
 from __future__ import annotations
 
 import argparse
-import copy
-import datetime
 import os
 from typing import Any
 
-from rlfast.experiments.config import ConfigError, apply_overrides
+from rlfast.experiments import catalog
+from rlfast.experiments.arguments import add_console_arguments
+from rlfast.experiments.assembly import (TrainRun, affinity_for_run, distributed_setup,
+                                         resolve_config, run_command)
+from rlfast.experiments.config import ConfigError
 from rlfast.experiments.device import device_label, device_summary, learner_device
-from rlfast.experiments.presets import RUNNERS, SAMPLERS, build_experiment, run_affinity
+from rlfast.experiments.presets import RUNNERS, build_experiment, run_affinity
+from rlfast.experiments.resume_changes import checked_changes, config_changes, resume_record
 from rlfast.experiments.run_dir import latest_snapshot, read_run_params
+from rlfast.runners.snapshots import check_resumable
 from rlfast.utils.distributed import launch_env
+from rlfast.utils.logging.snapshot import load_snapshot
 
 __all__ = ["add_resume_parser", "configure_resume", "config_changes", "checked_changes",
-           "resume_record"]
+           "resume_record", "resume_main"]
 
 
 def add_resume_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``resume`` subcommand."""
-    from rlfast.cli import add_console_arguments
-
     resume = subparsers.add_parser(
         "resume", help="continue a run from its last snapshot",
         description="Continue the run in RUN_DIR from its newest snapshot, appending to its "
@@ -67,7 +70,7 @@ def add_resume_parser(subparsers: Any) -> argparse.ArgumentParser:
                         metavar="KEY=VALUE", help="change a config value (needs --force)")
     resume.add_argument("--n-envs", type=int, default=None,
                         help="change batch_B (needs --force; environments restart)")
-    resume.add_argument("--sampler", choices=SAMPLERS, default=None,
+    resume.add_argument("--sampler", choices=catalog.sampler_names(), default=None,
                         help="change the sampler (needs --force)")
     resume.add_argument("--affinity", default=None, metavar="CODE",
                         help="change the affinity code (needs --force)")
@@ -87,67 +90,11 @@ def add_resume_parser(subparsers: Any) -> argparse.ArgumentParser:
     return resume
 
 
-def checked_changes(run_dir: str, params: dict, old_config: dict, config: dict,
-                    args: argparse.Namespace, ignore: tuple = (), extra: dict | None = None
-                    ) -> tuple[dict[str, list], str | None]:
-    """The configuration changes of a resume (config keys outside ``ignore``, then
-    ``extra``, then the affinity code) and the affinity code to use; a ``ConfigError``
-    listing them unless ``args.force``."""
-    changes = {k: v for k, v in config_changes(old_config, config).items() if k not in ignore}
-    changes.update(extra or {})
-    affinity_code = args.affinity if args.affinity is not None else params.get("affinity")
-    if affinity_code != params.get("affinity"):
-        changes["affinity"] = [params.get("affinity"), affinity_code]
-    if changes and not args.force:
-        listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
-        raise ConfigError(f"resuming {run_dir} with a changed configuration ({listed}); pass "
-                          f"--force to accept it (it is recorded in params.json)")
-    return changes, affinity_code
-
-
-def resume_record(params: dict, args: argparse.Namespace, run_dir: str, snapshot: dict,
-                  snapshot_path: str, from_steps: int, to_steps: int | None,
-                  changes: dict, sampler: str | None, device: str | None = None
-                  ) -> tuple[list, argparse.Namespace]:
-    """``params.json``'s ``resumes`` list with this resume appended (time, snapshot, from and
-    to steps, the learner's device, forced changes), and the ``train``-like arguments the
-    resumed run logs with."""
-    record = dict(time=datetime.datetime.now().isoformat(timespec="seconds"),
-                  snapshot=os.path.basename(snapshot_path), from_itr=int(snapshot["itr"]),
-                  from_steps=from_steps, to_steps=to_steps)
-    if device is not None:
-        record["device"] = device
-    if changes:
-        record["forced_changes"] = changes
-    run_args = argparse.Namespace(
-        algo=params["algo"], env=params["env"], seed=params["seed"], sampler=sampler,
-        snapshot_mode=params.get("snapshot_mode", "last"), overwrite=False,
-        tensorboard=bool(params.get("tensorboard", False)),
-        no_progress=args.no_progress, verbose=args.verbose, log_dir=run_dir)
-    return list(params.get("resumes", [])) + [record], run_args
-
-
-def config_changes(old: Any, new: Any, prefix: str = "") -> dict[str, list]:
-    """``{dotted key: [old, new]}`` for every value that differs between two configs."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        changes: dict[str, list] = {}
-        for key in sorted(set(old) | set(new), key=str):
-            changes.update(config_changes(old.get(key), new.get(key), f"{prefix}{key}."))
-        return changes
-    if old != new:
-        return {prefix.rstrip("."): [old, new]}
-    return {}
-
-
 def configure_resume(args: argparse.Namespace) -> Any:
     """Rebuild the run in ``args.run_dir``, load its snapshot into the runner, and return
-    a ``TrainRun`` that ``rlfast.cli.run_train`` continues. Raises ``ConfigError`` for a
-    directory that holds no resumable run, a snapshot that does not load, an unforced
-    configuration change, or a total that is already reached."""
-    from rlfast.cli import TrainRun, _distributed_setup, affinity_for_run
-    from rlfast.runners.snapshots import check_resumable
-    from rlfast.utils.logging.snapshot import load_snapshot
-
+    a ``TrainRun`` that :func:`rlfast.experiments.assembly.run_train` continues. Raises
+    ``ConfigError`` for a directory that holds no resumable run, a snapshot that does not
+    load, an unforced configuration change, or a total that is already reached."""
     run_dir = os.path.abspath(args.run_dir)
     params = read_run_params(run_dir)
     runner_kind = params.get("runner") or "sync"
@@ -165,11 +112,11 @@ def configure_resume(args: argparse.Namespace) -> Any:
     check_resumable(snapshot, where=f"snapshot {snapshot_path}")
 
     old_config = params["config"]
-    config = apply_overrides(copy.deepcopy(old_config), args.overrides)
-    if args.n_envs is not None:
-        config["sampler"]["batch_B"] = args.n_envs
     original_steps = int(old_config["runner"]["n_steps"])
-    config["runner"]["n_steps"] = int(args.steps) if args.steps is not None else original_steps
+    steps = int(args.steps) if args.steps is not None else original_steps
+    config = resolve_config(old_config, {"sampler.batch_B": args.n_envs,
+                                         "runner.n_steps": steps},
+                            overrides=args.overrides)
     if config["runner"]["n_steps"] < 1:
         raise ConfigError(f"--steps must be >= 1; got {args.steps}")
     sampler = args.sampler or params["sampler"]
@@ -188,8 +135,7 @@ def configure_resume(args: argparse.Namespace) -> Any:
     requested = args.world_size
     if requested is None and launch_env() is None:
         requested = recorded_world
-    dist_args = argparse.Namespace(world_size=requested)
-    dist_env, world_size = _distributed_setup(dist_args, affinity, runner_kind)
+    dist_env, world_size = distributed_setup(requested, affinity, runner_kind)
     if world_size != recorded_world:
         changes["world_size"] = [recorded_world, world_size]
         if not args.force:
@@ -224,3 +170,9 @@ def configure_resume(args: argparse.Namespace) -> Any:
                     exp_dir=run_dir, dist_env=dist_env,
                     device=device_summary(affinity, sampler, multi_rank=multi_rank),
                     resume=dict(itr=int(snapshot["itr"]), cum_steps=done_steps))
+
+
+def resume_main(args: argparse.Namespace) -> int:
+    """``rlfast resume``: rebuild the run, then continue training it (exit status as for
+    ``rlfast train``)."""
+    return run_command(configure_resume, args)

@@ -70,9 +70,13 @@ import time
 import warnings
 from typing import Any
 
-from rlfast.experiments.config import (ConfigError, apply_config_values, apply_overrides,
-                                       flatten, load_config_file, nest, read_json)
-from rlfast.experiments.search_spaces import SEARCH_SPACES, enqueue_params, space_from_json
+from rlfast.experiments import catalog
+from rlfast.experiments.assembly import affinity_for_run, check_env_id, resolve_config
+from rlfast.experiments.config import (ConfigError, apply_overrides, flatten, load_config_file,
+                                       nest, read_json)
+from rlfast.experiments.presets import get_preset
+from rlfast.experiments.run_dir import check_log_dir
+from rlfast.experiments.search_spaces import enqueue_params, space_from_json
 from rlfast.experiments.tune_trials import (ProgressReader, Search, TuneSetup, finished_trials,
                                             override_text, process_alive, stop_orphan)
 
@@ -112,7 +116,7 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "best_config.json (for rlfast train --config). Run the same command "
                     "again to continue an interrupted search.")
     parser.add_argument("algo", help=f"algorithm preset with a search space: "
-                                     f"{', '.join(sorted(SEARCH_SPACES))}")
+                                     f"{', '.join(n for n in catalog.algorithm_names() if catalog.algorithm(n).search_space)}")
     parser.add_argument("env", help="gymnasium id, e.g. CartPole-v1")
     parser.add_argument("--trials", type=int, required=True, metavar="N",
                         help="finished (complete or pruned) trials the study should hold")
@@ -192,17 +196,16 @@ def tune_main(args: argparse.Namespace) -> int:
 def prepare(args: argparse.Namespace) -> TuneSetup:
     """Check the command line and resolve the search; ``ConfigError`` or ``ValueError``
     names the bad value. Nothing is started; only the log directory is created."""
-    from rlfast.cli import check_env_id, check_log_dir
-    from rlfast.experiments.presets import PRESETS, get_preset
-
     algo, env = args.algo, args.env
-    with_space = ", ".join(sorted(SEARCH_SPACES))
-    if algo not in PRESETS:
+    names = catalog.algorithm_names()
+    spaces = {n: catalog.algorithm(n).search_space for n in names}
+    with_space = ", ".join(sorted(n for n in names if spaces[n]))
+    if algo not in names:
+        without = ", ".join(sorted(n for n in names if not spaces[n]))
         raise ConfigError(f"unknown algorithm {algo!r}; rlfast tune has search spaces for "
-                          f"{with_space} (the other presets, "
-                          f"{', '.join(sorted(set(PRESETS) - set(SEARCH_SPACES)))}, need "
-                          f"--search-space FILE)")
-    if args.search_space is None and algo not in SEARCH_SPACES:
+                          f"{with_space}" + (f" (the other algorithms, {without}, need "
+                                             f"--search-space FILE)" if without else ""))
+    if args.search_space is None and not spaces[algo]:
         raise ConfigError(f"rlfast tune has no search space for {algo!r}; pass "
                           f"--search-space FILE, or choose one of {with_space}")
     if args.trials < 1:
@@ -216,13 +219,13 @@ def prepare(args: argparse.Namespace) -> TuneSetup:
         steps = TRIAL_STEPS.get((algo, env), preset["runner"]["n_steps"])
     if steps < 1:
         raise ConfigError(f"--steps must be >= 1; got {steps}")
-    config = dict(preset, runner=dict(preset["runner"], n_steps=steps))
     fixed: set = set()
+    file_values = None
     if args.config is not None:
         file_values = load_config_file(args.config)
-        config = apply_config_values(config, file_values, source=f"--config {args.config}")
         fixed.update(file_values)
-    config = apply_overrides(config, args.overrides)
+    config = resolve_config(preset, {"runner.n_steps": steps}, config_values=file_values,
+                            source=f"--config {args.config}", overrides=args.overrides)
     fixed.update(item.split("=", 1)[0].strip() for item in args.overrides)
     flat = flatten(config)
     steps = flat["runner.n_steps"]  # --config or --set may have changed it
@@ -231,7 +234,7 @@ def prepare(args: argparse.Namespace) -> TuneSetup:
         space = space_from_json(read_json(args.search_space, "--search-space"),
                                 f"--search-space {args.search_space}")
     else:
-        space = dict(SEARCH_SPACES[algo])
+        space = dict(spaces[algo])
     for key in space:
         if key not in flat:
             listing = "\n  ".join(sorted(flat))
@@ -319,7 +322,6 @@ def trial_devices(parallel: int | None, affinity: str | None, device: str = "aut
     over the K trials, all on that GPU) and the trials get ``--device cuda:0`` with
     ``CUDA_VISIBLE_DEVICES`` naming GPU N alone, so that their GPU 0 is this process's N.
     """
-    from rlfast.cli import affinity_for_run
     from rlfast.experiments.device import learner_device, resolve_device
 
     if affinity is not None:
@@ -345,7 +347,6 @@ def trial_slot_codes(parallel: int | None, affinity: str | None,
     to their count); otherwise the available cores split into ``parallel`` equal runs,
     pinned when the cores are numbered from 0 (unpinned, ``0saf``, otherwise), and with
     ``on_gpu`` each run a context of GPU 0 (``1gpu_<parallel>cxg``)."""
-    from rlfast.cli import affinity_for_run
     from rlfast.utils.launching import encode_affinity, get_n_run_slots, prepend_run_slot
     from rlfast.utils.launching.affinity import detect_hyperthread_offset
     from rlfast.utils.misc import available_cpus
@@ -457,7 +458,7 @@ def write_report(setup: TuneSetup, study: Any, quiet_if_none: bool = False) -> A
     ``quiet_if_none``)."""
     from optuna.trial import TrialState
 
-    from rlfast.utils.launching.exp_launcher import write_atomic
+    from rlfast.launching.run_files import write_atomic
 
     keys = list(setup.space)
     header = ["trial", "state", "value", "curve mean", "steps", *keys]

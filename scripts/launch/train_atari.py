@@ -21,9 +21,10 @@ import os
 import signal
 import sys
 
+from rlfast.experiments.assembly import resolve_config
 from rlfast.experiments.presets import build_experiment, get_preset, run_params
 from rlfast.runners import TrainingInterrupted
-from rlfast.utils.launching import affinity_from_code, load_variant, update_config
+from rlfast.utils.launching import affinity_from_code, load_variant
 from rlfast.utils.logging import logger_context
 
 
@@ -40,7 +41,9 @@ def build_and_train(slot_affinity_code: str, log_dir: str, run_ID: int, algo: st
         sys.exit(f"{slot_affinity_code!r} is not a single-GPU synchronous affinity code; "
                  "this script runs the cpu, gpu or alternating sampler of one process.")
     env_id = f"atari:{game}"
-    config = update_config(get_preset(algo, env_id), load_variant(log_dir))
+    # the merge order of rlfast train: the preset, then the variant (as --config)
+    config = resolve_config(get_preset(algo, env_id), config_values=load_variant(log_dir),
+                            source=f"variant.json in {log_dir}")
     n_workers = len(affinity["workers_cpus"])
     if config["sampler"]["batch_B"] < n_workers:
         sys.exit(f"sampler.batch_B={config['sampler']['batch_B']} is smaller than the "

@@ -23,9 +23,10 @@ import os
 import signal
 import sys
 
+from rlfast.experiments.assembly import resolve_config
 from rlfast.experiments.presets import build_experiment, get_preset, run_params
 from rlfast.runners import TrainingInterrupted
-from rlfast.utils.launching import affinity_from_code, load_variant, update_config
+from rlfast.utils.launching import affinity_from_code, load_variant
 from rlfast.utils.logging import logger_context
 
 ALGO, ENV_ID = "ppo", "CartPole-v1"
@@ -37,7 +38,9 @@ def build_and_train(slot_affinity_code: str, log_dir: str, run_ID: int) -> None:
         sys.exit(f"{slot_affinity_code!r} is not a single-run CPU affinity code "
                  "(expected one dict with workers_cpus); this script runs the cpu sampler.")
     variant = load_variant(log_dir)
-    config = update_config(get_preset(ALGO, ENV_ID), variant)
+    # the merge order of rlfast train: the preset, then the variant (as --config), then nothing
+    config = resolve_config(get_preset(ALGO, ENV_ID), config_values=variant,
+                            source=f"variant.json in {log_dir}")
     n_workers = len(affinity["workers_cpus"])
     if config["sampler"]["batch_B"] < n_workers:
         sys.exit(f"batch_B={config['sampler']['batch_B']} is smaller than the {n_workers} "

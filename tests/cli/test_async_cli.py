@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from rlfast.cli import affinity_for_run, main
+from rlfast.cli import main
+from rlfast.experiments.assembly import affinity_for_run
 
 ASYNC_CODE = "0slt_2cpu_0gpu_2cpr_0hto_1res_1ass"
 _SHORT = ["--no-progress", "--set", "runner.log_interval_steps=600",

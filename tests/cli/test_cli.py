@@ -133,7 +133,7 @@ def test_qpg_preset_rejects_discrete_actions(capsys):
 
 
 def test_affinity_code_pins_the_run(tmp_path):
-    from rlfast.cli import affinity_for_run
+    from rlfast.experiments.assembly import affinity_for_run
     assert affinity_for_run(None) is None
     slot1 = affinity_for_run("1slt_2cpu_0gpu_0hto")
     assert slot1["master_cpus"] == [1] and slot1["workers_cpus"] == [[1]]
@@ -253,7 +253,7 @@ def test_unknown_gymnasium_id_no_traceback_in_a_real_process(tmp_path):
 
 
 def test_check_env_id_accepts_what_gymnasium_make_accepts():
-    from rlfast.cli import check_env_id
+    from rlfast.experiments.assembly import check_env_id
     for env_id in ("CartPole-v1", "Pendulum", "gymnasium.envs:CartPole-v1", "atari:pong"):
         check_env_id(env_id)
     with pytest.raises(ValueError, match="importing 'no_such_module' failed"):

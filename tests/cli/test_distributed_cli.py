@@ -15,7 +15,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from rlfast.cli import _parser, configure_train, main, run_train
+from rlfast.cli import _parser, main
+from rlfast.experiments.assembly import configure_train, run_train
 from rlfast.runners import MinibatchRlEval, SyncRlEval
 from tests.integration._guards import live_children
 from tests.integration._guards import session_pids  # live processes of a session

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from rlfast.cli import check_log_dir, main
+from rlfast.cli import main
+from rlfast.experiments.run_dir import check_log_dir
 from rlfast.experiments.config import ConfigError
 from rlfast.runners import MinibatchRlEval
 from rlfast.utils.logging import logger, logger_context

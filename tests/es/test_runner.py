@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rlfast.es.policy import EsPolicy
-from rlfast.experiments.es_presets import get_es_preset
+from rlfast.experiments.presets import get_es_preset
 from rlfast.experiments.es_train import build_es_runner
 from rlfast.utils.logging import logger, logger_context
 from rlfast.utils.logging.snapshot import load_snapshot

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from rlfast.cli import _parser, main, resolve_config
+from rlfast.cli import _parser, main
+from rlfast.experiments.assembly import train_config
 from rlfast.experiments.config import (ConfigError, apply_config_values, load_config_file,
                                        nest)
 from rlfast.experiments.presets import get_preset
@@ -17,7 +18,7 @@ def _write(tmp_path, data, name="config.json"):
 
 
 def _resolve(*argv):
-    return resolve_config(_parser().parse_args(["train", "ppo", "CartPole-v1", *argv]))
+    return train_config(_parser().parse_args(["train", "ppo", "CartPole-v1", *argv]))
 
 
 @pytest.mark.parametrize("data", [

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlfast.cli import _parser, configure_train, main
+from rlfast.cli import _parser, main
+from rlfast.experiments.assembly import configure_train
 from rlfast.experiments import device as device_mod
 from rlfast.experiments.device import (SAMPLER_MEASUREMENTS, SamplerMeasurement,
                                        device_summary, gpu_name, learner_device, parse_device,
@@ -262,7 +263,7 @@ def test_train_configures_the_learner_on_the_gpu_under_auto(gpus, tmp_path):
 def test_train_picks_the_gpu_sampler_for_atari_when_it_measured_faster(gpus, tmp_path,
                                                                        monkeypatch):
     gpus(1)
-    monkeypatch.setattr("rlfast.cli._sampler_cpus", lambda affinity: 16)  # the H200 host
+    monkeypatch.setattr("rlfast.experiments.assembly.sampler_cpus", lambda affinity: 16)  # the H200 host
     run = _configure(tmp_path, "ppo", "atari:pong", "--n-envs", "8")
     assert run.args.sampler == "gpu" and run.runner.affinity["cuda_idx"] == 0
     assert run.device == "cuda:0 (sampler gpu, actions served on cuda:0)"

@@ -16,7 +16,8 @@ import optuna
 import psutil
 import pytest
 
-from rlfast.cli import _parser, main, resolve_config
+from rlfast.cli import _parser, main
+from rlfast.experiments.assembly import train_config
 from rlfast.experiments.config import apply_overrides, flatten
 from rlfast.experiments.presets import PRESETS, get_preset
 from rlfast.experiments.search_spaces import SEARCH_SPACES, check_space, spec_contains
@@ -130,7 +131,7 @@ def test_search_writes_study_table_and_best_config(pruned_search, tmp_path, caps
     saved = json.loads(best_path.read_text())
     assert saved == {"algo": {"learning_rate": best.params["algo.learning_rate"]},
                      "runner": {"n_steps": 4096}, "sampler": {"batch_B": 2}}
-    config = resolve_config(_parser().parse_args(
+    config = train_config(_parser().parse_args(
         ["train", "ppo", "CartPole-v1", "--config", str(best_path)]))
     assert config["algo"]["learning_rate"] == best.params["algo.learning_rate"]
     assert config["runner"]["n_steps"] == 4096 and config["sampler"]["batch_B"] == 2

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from rlfast import cli
+from rlfast.experiments import assembly
 from rlfast.agents import CategoricalPgAgent, DqnAgent
 from rlfast.samplers import CpuSampler, GpuSampler, SerialSampler
 from rlfast.utils.finite import NonFiniteError, nonfinite_entries
@@ -109,13 +110,13 @@ def _train(tmp_path, monkeypatch, *extra):
     """Run ``rlfast train dqn`` on the NaN environment; it must raise NonFiniteError, not
     return. Returns the message and the agent's state after the error."""
     runs = []
-    configure = cli.configure_train
+    configure = assembly.configure_train
 
     def recording_configure(args):
         runs.append(configure(args))
         return runs[-1]
 
-    monkeypatch.setattr(cli, "configure_train", recording_configure)
+    monkeypatch.setattr(assembly, "configure_train", recording_configure)
     argv = ["train", "dqn", register_nan_env(), "--steps", "3000", "--sampler", "serial",
             "--log-dir", str(tmp_path / "run"), "--no-progress", *extra]
     with pytest.raises(NonFiniteError) as error:

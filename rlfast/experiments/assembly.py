@@ -1,0 +1,312 @@
+"""Run assembly: a resolved configuration in, a built run out, for every way of starting one.
+
+``rlfast train``, ``rlfast resume``, ``rlfast tune``, the evolution strategies and the launch
+scripts all come through here. :func:`resolve_config` is the one place that applies the
+merge order (the base configuration, then the named options, then ``--config`` or a
+variant, then ``--set``); :func:`configure_train` turns command-line arguments into a
+:class:`TrainRun` without starting anything; :func:`run_train` trains one inside its logger;
+:func:`run_command` is the exit-status policy the command line shares.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rlfast.experiments import catalog
+from rlfast.experiments.config import (ConfigError, apply_config_values, apply_overrides,
+                                       flatten, flatten_unique, load_config_file,
+                                       unknown_key_error)
+from rlfast.experiments.device import device_label, device_summary, learner_device
+from rlfast.experiments.presets import (build_experiment, check_runner, default_sampler,
+                                        get_preset, run_affinity, run_params)
+from rlfast.experiments.run_dir import check_log_dir, existing_run_message, log_dir_for_run
+from rlfast.runners import TrainingInterrupted
+from rlfast.utils.distributed import DistEnv, launch_env
+from rlfast.utils.interrupts import signal_name
+from rlfast.utils.logging.context import ExistingRunError
+
+__all__ = ["TrainRun", "resolve_config", "train_config", "named_options", "affinity_for_run",
+           "check_env_id", "configure_train", "distributed_setup", "run_train",
+           "run_command", "config_error", "train_main"]
+
+
+@dataclasses.dataclass
+class TrainRun:
+    """A fully configured run, built but not started: the runner, the resolved configuration
+    and what the logger records about it."""
+
+    args: argparse.Namespace
+    config: dict
+    runner: Any  # a runner of rlfast.runners, or the ES runner: anything with train()
+    log_params: dict
+    exp_dir: str
+    dist_env: DistEnv | None = None  # the launcher's (torchrun / srun) identity of this rank
+    resume: dict | None = None  # rlfast resume: dict(itr=, cum_steps=) of the snapshot
+    device: str | None = None  # where it computes, for the first console line (device_summary)
+
+    @property
+    def is_logging_rank(self) -> bool:
+        """Rank 0 (or a single process): the one that writes logs and prints."""
+        return self.dist_env is None or self.dist_env.rank == 0
+
+
+def resolve_config(base: Mapping, named: Mapping[str, Any] | None = None,
+                   config_file: str | None = None, config_values: Mapping | None = None,
+                   overrides: Sequence[str] = (), source: str = "variant") -> dict:
+    """The configuration of one run, in the merge order every entry point shares.
+
+    ``base`` is the preset with its per-environment overrides (:func:`get_preset`), or the
+    configuration a run recorded (``rlfast resume``); then the named options (``named``:
+    dotted key -> value, None skipped: ``--steps`` is ``runner.n_steps``, ``--n-envs``
+    ``sampler.batch_B``); then the values of the ``--config`` file, or a launch script's
+    variant (``config_values``, named by ``source`` in errors); then the ``--set``
+    ``overrides``. Later ones win; every key must exist in ``base``. ``base`` is not changed.
+    """
+    config = copy.deepcopy(dict(base))
+    valid = flatten(config)
+    for key, value in (named or {}).items():
+        if value is None:
+            continue
+        if key not in valid:
+            raise unknown_key_error(key, valid)
+        node = config
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    if config_file is not None:
+        config = apply_config_values(config, load_config_file(config_file),
+                                     source=f"--config {config_file}")
+    if config_values is not None:  # nested like a preset, by dotted key, or both
+        config = apply_config_values(config, flatten_unique(config_values, source),
+                                     source=source)
+    return apply_overrides(config, list(overrides or []))
+
+
+def named_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The configuration keys ``rlfast train``'s named options set (None: not given)."""
+    return {"runner.n_steps": getattr(args, "steps", None),
+            "sampler.batch_B": getattr(args, "n_envs", None)}
+
+
+def train_config(args: argparse.Namespace) -> dict:
+    """``rlfast train``'s configuration: :func:`resolve_config` over the preset for
+    (``args.algo``, ``args.env``) with the named options, ``--config`` and ``--set``."""
+    return resolve_config(get_preset(args.algo, args.env), named_options(args),
+                          config_file=getattr(args, "config", None),
+                          overrides=getattr(args, "overrides", None) or [])
+
+
+def affinity_for_run(code: str | None, runner: str = "sync") -> dict | list | None:
+    """The affinity of one run from an affinity code, or None.
+
+    A code without a run-slot token means slot 0. A synchronous run takes a one-process
+    code, or a multi-GPU code (``gpr`` > 1: a list, one dict per rank, and a SyncRl run of
+    that many ranks); async (``ass``) codes are refused, ``--runner async`` needs them.
+    """
+    if code is None:
+        return None
+    from rlfast.runners.async_rl import async_affinity
+    from rlfast.utils.launching import affinity_from_code, prepend_run_slot, validate_affinity
+    if "slt" not in code:
+        code = prepend_run_slot(0, code)
+    affinity = affinity_from_code(code)
+    is_async = not isinstance(affinity, list) and "optimizer" in affinity
+    if runner == "async":
+        if not is_async:
+            raise ValueError(f"--affinity {code}: --runner async needs an async code (with "
+                             f"the 1ass token, e.g. 0slt_2cpu_0gpu_2cpr_1res_1ass)")
+        checked = async_affinity(affinity)  # one optimizer rank
+        for part in list(checked.optimizer) + [checked.sampler]:
+            validate_affinity(part)
+        return dict(affinity)
+    if is_async:
+        raise ValueError(f"--affinity {code}: an asynchronous (ass) code needs --runner async")
+    validate_affinity(affinity)  # before any directory or process: cores and GPUs exist
+    if isinstance(affinity, list):
+        return [dict(a) for a in affinity]  # one per rank
+    return dict(affinity)
+
+
+def check_env_id(env_id: str) -> None:
+    """Refuse (``ConfigError`` / ``ValueError``) an environment id its registered family does
+    not know: an unregistered gymnasium id names close matches; ``module:Env-v0`` ids import
+    their module first, as ``gymnasium.make`` does."""
+    catalog.check_env_id(env_id)
+
+
+def configure_train(args: argparse.Namespace) -> TrainRun:
+    """Resolve and build everything ``rlfast train`` needs, starting nothing.
+
+    Environment id, preset lookup, overrides, affinity parsing, the device, the log
+    directory (writable, and holding no earlier run unless ``--overwrite``) and experiment
+    construction are all checked here, so that a mistake in the command line is reported
+    (as ``ConfigError`` or ``ValueError``) before any process starts or any file is
+    written. The device (``--device``, default ``auto``) follows
+    :func:`rlfast.experiments.device.learner_device`; without ``--sampler`` the sampler is
+    :func:`~rlfast.experiments.presets.default_sampler`'s for that device.
+    """
+    if args.algo in catalog.algorithm_names():  # an unknown algorithm: reported by get_preset
+        check_env_id(args.env)
+    runner_kind = getattr(args, "runner", "sync")
+    config = train_config(args)
+    check_runner(args.algo, runner_kind)
+    affinity = affinity_for_run(args.affinity, runner_kind)
+    dist_env, world_size = distributed_setup(getattr(args, "world_size", None), affinity,
+                                             runner_kind)
+    distributed = world_size > 1 or isinstance(affinity, list)
+    multi_rank = distributed and runner_kind == "sync"
+    device = getattr(args, "device", "auto")
+    cuda_idx = learner_device(device, affinity, code=args.affinity, multi_rank=multi_rank)
+    if args.sampler is None:
+        args.sampler = default_sampler(args.algo, args.env, cuda_idx=cuda_idx,
+                                       n_envs=config["sampler"]["batch_B"],
+                                       n_cpus=sampler_cpus(affinity), runner=runner_kind)
+    affinity = run_affinity(config, args.sampler, runner_kind, affinity, device,
+                            multi_rank=multi_rank, code=args.affinity)
+    exp_dir = log_dir_for_run(args)
+    if dist_env is None or dist_env.rank == 0:  # the other ranks write nothing
+        check_log_dir(exp_dir, log_dir_option(args), overwrite=getattr(args, "overwrite", False))
+    backend = getattr(args, "backend", None)
+    runner = build_experiment(args.algo, args.env, config, sampler=args.sampler, seed=args.seed,
+                              affinity=affinity, runner=runner_kind,
+                              world_size=None if dist_env is not None else world_size,
+                              backend=backend, distributed=distributed)
+    runner.progress_bar = not args.no_progress
+    runner.snapshot_replay = bool(getattr(args, "snapshot_replay", False))
+    log_params = run_params(args.algo, args.env, config, args.sampler, args.seed,
+                            affinity=args.affinity, runner=runner_kind, world_size=world_size,
+                            backend=backend,
+                            launcher=dist_env.launcher if dist_env is not None else None,
+                            device=device_label(cuda_idx))
+    log_params.update(snapshot_mode=args.snapshot_mode,
+                      snapshot_replay=bool(getattr(args, "snapshot_replay", False)),
+                      tensorboard=bool(getattr(args, "tensorboard", False)))
+    return TrainRun(args=args, config=config, runner=runner, log_params=log_params,
+                    exp_dir=exp_dir, dist_env=dist_env,
+                    device=device_summary(affinity, args.sampler, multi_rank=multi_rank))
+
+
+def log_dir_option(args: argparse.Namespace) -> str:
+    """How messages name the run's directory: ``--log-dir`` when given."""
+    return "--log-dir" if getattr(args, "log_dir", None) is not None else "log directory"
+
+
+def sampler_cpus(affinity: dict | list | None) -> int | None:
+    """The cores an affinity code gives the sampler's workers (None without a code: the
+    available ones)."""
+    if affinity is None:
+        return None
+    if isinstance(affinity, list):
+        affinity = affinity[0]
+    part = affinity.get("sampler", affinity)
+    cpus = {c for worker in part.get("workers_cpus") or [] for c in worker}
+    return len(cpus) or None
+
+
+def distributed_setup(requested: int | None, affinity: dict | list | None,
+                      runner_kind: str) -> tuple[DistEnv | None, int]:
+    """(the launcher's identity of this process or None, the run's world size).
+
+    Under torchrun or Slurm the launcher's ``WORLD_SIZE`` rules, and a ``--world-size``
+    (``requested``) that disagrees is refused; without one, ``requested`` (default: the
+    affinity list's length, else 1) ranks are spawned by this command.
+    """
+    if requested is not None and requested < 1:
+        raise ValueError(f"--world-size must be >= 1; got {requested}")
+    dist_env = launch_env()
+    if dist_env is not None and dist_env.world_size == 1 and requested in (None, 1):
+        dist_env = None  # a launcher's single process: a plain run
+    if dist_env is not None:
+        if requested is not None and requested != dist_env.world_size:
+            raise ValueError(f"--world-size {requested} disagrees with the launcher's "
+                             f"WORLD_SIZE {dist_env.world_size} ({dist_env.launcher}); leave "
+                             f"--world-size out under a launcher")
+        world_size = dist_env.world_size
+    elif isinstance(affinity, list):
+        if requested is not None and requested != len(affinity):
+            raise ValueError(f"--world-size {requested} disagrees with --affinity, which "
+                             f"describes {len(affinity)} ranks")
+        world_size = len(affinity)
+    else:
+        world_size = requested or 1
+    if world_size > 1 and runner_kind != "sync":
+        raise ValueError(f"a run of {world_size} ranks needs --runner sync: the asynchronous "
+                         f"runner's optimizer ranks come from its affinity code (ass with "
+                         f"gpr > 1)")
+    return dist_env, world_size
+
+
+def run_train(run: TrainRun) -> dict:
+    """Train a configured run inside its logger context and print where the logs went and
+    the final (and best) evaluation return. Returns the runner's result dict; errors
+    raised while training propagate unchanged."""
+    from rlfast.utils.logging import logger, logger_context
+
+    args = run.args
+    if not run.is_logging_rank:  # rank > 0 under a launcher: rank 0 logs and prints
+        return run.runner.train()
+    context = logger_context(run.exp_dir, 0, f"{args.algo}_{args.env}", run.log_params,
+                             snapshot_mode=args.snapshot_mode, override_prefix=True,
+                             overwrite=getattr(args, "overwrite", False), resume=run.resume,
+                             use_summary_writer=bool(getattr(args, "tensorboard", False)),
+                             console="tables" if getattr(args, "verbose", False) else "lines")
+    with context as exp_dir:
+        verb = "resume" if run.resume is not None else "train"
+        where = f" on {run.device}" if run.device else ""
+        logger.log(f"rlfast {verb} {args.algo} {args.env}{where}: logging to {exp_dir}",
+                   console=True)
+        result = run.runner.train()
+    scored = [(steps, ret) for steps, ret in result["eval_returns"] if ret == ret]  # not NaN
+    print(f"Logs: {exp_dir}")
+    if scored:
+        best_steps, best = max(scored, key=lambda sr: (sr[1], -sr[0]))
+        best_text = f"best {best:.2f} at {best_steps} steps"
+    else:
+        best_text = "no evaluation episode completed; raise sampler.eval_max_steps"
+    print(f"Final evaluation return: {result['final_return']:.2f} after {result['cum_steps']} "
+          f"steps ({best_text})")
+    return result
+
+
+def run_command(configure: Callable[[argparse.Namespace], TrainRun],
+                args: argparse.Namespace) -> int:
+    """Configure a run with ``configure(args)`` and train it; returns the exit status.
+
+    Only configuration errors are short: a ``ConfigError`` or ``ValueError`` while the run is
+    being configured prints ``rlfast: error: ...`` and returns 2. Once training has started,
+    an exception propagates with its full traceback (a bug there must not be mistaken for a
+    typo in the command line). An interrupted run (the runner has logged it, saved a final
+    snapshot when one was due and stopped its workers) prints ``rlfast: interrupted
+    (SIGTERM)`` or ``(SIGINT)`` and returns 128 + the signal number.
+    """
+    try:
+        try:
+            run = configure(args)
+        except (ConfigError, ValueError) as e:
+            return config_error(e)
+        try:
+            run_train(run)
+        except ExistingRunError:  # a run appeared in the directory since the check
+            return config_error(existing_run_message(run.exp_dir, log_dir_option(args)))
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM as TrainingInterrupted
+        signum = e.signum if isinstance(e, TrainingInterrupted) else signal.SIGINT
+        print(f"rlfast: interrupted ({signal_name(signum)})", file=sys.stderr)
+        return 128 + int(signum)
+    return 0
+
+
+def config_error(error: Exception | str) -> int:
+    """Print ``rlfast: error: ...`` and return the exit status of a configuration error."""
+    print(f"rlfast: error: {error}", file=sys.stderr)
+    return 2
+
+
+def train_main(args: argparse.Namespace) -> int:
+    """``rlfast train`` of an algorithm: configure the run, then train it."""
+    return run_command(configure_train, args)

@@ -1,0 +1,202 @@
+"""The preset configurations of rlfast's own algorithms, as data: one nested dict per
+(algorithm, preset family) with sections ``agent``, ``algo``, ``sampler``, ``runner`` (and
+``env`` where the family has settings). Each value says where it comes from. The
+algorithms are registered with these presets in :mod:`rlfast.experiments.builtin`;
+:func:`rlfast.experiments.presets.get_preset` resolves one for an environment.
+"""
+from __future__ import annotations
+
+from rlfast.experiments.env_overrides import DQN_CARTPOLE
+from rlfast.experiments.qpg_presets import QPG_PRESETS
+from rlfast.utils.distributed import DEFAULT_DIST_TIMEOUT_S
+from rlfast.utils.misc import deep_merge
+
+# Evaluation: 8 greedy episodes, one per eval env, each allowed its full 500 steps.
+_COMMON_SAMPLER = dict(max_decorrelation_steps=100, eval_n_envs=8, eval_max_steps=8 * 500,
+                       eval_max_trajectories=8)
+
+PRESETS: dict[str, dict] = {
+    "ppo": dict(
+        discrete=dict(
+            agent=dict(model_kwargs=dict(hidden_sizes=[64, 64]), greedy_eval=True,
+                       recurrent=False),
+            algo=dict(discount=0.99, learning_rate=3e-3, value_loss_coeff=0.5,
+                      entropy_loss_coeff=0.0, clip_grad_norm=1.0, gae_lambda=0.95,
+                      minibatches=4, epochs=4, ratio_clip=0.2, linear_lr_schedule=True,
+                      normalize_advantage=True),
+            sampler=dict(batch_T=64, batch_B=16, **_COMMON_SAMPLER),
+            runner=dict(n_steps=100_000, log_interval_steps=10_240),
+        ),
+        continuous=dict(
+            agent=dict(model_kwargs=dict(hidden_sizes=[64, 64], normalize_observation=True),
+                       greedy_eval=True, recurrent=False),
+            # Observation and reward normalization, as in the PPO paper's MuJoCo setup and
+            # SB3's VecNormalize. Measured on Pendulum-v1 (seeds 1, 2; 100k steps): final
+            # greedy return -211 / -210 with reward normalization, -307 / -419 without.
+            algo=dict(discount=0.99, learning_rate=1e-3, value_loss_coeff=0.5,
+                      entropy_loss_coeff=0.0, clip_grad_norm=1.0, gae_lambda=0.95,
+                      minibatches=32, epochs=10, ratio_clip=0.2, linear_lr_schedule=True,
+                      normalize_advantage=True, normalize_reward=True),
+            sampler=dict(batch_T=256, batch_B=8, **_COMMON_SAMPLER),
+            runner=dict(n_steps=200_000, log_interval_steps=20_480),
+        ),
+    ),
+    "a2c": dict(
+        discrete=dict(
+            agent=dict(model_kwargs=dict(hidden_sizes=[64, 64]), greedy_eval=True,
+                       recurrent=False),
+            algo=dict(discount=0.99, learning_rate=1e-3, value_loss_coeff=0.5,
+                      entropy_loss_coeff=0.01, clip_grad_norm=0.5, gae_lambda=1.0,
+                      normalize_advantage=False),
+            sampler=dict(batch_T=5, batch_B=16, **_COMMON_SAMPLER),
+            runner=dict(n_steps=200_000, log_interval_steps=20_000),
+        ),
+        continuous=dict(
+            agent=dict(model_kwargs=dict(hidden_sizes=[64, 64], normalize_observation=True),
+                       greedy_eval=True, recurrent=False),
+            algo=dict(discount=0.99, learning_rate=7e-4, value_loss_coeff=0.5,
+                      entropy_loss_coeff=0.0, clip_grad_norm=0.5, gae_lambda=0.95,
+                      normalize_advantage=True),
+            sampler=dict(batch_T=16, batch_B=16, **_COMMON_SAMPLER),
+            runner=dict(n_steps=200_000, log_interval_steps=20_480),
+        ),
+    ),
+}
+
+_ATARI_SAMPLER = dict(max_decorrelation_steps=1000, eval_n_envs=4, eval_max_steps=40_000,
+                      eval_max_trajectories=4)
+PRESETS["ppo"]["atari"] = dict(
+    agent=dict(model_kwargs=dict(fc_sizes=512), greedy_eval=False, recurrent=False),
+    env=dict(frame_skip=4, num_img_obs=4, clip_reward=True, episodic_lives=True,
+             repeat_action_probability=0.0, horizon=27_000),
+    algo=dict(discount=0.99, learning_rate=2.5e-4, value_loss_coeff=0.5,
+              entropy_loss_coeff=0.01, clip_grad_norm=0.5, gae_lambda=0.95, minibatches=4,
+              epochs=4, ratio_clip=0.1, linear_lr_schedule=True, normalize_advantage=True,
+              optim_kwargs=dict(fused=True)),  # one-kernel Adam: see build_optimizer
+    sampler=dict(batch_T=128, batch_B=8, **_ATARI_SAMPLER),
+    runner=dict(n_steps=10_000_000, log_interval_steps=100_000),
+)
+PRESETS["a2c"]["atari"] = dict(
+    agent=dict(model_kwargs=dict(fc_sizes=512), greedy_eval=False, recurrent=False),
+    env=dict(PRESETS["ppo"]["atari"]["env"]),
+    algo=dict(discount=0.99, learning_rate=7e-4, value_loss_coeff=0.5,
+              entropy_loss_coeff=0.01, clip_grad_norm=0.5, gae_lambda=1.0,
+              normalize_advantage=False,
+              OptimCls="RMSprop", optim_kwargs=dict(alpha=0.99, eps=1e-5)),
+    sampler=dict(batch_T=5, batch_B=16, **_ATARI_SAMPLER),
+    runner=dict(n_steps=10_000_000, log_interval_steps=100_000),
+)
+
+# ---- value-based presets (discrete actions only) -----------------------------------------
+_DQN_SAMPLER = dict(batch_T=4, batch_B=8, max_decorrelation_steps=0, eval_n_envs=8,
+                    eval_max_steps=8 * 500, eval_max_trajectories=8)
+# The general DQN preset for vector observations: the standard classic-control DQN of
+# rl-baselines3-zoo (hyperparams/dqn.yml, its Acrobot-v1 and LunarLander-v2 entries, which
+# agree: learning_rate 6.3e-4, batch_size 128, buffer_size 50000, gamma 0.99,
+# target_update_interval 250, train_freq 4, gradient_steps -1, exploration_fraction 0.12,
+# exploration_final_eps 0.1, net_arch [256, 256]), in rlfast's units: one update of 128
+# samples per environment step is replay_ratio 128; 250 steps between target copies are 250
+# updates; epsilon reaches its floor after 12% of the 100k-step default budget. One-step
+# targets, not double: the zoo's (and the Nature paper's) DQN. Learning starts after 1000
+# steps (zoo: 0), so the first batches are not 128 draws of a handful of transitions.
+# The network is 128x128, not the zoo's 256x256. Measured here (rlfast train dqn, 100k steps,
+# cpu sampler; final = 10 greedy episodes of bench_presets, seed 0 / 1):
+#   LunarLander-v3: 64x64 32 / -, 128x128 169 / 209, 256x256 112 / - (the old preset, rlfast's
+#   CartPole tuning: -32);
+#   Acrobot-v1: 128x128 -87 / -78; (last evaluation of the run, 8 episodes) 64x64 -81 / -81
+#   / -89 (seeds 0-2), 256x256 -81 / -72.
+# 256x256 took about twice as long as 128x128 (LunarLander seed 0: 618 s / 333 s, both on a
+# loaded machine).
+# CartPole-v1 keeps the preset rlfast tuned on it (DQN_CARTPOLE in env_overrides).
+_DQN_ALGO = dict(discount=0.99, batch_size=128, min_steps_learn=1000, delta_clip=None,
+                 replay_size=50_000, replay_ratio=128, target_update_tau=1.0,
+                 target_update_interval=250, n_step_return=1, learning_rate=6.3e-4,
+                 clip_grad_norm=10.0, eps_steps=12_000, double_dqn=False,
+                 prioritized_replay=False)
+_DQN_AGENT = dict(model_kwargs=dict(hidden_sizes=[128, 128], dueling=False), eps_init=1.0,
+                  eps_final=0.1, eps_eval=0.0, recurrent=False)
+# The distributional presets build on the CartPole-tuned DQN (their tuning started there).
+_DQN_TUNED_ALGO = deep_merge(_DQN_ALGO, DQN_CARTPOLE["algo"])
+_DQN_TUNED_AGENT = deep_merge(_DQN_AGENT, DQN_CARTPOLE["agent"])
+_ATARI_DQN_SAMPLER = dict(batch_T=2, batch_B=16, max_decorrelation_steps=1000, eval_n_envs=4,
+                          eval_max_steps=40_000, eval_max_trajectories=4)
+_ATARI_DQN_ALGO = dict(discount=0.99, batch_size=32, min_steps_learn=50_000, delta_clip=1.0,
+                       replay_size=1_000_000, replay_ratio=8, target_update_tau=1.0,
+                       target_update_interval=312, n_step_return=1, learning_rate=2.5e-4,
+                       clip_grad_norm=10.0, eps_steps=1_000_000, double_dqn=False,
+                       prioritized_replay=False, frame_buffer=True,
+                       optim_kwargs=dict(fused=True))  # one-kernel Adam: see build_optimizer
+_ATARI_DQN_AGENT = dict(model_kwargs=dict(dueling=False), eps_init=1.0, eps_final=0.01,
+                        eps_eval=0.001, recurrent=False)
+_RUN_CLASSIC = dict(n_steps=100_000, log_interval_steps=10_000)
+_RUN_ATARI = dict(n_steps=10_000_000, log_interval_steps=100_000)
+
+_RAINBOW = dict(n_step_return=3, double_dqn=True, prioritized_replay=True)
+PRESETS["dqn"] = dict(
+    discrete=dict(agent=_DQN_AGENT, algo=_DQN_ALGO, sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
+    atari=dict(agent=_ATARI_DQN_AGENT, env=dict(PRESETS["ppo"]["atari"]["env"]),
+               algo=_ATARI_DQN_ALGO, sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
+)
+PRESETS["cat_dqn"] = dict(
+    discrete=dict(agent=deep_merge(_DQN_TUNED_AGENT, dict(n_atoms=51)),
+                  algo=deep_merge(_DQN_TUNED_ALGO, dict(V_min=0.0, V_max=100.0, learning_rate=1e-3)),
+                  sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
+    atari=dict(agent=deep_merge(_ATARI_DQN_AGENT, dict(n_atoms=51)),
+               env=dict(PRESETS["ppo"]["atari"]["env"]),
+               algo=deep_merge(_ATARI_DQN_ALGO, dict(V_min=-10.0, V_max=10.0)),
+               sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
+)
+PRESETS["rainbow"] = dict(
+    discrete=dict(agent=deep_merge(_DQN_TUNED_AGENT, dict(n_atoms=51, eps_init=0.0, eps_final=0.0,
+                                                    model_kwargs=dict(dueling=True, noisy=True))),
+                  algo=deep_merge(_DQN_TUNED_ALGO, dict(V_min=0.0, V_max=100.0, **_RAINBOW)),
+                  sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
+    atari=dict(agent=deep_merge(_ATARI_DQN_AGENT,
+                                dict(n_atoms=51, eps_init=0.0, eps_final=0.0,
+                                     model_kwargs=dict(dueling=True, noisy=True))),
+               env=dict(PRESETS["ppo"]["atari"]["env"]),
+               algo=deep_merge(_ATARI_DQN_ALGO,
+                               dict(V_min=-10.0, V_max=10.0, learning_rate=6.25e-5,
+                                    replay_ratio=4, target_update_interval=2000, **_RAINBOW)),
+               sampler=_ATARI_DQN_SAMPLER, runner=_RUN_ATARI),
+)
+
+PRESETS["r2d1"] = dict(
+    discrete=dict(
+        agent=dict(model_kwargs=dict(hidden_sizes=[64], lstm_size=64, head_size=64), eps_init=1.0,
+                   eps_final=0.02, eps_eval=0.0, recurrent=True),
+        # Tuned on masked CartPole (tests/learning/test_r2d1_masked_cartpole.py).
+        algo=dict(discount=0.99, batch_T=20, batch_B=16, warmup_T=10, store_rnn_state_interval=20,
+                  min_steps_learn=2000, delta_clip=None, replay_size=100_000, replay_ratio=16,
+                  target_update_interval=100, n_step_return=3, learning_rate=1e-3,
+                  clip_grad_norm=10.0, eps_steps=20_000, double_dqn=True,
+                  prioritized_replay=True, pri_eta=0.9),
+        sampler=dict(batch_T=20, batch_B=8, max_decorrelation_steps=0, eval_n_envs=8,
+                     eval_max_steps=8 * 500, eval_max_trajectories=8),
+        runner=_RUN_CLASSIC),
+    atari=dict(
+        agent=dict(model_kwargs=dict(dueling=True), eps_init=1.0, eps_final=0.01, eps_eval=0.001,
+                   recurrent=True),
+        env=dict(PRESETS["ppo"]["atari"]["env"]),
+        algo=dict(discount=0.997, batch_T=80, batch_B=64, warmup_T=40, store_rnn_state_interval=40,
+                  min_steps_learn=100_000, delta_clip=None, replay_size=1_000_000, replay_ratio=1,
+                  target_update_interval=2500, n_step_return=5, learning_rate=1e-4,
+                  clip_grad_norm=80.0, eps_steps=1_000_000, double_dqn=True,
+                  prioritized_replay=True, pri_eta=0.9, frame_buffer=True),
+        sampler=dict(batch_T=40, batch_B=16, max_decorrelation_steps=1000, eval_n_envs=4,
+                     eval_max_steps=40_000, eval_max_trajectories=4),
+        runner=_RUN_ATARI),
+)
+
+PRESETS.update(QPG_PRESETS)
+
+# The async runner's own settings (``--set async.sampler_throttle=False``), see AsyncRlBase.
+# The presets hold the replay ratio (their tuning assumes it); the runner's default is a
+# free-running sampler.
+ASYNC_DEFAULTS = dict(copier="optimizer", sampler_throttle=True)
+# Multi-rank (SyncRl) settings (``--set distributed.dist_timeout=600``): seconds a collective
+# may wait on another rank before the run fails, see rlfast.runners.rank_group.RankGroup.
+DISTRIBUTED_DEFAULTS = dict(dist_timeout=DEFAULT_DIST_TIMEOUT_S)
+# Sampler safety settings every preset exposes (``--set sampler.check_finite=False``).
+SAMPLER_SAFETY = dict(check_finite=True, worker_timeout="auto")
+
