@@ -23,7 +23,8 @@ setup(
         # tests/_parallel.py).
         "test": ["pytest>=7", "pytest-xdist>=3.0", "tensorboard>=2.10", "matplotlib>=3.5", "imageio>=2.20",
                  "imageio-ffmpeg>=0.4.5", "pygame>=2.1", "submitit>=1.4",
-                 "gymnasium[box2d,mujoco]>=0.29", "optuna>=4", "cma>=3.2"],
+                 "gymnasium[box2d,mujoco]>=0.29", "optuna>=4", "cma>=3.2",
+                 "pettingzoo>=1.24", "mpe2>=1.0"],
         "tensorboard": ["tensorboard>=2.10"],
         "plot": ["matplotlib>=3.5"],  # rlfast plot
         # rlfast watch --video: imageio writes mp4 through imageio-ffmpeg, which ships its own
@@ -38,11 +39,16 @@ setup(
         "es": ["cma>=3.2"],
         # Box2D (LunarLander, BipedalWalker) and MuJoCo (HalfCheetah, Hopper, ...) tasks,
         # through gymnasium's own extras.
+        # Multi-agent environments (pz:<module>): PettingZoo's parallel API and converters,
+        # and its MPE tasks (simple_spread ...), which now live in the mpe2 package.
+        "pettingzoo": ["pettingzoo>=1.24", "mpe2>=1.0"],
         "box2d": ["gymnasium[box2d]>=0.29"],
         "mujoco": ["gymnasium[mujoco]>=0.29"],
-        # The peers scripts/bench_*.py compare against, and MuJoCo for the HalfCheetah-v5 SAC
-        # figures of scripts/bench_gpu.sh --replay-only; never imported by rlfast itself.
-        "bench": ["stable-baselines3>=2.0", "envpool>=0.8", "mujoco>=3.0"],
+        # The peers scripts/bench_*.py compare against (BenchMARL's MAPPO for
+        # scripts/bench_multiagent.py), and MuJoCo for the HalfCheetah-v5 SAC figures of
+        # scripts/bench_gpu.sh --replay-only; never imported by rlfast itself.
+        "bench": ["stable-baselines3>=2.0", "envpool>=0.8", "mujoco>=3.0", "benchmarl>=1.5",
+                  "pettingzoo>=1.24", "mpe2>=1.0"],
     },
     entry_points={"console_scripts": ["rlfast=rlfast.cli:main"]},
 )

@@ -9,7 +9,8 @@ from rlfast.agents.pg import (AgentInfo, AgentInfoRnn, AlternatingAtariLstmAgent
                               AlternatingRecurrentGaussianPgAgent,
                               AlternatingRecurrentMultiCategoricalPgAgent, AtariFfAgent,
                               AtariLstmAgent, CategoricalPgAgent, GaussianPgAgent, MujocoFfAgent,
-                              MujocoLstmAgent, MultiCategoricalPgAgent, RecurrentCategoricalPgAgent,
+                              MujocoLstmAgent, MultiAgentPgAgent, MultiCategoricalPgAgent,
+                              RecurrentCategoricalPgAgent,
                               RecurrentGaussianPgAgent, RecurrentMultiCategoricalPgAgent)
 from rlfast.agents.qpg import DdpgAgent, SacAgent, Td3Agent
 
@@ -23,5 +24,5 @@ __all__ = [
     "MujocoLstmAgent", "AtariFfAgent", "AtariLstmAgent", "AlternatingAtariLstmAgent",
     "EpsilonGreedyAgentMixin", "DqnAgent", "CatDqnAgent", "R2d1Agent", "AlternatingR2d1Agent",
     "AtariDqnAgent", "AtariCatDqnAgent", "AtariR2d1Agent", "AlternatingAtariR2d1Agent",
-    "DdpgAgent", "Td3Agent", "SacAgent",
+    "DdpgAgent", "Td3Agent", "SacAgent", "MultiAgentPgAgent",
 ]

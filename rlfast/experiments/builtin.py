@@ -17,6 +17,7 @@ from rlfast.algos.qpg import DDPG, SAC, TD3
 from rlfast.es import CEM, CMAES, OpenAIES
 from rlfast.experiments.config import ConfigError
 from rlfast.experiments.es_presets import ES_PRESETS
+from rlfast.experiments.pettingzoo_family import PETTINGZOO as _PETTINGZOO
 from rlfast.experiments.preset_data import ASYNC_DEFAULTS, PRESETS
 from rlfast.experiments.registry import (AlgorithmSpec, EnvFamily, EnvTraits, EsStrategySpec,
                                          Registry, SamplerSpec)
@@ -24,7 +25,7 @@ from rlfast.experiments.search_spaces import SEARCH_SPACES
 from rlfast import samplers as smp
 
 __all__ = ["ALGORITHMS", "SAMPLERS", "ENV_FAMILIES", "ES_STRATEGIES", "action_kind",
-           "GYMNASIUM", "ATARI"]
+           "GYMNASIUM", "ATARI", "PETTINGZOO"]
 
 ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm")
 SAMPLERS: Registry[SamplerSpec] = Registry("sampler")
@@ -110,6 +111,7 @@ GYMNASIUM = ENV_FAMILIES.add("gymnasium", EnvFamily(
     prefix=None, factory=_gym_factory, traits=_gym_traits, check_id=_check_gym_id,
     TrajInfoCls=smp.TrajInfo, render_kwargs=dict(render_mode="rgb_array"),
     description="a gymnasium id (CartPole-v1, module:Env-v0)"))
+PETTINGZOO = ENV_FAMILIES.add("pz", _PETTINGZOO)
 ATARI = ENV_FAMILIES.add("atari", EnvFamily(
     prefix="atari", factory=_atari_factory, traits=_atari_traits, check_id=None,
     TrajInfoCls="rlfast.envs.atari:AtariTrajInfo", preset_family="atari", pixels=True,
@@ -195,9 +197,9 @@ _REPLAY_DEFAULTS = dict(
     # torch.compile of the loss, on CUDA the whole update in one CUDA graph (LeanRL)
     algo=dict(replay_device="auto", compile=False))
 
-for _name, _cls in (("ppo", PPO), ("a2c", A2C)):
+for _name, _cls in (("ppo", PPO), ("a2c", A2C), ("mappo", PPO)):
     _defaults = dict(_ON_POLICY_DEFAULTS)
-    if _name == "ppo":  # stop an iteration's epochs once their KL passes it (None: off)
+    if _name in ("ppo", "mappo"):  # stop an iteration's epochs once their KL passes it (None: off)
         _defaults["algo"] = dict(_defaults["algo"], target_kl=None)
     ALGORITHMS.add(_name, AlgorithmSpec(
         _name, _cls, PRESETS[_name], pg_agent_class, defaults=_defaults,

@@ -141,7 +141,10 @@ def traj_info_cls(family: EnvFamily) -> type:
 def env_factory(env_id: str, env_cfg: Mapping[str, Any]) -> tuple[Any, dict, type]:
     """``(EnvCls, env_kwargs, TrajInfoCls)`` of ``env_id`` for the samplers."""
     family, name = env_family(env_id)
-    EnvCls, env_kwargs = family.factory(name, dict(env_cfg))
+    made = family.factory(name, dict(env_cfg))
+    if len(made) == 3:  # the factory bound its own TrajInfo (e.g. with the agents' names)
+        return made
+    EnvCls, env_kwargs = made
     return EnvCls, env_kwargs, traj_info_cls(family)
 
 

@@ -201,12 +201,17 @@ def run_episodes(agent: Any, env: Env, n_episodes: int, seed: int | None = None,
         set_seed(seed)
         env.seed(seed)
     null_action = np.asarray(env.action_space.null_value())
+    n_agents = int(getattr(env, "n_agents", 1))  # a multi-agent env: one column per agent
     agent.eval_mode(itr)
     results = []
     for _ in range(n_episodes):
         observation0 = env.reset()
         if frames is not None:
             frames.append(_render(env))
+        if n_agents > 1:
+            _play_agents(agent, env, observation0, null_action, TrajInfoCls, frames,
+                         max_steps, results)
+            continue
         inputs = local_input_arrays([observation0], null_action)
         observation, action, reward = inputs
         inputs_pyt = torchify_buffer(inputs)  # views: see the arrays' updates
@@ -234,6 +239,42 @@ def run_episodes(agent: Any, env: Env, n_episodes: int, seed: int | None = None,
         stats["Completed"] = completed
         results.append(stats)
     return results
+
+
+def _play_agents(agent: Any, env: Env, observation0: Any, null_action: np.ndarray,
+                 TrajInfoCls: Callable[..., TrajInfo], frames: Any, max_steps: int,
+                 results: list) -> None:
+    """One episode of :func:`run_episodes` in a multi-agent environment: every agent is a
+    column of one batch, as in the samplers; an agent that leaves gets its state reset, the
+    null action and a zero reward; the episode ends when every agent is done."""
+    from rlfast.samplers.collectors import local_input_arrays
+
+    inputs = local_input_arrays(list(observation0), null_action)
+    observation, action, reward = inputs
+    inputs_pyt = torchify_buffer(inputs)
+    agent.reset()
+    traj_info = TrajInfoCls()
+    completed = False
+    o = observation0
+    for _ in range(max_steps):
+        with torch.no_grad():
+            agent_action, _ = agent.step(*inputs_pyt)
+        action[:] = numpify_buffer(agent_action)
+        o, r, d, env_info = env.step(action)
+        traj_info.step(observation, action, r, d, None, env_info)
+        if frames is not None:
+            frames.append(_render(env))
+        if np.all(d):
+            completed = True
+            break
+        for k in np.flatnonzero(d):
+            agent.reset_one(idx=int(k))
+        action[d] = null_action
+        observation[:] = o
+        reward[:] = np.where(d, 0.0, r)
+    stats = {k: v for k, v in traj_info.terminate(o).items() if not k.startswith("_")}
+    stats["Completed"] = completed
+    results.append(stats)
 
 
 def env_fps(env: Env) -> float:

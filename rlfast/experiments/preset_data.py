@@ -190,6 +190,41 @@ PRESETS["r2d1"] = dict(
 
 PRESETS.update(QPG_PRESETS)
 
+# Multi-agent (pz:<module>, one batch column per agent), MAPPO's settings for the MPE tasks:
+# Yu et al., "The Surprising Effectiveness of PPO in Cooperative Multi-Agent Games"
+# (NeurIPS 2022 Datasets and Benchmarks, arXiv:2103.01955), Appendix (MPE hyperparameters)
+# and its code's MPE Spread script (marlbenchmark/on-policy,
+# onpolicy/scripts/train_mpe_scripts/train_mpe_spread.sh): 128 rollout threads of 25-step
+# episodes, one minibatch, 10 PPO epochs, lr 7e-4 (Adam eps 1e-5), clip 0.2, entropy 0.01,
+# value loss coefficient 1, gradient norm 10, gamma 0.99, GAE lambda 0.95, 64x64 ReLU MLPs
+# with input LayerNorm ("feature normalization"), policy output gain 0.01, parameter
+# sharing, a centralised critic on the agent-specific global state. Not reproduced: its
+# value normalization (PopArt-style ValueNorm) and Huber value loss.
+_MAPPO = dict(
+    agent=dict(model_kwargs=dict(hidden_sizes=[64, 64], feature_norm=True), greedy_eval=True,
+               recurrent=False, shared=True),
+    algo=dict(discount=0.99, learning_rate=7e-4, value_loss_coeff=1.0, entropy_loss_coeff=0.01,
+              clip_grad_norm=10.0, gae_lambda=0.95, minibatches=1, epochs=10, ratio_clip=0.2,
+              linear_lr_schedule=False, normalize_advantage=True, optim_kwargs=dict(eps=1e-5),
+              central_critic=True),
+    sampler=dict(batch_T=25, batch_B=128, max_decorrelation_steps=0, eval_n_envs=8,
+                 eval_max_steps=8 * 500, eval_max_trajectories=8),
+    runner=dict(n_steps=1_000_000, log_interval_steps=32_000),
+)
+PRESETS["mappo"] = dict(multiagent=_MAPPO)
+# Parameter-shared PPO with a decentralised critic (each agent's value from its own
+# observation): MAPPO's settings otherwise.
+PRESETS["ppo"]["multiagent"] = deep_merge(_MAPPO, dict(algo=dict(central_critic=False)))
+PRESETS["a2c"]["multiagent"] = dict(
+    agent=dict(_MAPPO["agent"]),
+    algo=dict(discount=0.99, learning_rate=7e-4, value_loss_coeff=0.5, entropy_loss_coeff=0.01,
+              clip_grad_norm=0.5, gae_lambda=0.95, normalize_advantage=True,
+              central_critic=False),
+    sampler=dict(batch_T=25, batch_B=32, max_decorrelation_steps=0, eval_n_envs=8,
+                 eval_max_steps=8 * 500, eval_max_trajectories=8),
+    runner=dict(n_steps=1_000_000, log_interval_steps=32_000),
+)
+
 # The async runner's own settings (``--set async.sampler_throttle=False``), see AsyncRlBase.
 # The presets hold the replay ratio (their tuning assumes it); the runner's default is a
 # free-running sampler.

@@ -145,6 +145,9 @@ def get_preset(algo: str, env_id: str) -> dict:
     traits = inspect_env(env_id)
     family = check_algo_fits(algo, traits, env_id)
     config = deep_merge(spec.presets[family], ENV_TUNED.get((algo, env_id), {}))
+    env_family, name = catalog.env_family(env_id)
+    if env_family.env_defaults is not None:  # e.g. a PettingZoo env's constructor arguments
+        config["env"] = deep_merge(env_family.env_defaults(name), config.get("env", {}))
     if needs_flat_observation(traits):
         config["env"] = dict(config.get("env", {}), flatten_observation=True)
     fit_evaluation_to_horizon(config["sampler"], traits.horizon)
@@ -339,9 +342,13 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     algo_spec = catalog.algorithm(algo_name)
     traits = inspect_env(env_id)
     check_algo_fits(algo_name, traits, env_id)
+    env_family = catalog.env_family(env_id)[0]
+    if env_family.configure is not None:  # settings the family moves between sections
+        config = env_family.configure(config)
     agent_cfg = dict(config["agent"])
     recurrent = agent_cfg.pop("recurrent", False)
-    agent = algo_spec.agent_cls(traits.kind, recurrent, sampler_spec)(**agent_cfg)
+    choose_agent = env_family.agent_cls or algo_spec.agent_cls
+    agent = choose_agent(traits.kind, recurrent, sampler_spec)(**agent_cfg)
     env_cfg = dict(config.get("env", {}))
     if needs_flat_observation(traits):  # also for configs not made by get_preset
         env_cfg.setdefault("flatten_observation", True)

@@ -83,7 +83,8 @@ class EnvFamily:
     """A family of environment ids, ``<prefix>:<name>``; the gymnasium family has no prefix.
 
     ``factory(name, env_config)`` returns the samplers' ``(EnvCls, env_kwargs)``, where
-    ``EnvCls(**env_kwargs)`` makes one rlfast ``Env`` in a worker; ``traits(name)`` returns the
+    ``EnvCls(**env_kwargs)`` makes one rlfast ``Env`` in a worker (or ``(EnvCls, env_kwargs,
+    TrajInfoCls)`` to give the run a TrajInfo class bound for this environment); ``traits(name)`` returns the
     :class:`EnvTraits` the presets choose the agent by; ``check_id(name)`` raises
     ``ValueError`` for a name the family does not know (before anything is built);
     ``TrajInfoCls`` collects its episode statistics (a class, or ``"module:Name"``, imported
@@ -92,7 +93,12 @@ class EnvFamily:
     family its algorithms use (None: from the action kind); ``pixels`` marks image
     observations (convolutional agents; the device rule picks their sampler; evolution
     strategies refuse them); ``render_kwargs`` are added to ``env_kwargs`` to draw RGB frames
-    (``rlfast watch``)."""
+    (``rlfast watch``). Families whose settings reach beyond the ``env`` section may also
+    give: ``env_defaults(name)``, the ``env`` section every preset of ``name`` starts from
+    (so that ``--set`` can check its keys); ``configure(config)``, the configuration a run
+    is built from, given the resolved one (it may move settings between sections);
+    ``agent_cls(kind, recurrent, sampler)``, the agent class for every algorithm of the
+    family (None: the algorithm's own choice)."""
 
     prefix: str | None
     factory: Callable[[str, dict], tuple[Callable[..., Any], dict]]
@@ -103,6 +109,9 @@ class EnvFamily:
     pixels: bool = False
     render_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     description: str = ""
+    env_defaults: Callable[[str], dict] | None = None
+    configure: Callable[[dict], dict] | None = None
+    agent_cls: Callable[[str, bool, "SamplerSpec"], type] | None = None
 
     def env_id(self, name: str) -> str:
         """The full id of ``name`` in this family."""

@@ -158,7 +158,7 @@ class AsyncRlBase(abc.ABC):
                                             traj_info_kwargs=self.get_traj_info_kwargs(),
                                             seed=self.sampler_seed())
         self.cadence = LogCadence.plan(self.n_steps, self.log_interval_steps,
-                                       sampler.batch_spec.size)
+                                       sampler.env_steps_per_batch)
         n_itr = self.n_itr
         # With the optimizer as the copier and one optimizer rank, the replay is the
         # optimizer's own: built in optim_initialize on its device (a device replay on a GPU).

@@ -162,7 +162,7 @@ class MinibatchRlBase(abc.ABC):
             traj_info_kwargs=self.get_traj_info_kwargs(), rank=self.rank,
             world_size=self.world_size)
         self.cadence = LogCadence.plan(self.n_steps, self.log_interval_steps,
-                                       self.sampler.batch_spec.size * self.world_size)
+                                       self.sampler.env_steps_per_batch * self.world_size)
         self.master.choose_optimize_threads(self.agent)
         n_itr = self.n_itr
         self.agent.to_device(self.affinity.get("cuda_idx"))

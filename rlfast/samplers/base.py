@@ -10,6 +10,7 @@ import numpy as np
 
 from rlfast.agents.base import BaseAgent
 from rlfast.agents.param_sharing import use_own_cpu_model
+from rlfast.envs.multiagent import MultiAgentTrajInfo, agents_per_env
 
 from rlfast.samplers.buffer import build_samples_buffer
 from rlfast.samplers.collections import BatchSpec, Samples, TrajInfo
@@ -64,6 +65,10 @@ def make_envs(EnvCls, n: int, env_kwargs: dict, seed: int | None, first_rank: in
 class BaseSampler(abc.ABC):
     """Holds the environment factory, batch dimensions, collector classes and eval settings.
 
+    ``batch_B`` environments each fill ``n_agents`` batch columns (one for a single-agent
+    environment, one per agent for a :class:`~rlfast.envs.multiagent.MultiAgentEnv`), so
+    ``batch_spec`` is ``(batch_T, batch_B * n_agents)``.
+
     Evaluation runs ``eval_n_envs`` environments for at most ``eval_max_steps`` total steps,
     stopping early once ``eval_max_trajectories`` have completed.
 
@@ -94,10 +99,16 @@ class BaseSampler(abc.ABC):
         eval_CollectorCls = eval_CollectorCls or self.DefaultEvalCollectorCls
         self.EnvCls = EnvCls
         self.env_kwargs = dict(env_kwargs)
-        self.batch_spec = BatchSpec(int(batch_T), int(batch_B))
+        # A multi-agent environment fills one batch column per agent: batch_B environments
+        # of n_agents agents give [T, batch_B * n_agents] buffers (rlfast.envs.multiagent).
+        self.n_agents = agents_per_env(EnvCls, self.env_kwargs)
+        self.n_envs = int(batch_B)
+        self.batch_spec = BatchSpec(int(batch_T), int(batch_B) * self.n_agents)
         self.CollectorCls = CollectorCls
         self.mid_batch_reset = CollectorCls.mid_batch_reset
         self.max_decorrelation_steps = int(max_decorrelation_steps)
+        if self.n_agents > 1 and TrajInfoCls is TrajInfo:
+            TrajInfoCls = MultiAgentTrajInfo  # per-agent rewards: per-agent returns
         self.TrajInfoCls = TrajInfoCls
         self.eval_n_envs = int(eval_n_envs)
         self.eval_CollectorCls = eval_CollectorCls
@@ -250,8 +261,14 @@ class BaseSampler(abc.ABC):
 
     @property
     def batch_size(self) -> int:
-        """Environment steps per batch, ``T * B``."""
+        """Samples per batch, ``T * B`` (environment steps times agents per environment)."""
         return self.batch_spec.size
+
+    @property
+    def env_steps_per_batch(self) -> int:
+        """Environment steps per batch, ``T * batch_B``: what runners count. Equal to
+        :attr:`batch_size` unless each environment has several agents (columns)."""
+        return self.batch_spec.T * self.n_envs
 
 
 def plain_tree(value: Any) -> Any:

@@ -37,10 +37,19 @@ def get_example_outputs(agent, env) -> AttrDict:
     """One reset + step of ``env`` and one ``agent.step``: examples of every sampled field.
 
     The examples carry no leading dims; they size every buffer (samples, replay) downstream.
+    A multi-agent environment (``n_agents`` > 1, :mod:`rlfast.envs.multiagent`) steps every
+    agent with a random action, and the examples are its first agent's column.
     """
+    n_agents = int(getattr(env, "n_agents", 1))
     observation = env.reset()
-    action = env.action_space.sample()
-    observation, reward, done, env_info = env.step(action)
+    if n_agents > 1:
+        action = np.stack([env.action_space.sample() for _ in range(n_agents)])
+        observation, reward, done, env_info = env.step(action)
+        observation, reward, done, action = observation[0], reward[0], done[0], action[0]
+        env_info = type(env_info)(*(np.asarray(v)[0] for v in env_info))
+    else:
+        action = env.action_space.sample()
+        observation, reward, done, env_info = env.step(action)
     reward = np.asarray(reward, dtype=np.float32)
     agent.reset()
     agent_inputs = torchify_buffer(AgentInputs(np.asarray(observation) if not hasattr(observation, "_fields") else observation,

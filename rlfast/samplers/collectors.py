@@ -8,6 +8,11 @@ collector's own process (serial and CPU samplers); the GPU samplers' ``ServerAct
 action server in the master. The concrete collectors only pick an action source and a reset
 policy (reset a finished environment at once, or wait for the batch end).
 
+A multi-agent environment (:mod:`rlfast.envs.multiagent`) fills one batch column per agent:
+environment ``e`` of ``n_agents`` agents owns columns ``e * n_agents`` to
+``(e + 1) * n_agents - 1``, and the collector steps it with those columns' actions
+(:meth:`BaseCollector._step_agent_envs`).
+
 A training collector steps ``batch_T`` times over its environments, writing every field into
 its slice of the pre-allocated samples buffer; observations are written into pre-allocated
 arrays in place, so nothing is allocated per step beyond what the environment returns.
@@ -150,6 +155,16 @@ class BaseCollector:
         self.agent = agent
         self.actions = self.ActionsCls(agent=agent, sync=sync, step_buffer_np=step_buffer_np)
         self._null_action = np.asarray(envs[0].action_space.null_value())
+        # Multi-agent environments (rlfast.envs.multiagent) fill n_agents columns each:
+        # environment e owns columns e * n_agents ... (e + 1) * n_agents - 1.
+        self.n_agents = int(getattr(envs[0], "n_agents", 1))
+        widths = {int(getattr(env, "n_agents", 1)) for env in envs}
+        if len(widths) > 1:
+            raise ValueError(f"{type(self).__name__}: the environments have different numbers "
+                             f"of agents {sorted(widths)}; every environment of a sampler must "
+                             f"have the same")
+        if self.n_agents > 1:
+            self.step_envs = self._step_agent_envs
         self.status = status
         self._row = None if status is None else status.row  # written in the loops
         self._stepping = int(self.stepping_phase)
@@ -184,16 +199,8 @@ class BaseCollector:
             o, r, d, env_info = env.step(action[b])
             traj_infos[b].step(observation[b], action[b], r, d, None, env_info)
             if trajectory_done(env_info, d):
-                completed.append(traj_infos[b].terminate(o))
-                traj_infos[b] = self.TrajInfoCls()
-                if reset_now:
-                    if row is not None:
-                        row[PHASE] = self._resetting
-                    o = env.reset()
-                    if row is not None:
-                        row[PHASE] = self._stepping
-                else:
-                    pending_reset[b] = True
+                o = self._end_trajectory(b, env, o, traj_infos, completed, reset_now,
+                                         pending_reset)
             if reward_t is not None:
                 reward_t[b] = r
                 done_t[b] = d
@@ -208,6 +215,82 @@ class BaseCollector:
                 r = 0.0
             observation[b] = o
             reward[b] = r
+
+
+    def _end_trajectory(self, b: int, env, o: Any, traj_infos: list, completed: list,
+                        reset_now: bool, pending_reset: np.ndarray | None) -> Any:
+        """Environment ``b``'s trajectory ended: complete its info and start a new one; reset
+        the environment now (returning its first observation) or flag it for the batch end
+        (returning ``o``)."""
+        completed.append(traj_infos[b].terminate(o))
+        traj_infos[b] = self.TrajInfoCls()
+        if not reset_now:
+            pending_reset[b] = True
+            return o
+        row = self._row
+        if row is not None:
+            row[PHASE] = self._resetting
+        o = env.reset()
+        if row is not None:
+            row[PHASE] = self._stepping
+        return o
+
+    def columns(self, e: int) -> Any:
+        """The batch columns of environment ``e``: ``e`` itself, or a slice of its agents."""
+        n = self.n_agents
+        return e if n == 1 else slice(e * n, (e + 1) * n)
+
+    def column_list(self, per_env: list) -> list:
+        """Per-environment values (first observations) as one value per column."""
+        return per_env if self.n_agents == 1 else [v for agents in per_env for v in agents]
+
+    def random_action(self, env: Any) -> Any:
+        """A random action for every agent of ``env`` (decorrelation steps)."""
+        if self.n_agents == 1:
+            return env.action_space.sample()
+        return np.stack([env.action_space.sample() for _ in range(self.n_agents)])
+
+    def _step_agent_envs(self, action: np.ndarray, observation: Any, reward: np.ndarray,
+                         traj_infos: list, completed: list, reset_now: bool = True,
+                         idle: np.ndarray | None = None, pending_reset: np.ndarray | None = None,
+                         reward_t: np.ndarray | None = None, done_t: np.ndarray | None = None,
+                         env_info_t: Any = None) -> None:
+        """:meth:`step_envs` for multi-agent environments: environment ``e`` steps with the
+        actions of its columns and writes its agents' rewards, done flags and infos there.
+        An agent that is done (it left, or the episode ended) has its column's agent state
+        reset (with ``reset_now``), its action nulled and its reward zeroed, as one
+        environment's would; the episode ends (trajectory completed, environment reset or
+        idle) when every agent is done."""
+        row = self._row
+        n = self.n_agents
+        for e, env in enumerate(self.envs):
+            if idle is not None and idle[e]:
+                continue
+            if row is not None:
+                row[ENV] = e
+            cols = slice(e * n, (e + 1) * n)
+            o, r, d, env_info = env.step(action[cols])
+            traj_infos[e].step(observation[cols], action[cols], r, d, None, env_info)
+            over = bool(np.all(d))
+            if over:
+                o = self._end_trajectory(e, env, o, traj_infos, completed, reset_now,
+                                         pending_reset)
+            if reward_t is not None:
+                reward_t[cols] = r
+                done_t[cols] = d
+                if env_info_t is not None:
+                    env_info_t[cols] = env_info
+            if np.any(d):
+                done_cols = np.flatnonzero(d) + e * n
+                if reset_now:
+                    for c in done_cols:
+                        self.actions.reset_one(int(c))
+                elif over:
+                    idle[e] = True
+                action[done_cols] = self._null_action
+                r = np.where(d, 0.0, r)
+            observation[cols] = o
+            reward[cols] = r
 
 
 class TrainCollector(BaseCollector):
@@ -243,23 +326,29 @@ class TrainCollector(BaseCollector):
         for b, env in enumerate(self.envs):
             self._publish(Phase.RESETTING_ENVS, env=b)
             first.append(env.reset())
-        observation, prev_action, prev_reward = self.actions.input_arrays(first, self._null_action)
+        observation, prev_action, prev_reward = self.actions.input_arrays(
+            self.column_list(first), self._null_action)
         if max_decorrelation_steps > 0:
+            agents = self.n_agents > 1
             for b, env in enumerate(self.envs):
                 n_steps = 1 + int(np.random.rand() * max_decorrelation_steps)
+                cols = self.columns(b)
                 for step in range(n_steps):
                     self._publish(Phase.DECORRELATING, step=step, env=b)
-                    a = env.action_space.sample()
+                    a = self.random_action(env)
                     o, r, d, info = env.step(a)
                     traj_infos[b].step(o, a, r, d, None, info)
-                    if trajectory_done(info, d):
+                    if (bool(np.all(d)) if agents else trajectory_done(info, d)):
                         o = env.reset()
                         traj_infos[b] = self.TrajInfoCls()
-                    if d:
+                    if agents:
+                        a[d] = self._null_action
+                        r = np.where(d, 0.0, r)
+                    elif d:
                         a, r = self._null_action, 0.0
-                    observation[b] = o
-                    prev_action[b] = a
-                    prev_reward[b] = r
+                    observation[cols] = o
+                    prev_action[cols] = a
+                    prev_reward[cols] = r
         return AgentInputs(observation, prev_action, prev_reward), traj_infos
 
     def start_agent(self) -> None:
@@ -274,13 +363,16 @@ class TrainCollector(BaseCollector):
 
     def _apply_resets(self, agent_inputs, phase: Phase) -> None:
         observation, action, reward = agent_inputs
+        n = self.n_agents
         for b in np.flatnonzero(self.need_reset):
+            cols = self.columns(int(b))
             if self.need_env_reset[b]:
                 self._publish(phase, env=int(b))
-                observation[b] = self.envs[b].reset()
-            action[b] = self._null_action
-            reward[b] = 0.0
-            self.actions.reset_one(b)
+                observation[cols] = self.envs[b].reset()
+            action[cols] = self._null_action
+            reward[cols] = 0.0
+            for c in range(b * n, (b + 1) * n):
+                self.actions.reset_one(int(c))
         self.need_reset[:] = False
         self.need_env_reset[:] = False
 
@@ -369,7 +461,7 @@ class BaseEvalCollector(BaseCollector):
         for b, env in enumerate(self.envs):
             self._publish(Phase.EVAL_RESETTING, itr, env=b)
             first.append(env.reset())
-        inputs = self.actions.input_arrays(first, self._null_action)
+        inputs = self.actions.input_arrays(self.column_list(first), self._null_action)
         observation, action, reward = inputs
         inputs_pyt = torchify_buffer(inputs)
         self.actions.start_evaluation(itr)

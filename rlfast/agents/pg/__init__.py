@@ -9,6 +9,7 @@ from rlfast.agents.pg.gaussian import (AlternatingRecurrentGaussianPgAgent, Gaus
 from rlfast.agents.pg.multi_categorical import (AlternatingRecurrentMultiCategoricalPgAgent,
                                                 MultiCategoricalPgAgent,
                                                 RecurrentMultiCategoricalPgAgent)
+from rlfast.agents.pg.multiagent import MultiAgentPgAgent
 from rlfast.agents.pg.policies import CategoricalPolicy, GaussianPolicy, MultiCategoricalPolicy
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "CategoricalPgAgent", "RecurrentCategoricalPgAgent", "AlternatingRecurrentCategoricalPgAgent",
     "GaussianPgAgent", "RecurrentGaussianPgAgent", "AlternatingRecurrentGaussianPgAgent",
     "MujocoFfAgent", "MujocoLstmAgent", "AtariFfAgent", "AtariLstmAgent", "AlternatingAtariLstmAgent",
+    "MultiAgentPgAgent",
 ]

@@ -118,6 +118,9 @@ class PolicyGradientAlgo(RLAlgorithm):
             valid = valid_from_done(done)  # nothing after the first done in each column
         else:
             valid = torch.ones_like(reward)
+        if env_info is not None and "valid" in env_info:
+            # multi-agent columns of agents that had left the episode (rlfast.envs.multiagent)
+            valid = valid * env_info.valid.to(reward.dtype)
         if timeout is not None:
             valid = valid * (1 - timeout)
         if self.normalize_advantage:

@@ -68,15 +68,17 @@ class ParallelSamplerBase(BaseSampler):
         (pinned to ``affinity["workers_cpus"]``) and wait until each has built its
         environments. Returns the example outputs that size replay buffers."""
         affinity = dict(affinity or {})
-        B = self.batch_spec.B
-        workers_cpus = affinity.get("workers_cpus") or default_workers_cpus(B)
+        B = self.batch_spec.B  # columns: environments times agents per environment
+        n_envs, width = self.n_envs, self.n_agents
+        workers_cpus = affinity.get("workers_cpus") or default_workers_cpus(n_envs)
         workers_cpus = [c if isinstance(c, (list, tuple)) else [c] for c in workers_cpus]
         n_workers = len(workers_cpus)
-        if n_workers > B:
-            raise ValueError(f"batch_B={B} environments cannot be split over {n_workers} workers "
-                             "(affinity['workers_cpus']); use batch_B >= number of workers")
+        if n_workers > n_envs:
+            raise ValueError(f"batch_B={n_envs} environments cannot be split over {n_workers} "
+                             "workers (affinity['workers_cpus']); use batch_B >= number of "
+                             "workers")
         global_B = B * world_size
-        self.n_envs_list = split_envs(B, n_workers)
+        self.n_envs_list = split_envs(n_envs, n_workers)
         self.world_size, self.rank = world_size, rank
         env_ranks = list(range(rank * B, (rank + 1) * B))
         self.env_offset = rank * B
@@ -96,16 +98,17 @@ class ParallelSamplerBase(BaseSampler):
         ctx = mp_context()
         self._eval_max_T = self.eval_max_T(sum(eval_split)) if any(eval_split) else 0
         starts = [sum(self.n_envs_list[:i]) for i in range(n_workers)]
-        self._status = StatusTable(
-            ctx, [env_ranks[s:s + n] for s, n in zip(starts, self.n_envs_list)],
+        self._status = StatusTable(  # the rank of each environment's first column
+            ctx, [env_ranks[s * width:(s + n) * width:width]
+                  for s, n in zip(starts, self.n_envs_list)],
             [sum(eval_split[:i]) for i in range(n_workers)], self.batch_spec.T,
             self._eval_max_T)
         self._timeouts = WorkerTimeout(self.batch_spec.T)
         self.action_server = None
         if not agent_in_workers:
-            self.action_server = self.ActionServerCls(
-                agent, self.batch_spec, self.n_envs_list, eval_split, self.samples_np, examples,
-                ctx)
+            self.action_server = self.ActionServerCls(  # its step buffer rows are columns
+                agent, self.batch_spec, [n * width for n in self.n_envs_list],
+                [n * width for n in eval_split], self.samples_np, examples, ctx)
         self._supervisor = ProcessSupervisor(
             label="Sampler worker", error_cls=SamplerWorkerError,
             stop_flags=self.action_server.stop_flags if self.action_server else ())
@@ -128,8 +131,10 @@ class ParallelSamplerBase(BaseSampler):
         workers_kwargs = []
         start = 0
         for i, n in enumerate(self.n_envs_list):
+            cols = slice(start * width, (start + n) * width)
             w = dict(
-                rank=i, env_ranks=env_ranks[start:start + n], n_envs=n, cpus=workers_cpus[i],
+                rank=i, env_ranks=env_ranks[cols], n_envs=n, cpus=workers_cpus[i],
+                first_env=rank * n_envs + start,
                 torch_threads=affinity.get("worker_torch_threads", 1),
                 seed=(0 if seed is None else int(seed)) + WORKER_SEED_STRIDE * (i + 1),
                 env_seed=None if seed is None else int(seed),
@@ -138,9 +143,9 @@ class ParallelSamplerBase(BaseSampler):
                 eval_n_envs=eval_split[i],
                 eval_max_trajectories=(None if eval_traj_split[i] is None
                                        else max(1, eval_traj_split[i])),
-                samples_np=self.samples_np[:, start:start + n],
+                samples_np=self.samples_np[:, cols],
                 slots_np=(None if self.double_buffer_np is None else
-                          [slot[:, start:start + n] for slot in self.double_buffer_np]))
+                          [slot[:, cols] for slot in self.double_buffer_np]))
             if self.action_server is not None:
                 w.update(self.action_server.worker_kwargs(i))
             workers_kwargs.append(dict(common_kwargs=common, worker_kwargs=w))

@@ -53,7 +53,8 @@ def sampling_process(conn, common_kwargs: dict, worker_kwargs: dict) -> None:
         set_worker_affinity(w.get("cpus"), w.get("torch_threads", 1))
         set_seed(w["seed"])
         publish(Phase.BUILDING_ENVS)
-        envs = make_envs(c["EnvCls"], w["n_envs"], c["env_kwargs"], w["env_seed"], w["env_ranks"][0])
+        envs = make_envs(c["EnvCls"], w["n_envs"], c["env_kwargs"], w["env_seed"],
+                         w.get("first_env", w["env_ranks"][0]))
         agent = c.get("agent")
         collector = c["CollectorCls"](
             rank=w["rank"], envs=envs, samples_np=w["samples_np"], batch_T=c["batch_T"],

@@ -30,11 +30,12 @@ class SerialSampler(BaseSampler):
         agent's model (not in shared memory), the samples buffer and the collectors; take the
         decorrelating random steps. ``affinity`` is accepted for a uniform signature and
         unused (everything runs in this process). Returns the example outputs."""
-        B = self.batch_spec.B
+        B = self.batch_spec.B  # columns: batch_B environments times their agents
         global_B = B * world_size
         env_ranks = list(range(rank * B, (rank + 1) * B))
         self.env_offset = rank * B
-        self.envs = make_envs(self.EnvCls, B, self.env_kwargs, seed, rank * B)
+        self.envs = make_envs(self.EnvCls, self.n_envs, self.env_kwargs, seed,
+                              rank * self.n_envs)
         self.initialize_agent(agent, self.envs[0].spaces, share_memory=False,
                               global_B=global_B, env_ranks=env_ranks)
         self.samples_pyt, self.samples_np, examples = self.build_buffers(

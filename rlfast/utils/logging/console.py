@@ -64,7 +64,9 @@ def summary_line(row: Mapping[str, Any]) -> str:
     Reads ``Diagnostics/CumSteps``, ``StepsPerSecond``, ``CumTime (s)``, ``ETA (s)`` and
     ``TrainReturn``; the evaluation return is ``ReturnAverage ± ReturnStd`` when the row is
     an evaluation (it has ``Diagnostics/NumEvalTrajs``), and otherwise ``ReturnAverage`` is
-    the return of recent training episodes. Missing values print as ``-``.
+    the return of recent training episodes. Missing values print as ``-``. A multi-agent
+    row (it has ``TeamReturnAverage``) ends with the team return and each agent's return
+    (``Return/<agent>Average``), e.g. ``team -62.10  agent_0 -20.61  agent_1 -20.77``.
     """
     evaluated = "Diagnostics/NumEvalTrajs" in row
     mean, std = _number(row, "ReturnAverage"), _number(row, "ReturnStd")
@@ -83,4 +85,11 @@ def summary_line(row: Mapping[str, Any]) -> str:
              eval_text, _fmt(train, ".2f"), _fmt(loss, ".4g"),
              format_duration(_number(row, "Diagnostics/CumTime (s)")),
              format_duration(_number(row, "Diagnostics/ETA (s)")))
-    return "  ".join(c.rjust(w) for c, w in zip(cells, _WIDTHS))
+    line = "  ".join(c.rjust(w) for c, w in zip(cells, _WIDTHS))
+    team = _number(row, "TeamReturnAverage")
+    if "TeamReturnAverage" in row:
+        agents = [(key[len("Return/"):-len("Average")], _number(row, key)) for key in row
+                  if key.startswith("Return/") and key.endswith("Average")]
+        line += f"  team {_fmt(team, '.2f')}" + "".join(
+            f"  {name} {_fmt(value, '.2f')}" for name, value in agents)
+    return line

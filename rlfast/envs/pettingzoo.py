@@ -1,0 +1,295 @@
+"""PettingZoo environments under rlfast: the agents of one parallel env become batch columns.
+
+``PettingZooEnv(env="mpe2.simple_spread_v3", env_kwargs=dict(N=3))`` imports the module and
+builds its ``parallel_env(**env_kwargs)``; a module that only offers the AEC API (``env()``)
+is converted with PettingZoo's own ``aec_to_parallel``, which refuses AEC envs that cannot
+run in parallel. Every agent of ``possible_agents`` owns one column
+(:mod:`rlfast.envs.multiagent`), in that order.
+
+Observations are one vector per agent, ``[local | one-hot agent id | global state]``
+(:func:`~rlfast.envs.multiagent.agent_observation_box`): ``agent_id`` (default True) appends
+the agent's one-hot index, which separate per-agent policies need and a shared policy may
+use; ``global_state`` appends the env's ``state()`` (or, for envs without one, every
+agent's observation concatenated, zeros for departed agents), which a centralised critic
+reads. Agents must share one observation and one action space; ``pad=True`` accepts
+1-D Box observations of different sizes (zero-padded to the largest) and Discrete action
+spaces of different sizes (the largest; an agent given an action beyond its own space takes
+its last action).
+
+PettingZoo is an optional dependency (``pip install rlfast[pettingzoo]``); this module
+imports it when an environment is built.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from typing import Any
+
+import numpy as np
+
+from rlfast.envs.base import EnvStep
+from rlfast.envs.multiagent import MultiAgentEnv, MultiAgentInfo, agent_observation_box
+from rlfast.spaces.float_box import FloatBox
+from rlfast.spaces.int_box import IntBox
+
+__all__ = ["PettingZooEnv", "make_parallel_env", "check_pettingzoo_id", "PettingZooError"]
+
+
+class PettingZooError(ValueError):
+    """A PettingZoo id that does not name an environment, or spaces rlfast cannot batch."""
+
+
+def _close_names(module_path: str) -> str:
+    """``; did you mean ...?`` from the sibling modules of ``module_path``'s package."""
+    package, _, leaf = module_path.rpartition(".")
+    if not package:
+        return ""
+    try:
+        parent = importlib.import_module(package)
+    except ImportError:
+        return ""
+    names = [m.name for m in pkgutil.iter_modules(getattr(parent, "__path__", []))]
+    close = difflib.get_close_matches(leaf, names, n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(package + '.' + c for c in close)}?" if close else ""
+
+
+def check_pettingzoo_id(env: str) -> Any:
+    """Import the module ``env`` names (``mpe2.simple_spread_v3``) and return it, or raise a
+    one-line :class:`PettingZooError` naming the id and close matches."""
+    if not isinstance(env, str) or not env or env.startswith(".") or env.endswith("."):
+        raise PettingZooError(f"a PettingZoo id is a module path such as "
+                              f"mpe2.simple_spread_v3; got {env!r}")
+    try:
+        module = importlib.import_module(env)
+    except ImportError as e:
+        missing = getattr(e, "name", None) or ""
+        if missing in ("pettingzoo", "mpe2") or env.split(".")[0] == missing == "pettingzoo":
+            raise PettingZooError(f"PettingZoo environment {env!r} needs the {missing} package: "
+                                  f"pip install 'rlfast[pettingzoo]'") from None
+        raise PettingZooError(f"unknown PettingZoo environment {env!r}: cannot import it "
+                              f"({e}){_close_names(env)}") from None
+    if not hasattr(module, "parallel_env") and not hasattr(module, "env"):
+        raise PettingZooError(f"{env!r} is a module without parallel_env() or env(), not a "
+                              f"PettingZoo environment{_close_names(env)}")
+    return module
+
+
+def make_parallel_env(env: str, env_kwargs: dict | None = None) -> Any:
+    """The PettingZoo parallel env of module ``env``: its ``parallel_env(**env_kwargs)``, or
+    ``aec_to_parallel(env(**env_kwargs))`` for a module with only the AEC API."""
+    module = check_pettingzoo_id(env)
+    kwargs = dict(env_kwargs or {})
+    try:
+        if hasattr(module, "parallel_env"):
+            return module.parallel_env(**kwargs)
+        from pettingzoo.utils.conversions import aec_to_parallel
+        return aec_to_parallel(module.env(**kwargs))
+    except TypeError as e:
+        raise PettingZooError(f"PettingZoo environment {env!r} refused its arguments "
+                              f"{kwargs}: {e}") from None
+    except AssertionError as e:  # aec_to_parallel: "not parallelizable"
+        raise PettingZooError(f"PettingZoo environment {env!r} has no parallel API and its AEC "
+                              f"env cannot be converted: {e}") from None
+
+
+def _space_text(space: Any) -> str:
+    return " ".join(str(space).split())
+
+
+def _observation_size(name: str, agent: str, space: Any) -> int:
+    from gymnasium import spaces as gym_spaces
+    if not isinstance(space, gym_spaces.Box) or len(space.shape) != 1:
+        raise PettingZooError(f"PettingZoo environment {name!r}: agent {agent!r} observes "
+                              f"{_space_text(space)}; rlfast's multi-agent models need 1-D Box "
+                              f"(vector) observations")
+    return int(space.shape[0])
+
+
+def _agent_spaces(name: str, env: Any, pad: bool) -> tuple[list[int], Any, list[int] | None]:
+    """Per-agent observation sizes, the common action space (gymnasium) and, for padded
+    Discrete actions, each agent's action count."""
+    from gymnasium import spaces as gym_spaces
+    agents = list(env.possible_agents)
+    obs_spaces = [env.observation_space(a) for a in agents]
+    act_spaces = [env.action_space(a) for a in agents]
+    sizes = [_observation_size(name, a, s) for a, s in zip(agents, obs_spaces)]
+    differ = [a for a, s in zip(agents, obs_spaces) if s != obs_spaces[0]]
+    if differ and not pad:
+        raise PettingZooError(
+            f"PettingZoo environment {name!r}: agents observe different spaces "
+            f"({agents[0]}: {_space_text(obs_spaces[0])}, {differ[0]}: "
+            f"{_space_text(env.observation_space(differ[0]))}); set env.pad=True to zero-pad "
+            f"them to one size")
+    act_differ = [a for a, s in zip(agents, act_spaces) if s != act_spaces[0]]
+    if not act_differ:
+        return sizes, act_spaces[0], None
+    discrete = all(isinstance(s, gym_spaces.Discrete) and int(s.start) == 0 for s in act_spaces)
+    if not pad or not discrete:
+        how = ("set env.pad=True to use the largest" if discrete else
+               "only Discrete action spaces can be padded")
+        raise PettingZooError(
+            f"PettingZoo environment {name!r}: agents act in different spaces "
+            f"({agents[0]}: {_space_text(act_spaces[0])}, {act_differ[0]}: "
+            f"{_space_text(env.action_space(act_differ[0]))}); {how}")
+    counts = [int(s.n) for s in act_spaces]
+    return sizes, gym_spaces.Discrete(max(counts)), counts
+
+
+def _rlfast_action_space(name: str, space: Any) -> Any:
+    from gymnasium import spaces as gym_spaces
+    if isinstance(space, gym_spaces.Discrete):
+        return IntBox(int(space.start), int(space.start) + int(space.n))
+    if isinstance(space, gym_spaces.Box) and np.dtype(space.dtype).kind == "f" and \
+            len(space.shape) == 1:
+        return FloatBox(space.low, space.high, dtype="float32")
+    raise PettingZooError(f"PettingZoo environment {name!r}: action space {_space_text(space)} "
+                          f"is not supported (Discrete or a 1-D float Box)")
+
+
+class PettingZooEnv(MultiAgentEnv):
+    """A PettingZoo parallel env as a :class:`~rlfast.envs.multiagent.MultiAgentEnv` (see
+    the module docstring). ``env``: the module path; ``env_kwargs``: its arguments
+    (``N``, ``max_cycles``, ``render_mode``...)."""
+
+    def __init__(self, env: str, env_kwargs: dict | None = None, agent_id: bool = True,
+                 global_state: bool = False, pad: bool = False, seed: int | None = None,
+                 render_mode: str | None = None):
+        self.env_name = env
+        self.env_kwargs = dict(env_kwargs or {})
+        if render_mode is not None:  # rlfast watch: frames from the PettingZoo env
+            self.env_kwargs["render_mode"] = render_mode
+        self._env = make_parallel_env(env, self.env_kwargs)
+        self.agent_names = list(self._env.possible_agents)
+        self.n_agents = len(self.agent_names)
+        if self.n_agents == 0:
+            raise PettingZooError(f"PettingZoo environment {env!r} has no agents")
+        sizes, action_space, self._action_counts = _agent_spaces(env, self._env, pad)
+        self._local = max(sizes)
+        self._agent_id = bool(agent_id)
+        self._global_state = bool(global_state)
+        self._state_fn = None
+        state_size = 0
+        if self._global_state:
+            self._state_fn, state_size = self._find_state()
+        self._observation_space = agent_observation_box(
+            self._local, self.n_agents if self._agent_id else 0, state_size)
+        self._gym_action_space = action_space
+        self._action_space = _rlfast_action_space(env, action_space)
+        self._discrete = isinstance(self._action_space, IntBox)
+        width = self._observation_space.shape[0]
+        self._obs = np.zeros((self.n_agents, width), np.float32)
+        if self._agent_id:
+            self._obs[:, self._local:self._local + self.n_agents] = np.eye(self.n_agents)
+        self._alive = np.zeros(self.n_agents, bool)
+        self._seed = seed
+
+    @classmethod
+    def agents_per_env(cls, env: str, env_kwargs: dict | None = None, **_: Any) -> int:
+        """The number of agents (columns) of ``env`` built with ``env_kwargs``."""
+        made = make_parallel_env(env, env_kwargs)
+        try:
+            return len(made.possible_agents)
+        finally:
+            made.close()
+
+    def _find_state(self) -> tuple[Any, int]:
+        """The env's ``state()`` when it declares a 1-D ``state_space``, else the agents'
+        observations concatenated (zeros for departed agents)."""
+        state_space = getattr(self._env, "state_space", None)
+        shape = getattr(state_space, "shape", None)
+        if shape is not None and len(shape) == 1:
+            env = self._env
+            return (lambda obs: np.asarray(env.state(), np.float32).reshape(-1)), int(shape[0])
+        local = self._local
+
+        def concatenated(obs: dict) -> np.ndarray:
+            state = np.zeros(self.n_agents * local, np.float32)
+            for k, name in enumerate(self.agent_names):
+                if name in obs:
+                    o = np.asarray(obs[name], np.float32).reshape(-1)
+                    state[k * local:k * local + o.shape[0]] = o
+            return state
+        return concatenated, self.n_agents * local
+
+    # ---- the Env interface ---------------------------------------------------------------
+    def _write_observations(self, obs: dict) -> np.ndarray:
+        local = self._local
+        out = self._obs
+        state = self._state_fn(obs) if self._state_fn is not None else None
+        for k, name in enumerate(self.agent_names):
+            o = obs.get(name) if self._alive[k] else None
+            if o is None:
+                out[k, :local] = 0.0
+            else:
+                o = np.asarray(o, np.float32).reshape(-1)
+                out[k, :o.shape[0]] = o
+                if o.shape[0] < local:
+                    out[k, o.shape[0]:local] = 0.0
+            if state is not None:
+                out[k, out.shape[1] - state.shape[0]:] = state if self._alive[k] else 0.0
+        return out.copy()
+
+    def reset(self) -> np.ndarray:
+        if self._seed is not None:
+            obs, _ = self._env.reset(seed=self._seed)
+            self._seed = None  # reseed once: later episodes continue the env's own RNG
+        else:
+            obs, _ = self._env.reset()
+        live = set(self._env.agents)
+        self._alive[:] = [name in live for name in self.agent_names]
+        return self._write_observations(obs)
+
+    def _env_action(self, k: int, a: Any) -> Any:
+        if self._discrete:
+            a = int(a)
+            if self._action_counts is not None:
+                a = min(a, self._action_counts[k] - 1)
+            return a
+        return np.asarray(a, dtype=self._gym_action_space.dtype)
+
+    def step(self, action: Any) -> EnvStep:
+        actions = {name: self._env_action(k, action[k])
+                   for k, name in enumerate(self.agent_names) if self._alive[k]}
+        valid = self._alive.copy()
+        obs, rewards, terminations, truncations, _ = self._env.step(actions)
+        live = set(self._env.agents)
+        reward = np.zeros(self.n_agents, np.float32)
+        timeout = np.zeros(self.n_agents, bool)
+        for k, name in enumerate(self.agent_names):
+            if valid[k]:
+                reward[k] = rewards.get(name, 0.0)
+                timeout[k] = bool(truncations.get(name, False)) and \
+                    not bool(terminations.get(name, False))
+        observation = self._write_observations(obs)  # departed agents keep the step's last obs
+        self._alive[:] = [name in live for name in self.agent_names]
+        done = ~self._alive
+        if not self._alive.any():
+            done[:] = True
+        return EnvStep(observation, reward, done, MultiAgentInfo(valid=valid, timeout=timeout))
+
+    def seed(self, seed: int | None) -> None:
+        """Seed the next reset (PettingZoo seeds its env at reset)."""
+        self._seed = None if seed is None else int(seed)
+
+    def render(self) -> np.ndarray:
+        frame = self._env.render()
+        if frame is None:
+            raise TypeError(f"PettingZoo environment {self.env_name!r} returned no frame; "
+                            f"build it with env_kwargs render_mode='rgb_array'")
+        return np.asarray(frame, dtype=np.uint8)
+
+    @property
+    def horizon(self) -> int | None:
+        """``max_cycles`` (PettingZoo's episode cut) when the env has one, else None."""
+        cycles = self.env_kwargs.get("max_cycles")
+        if cycles is None:
+            cycles = getattr(getattr(self._env, "unwrapped", self._env), "max_cycles", None)
+        return int(cycles) if isinstance(cycles, (int, np.integer)) else None
+
+    @property
+    def name(self) -> str:
+        return f"pz:{self.env_name}"
+
+    def close(self) -> None:
+        self._env.close()

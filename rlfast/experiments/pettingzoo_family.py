@@ -1,0 +1,121 @@
+"""The ``pz:<module>`` env family: PettingZoo parallel environments, one column per agent.
+
+``rlfast train mappo pz:mpe2.simple_spread_v3 --set env.kwargs.N=3``: the name after ``pz:``
+is the module path of a PettingZoo environment; ``env.kwargs`` are its constructor's keyword
+arguments (filled from its signature, so ``--set`` checks them); ``env.agent_id``,
+``env.global_state`` and ``env.pad`` are :class:`rlfast.envs.pettingzoo.PettingZooEnv`'s
+options. The algorithms with a ``multiagent`` preset (ppo, a2c, mappo) act through
+:class:`rlfast.agents.MultiAgentPgAgent`: ``agent.shared=False`` gives one policy per agent,
+``algo.central_critic=True`` a value function on the global state (this family turns it
+into ``agent.central_critic`` and ``env.global_state``).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from typing import Any
+
+from rlfast.experiments.config import ConfigError
+from rlfast.experiments.registry import EnvFamily, EnvTraits, SamplerSpec
+
+__all__ = ["PETTINGZOO", "pettingzoo_agent_class", "configure_pettingzoo"]
+
+_OPTIONS = ("agent_id", "global_state", "pad")
+
+
+def _check(name: str) -> Any:
+    from rlfast.envs.pettingzoo import PettingZooError, check_pettingzoo_id
+    try:
+        return check_pettingzoo_id(name)
+    except PettingZooError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _constructor_kwargs(module: Any) -> dict:
+    """The keyword arguments (with defaults) of the module's env constructor: ``raw_env``
+    or ``env``, whose signatures PettingZoo's ``parallel_env`` wrappers hide."""
+    for attr in ("raw_env", "env", "parallel_env"):
+        fn = getattr(module, attr, None)
+        if fn is None:
+            continue
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        kwargs = {p.name: p.default for p in params
+                  if p.default is not inspect.Parameter.empty
+                  and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                  and p.name != "render_mode"}
+        if kwargs:
+            return kwargs
+    return {}
+
+
+def env_defaults(name: str) -> dict:
+    """The ``env`` section of a ``pz:<name>`` preset."""
+    module = _check(name)
+    return dict(kwargs=_constructor_kwargs(module), agent_id=True, global_state=False,
+                pad=False)
+
+
+def _factory(name: str, env_cfg: dict) -> tuple[Any, dict, Any]:
+    from rlfast.envs.multiagent import MultiAgentTrajInfo
+    from rlfast.envs.pettingzoo import PettingZooEnv, PettingZooError, make_parallel_env
+    cfg = dict(env_cfg)
+    kwargs = dict(cfg.pop("kwargs", {}) or {})
+    if "render_mode" in cfg:  # rlfast watch's render_kwargs go to the PettingZoo constructor
+        kwargs["render_mode"] = cfg.pop("render_mode")
+    unknown = sorted(set(cfg) - set(_OPTIONS))
+    if unknown:
+        raise ConfigError(f"pz:{name}: unknown env option(s) {unknown}; the env section holds "
+                          f"kwargs (the environment's arguments) and {', '.join(_OPTIONS)}")
+    try:
+        made = make_parallel_env(name, kwargs)
+    except PettingZooError as e:
+        raise ConfigError(str(e)) from None
+    try:
+        agents = list(made.possible_agents)
+    finally:
+        made.close()
+    TrajInfoCls = functools.partial(MultiAgentTrajInfo, _agents=agents)
+    return PettingZooEnv, dict(env=name, env_kwargs=kwargs, **cfg), TrajInfoCls
+
+
+def _traits(name: str) -> EnvTraits:
+    _check(name)
+    return EnvTraits("multiagent", None, None, None)
+
+
+def configure_pettingzoo(config: dict) -> dict:
+    """The configuration a ``pz:`` run is built from: ``algo.central_critic`` becomes
+    ``agent.central_critic`` and ``env.global_state`` (the critic's input comes from the
+    env), and separate per-agent parameters turn on the agent id they need."""
+    config = copy.deepcopy(config)
+    algo, agent = config.setdefault("algo", {}), config.setdefault("agent", {})
+    env = config.setdefault("env", {})
+    if algo.pop("central_critic", False):
+        agent["central_critic"] = True
+        env["global_state"] = True
+    if agent.get("shared", True) is False and not env.get("agent_id", True):
+        raise ConfigError("agent.shared=False (one policy per agent) needs env.agent_id=True: "
+                          "the agent id in each observation picks the agent's parameters")
+    return config
+
+
+def pettingzoo_agent_class(kind: str, recurrent: bool, sampler: SamplerSpec) -> type:
+    """:class:`rlfast.agents.MultiAgentPgAgent`; recurrent multi-agent agents are refused."""
+    if recurrent:
+        raise ConfigError("pz: environments train feed-forward agents; agent.recurrent=True "
+                          "is not supported for multi-agent runs")
+    from rlfast.agents import MultiAgentPgAgent
+    return MultiAgentPgAgent
+
+
+PETTINGZOO = EnvFamily(
+    prefix="pz", factory=_factory, traits=_traits, check_id=_check,
+    TrajInfoCls="rlfast.envs.multiagent:MultiAgentTrajInfo", preset_family="multiagent",
+    render_kwargs=dict(render_mode="rgb_array"), env_defaults=env_defaults,
+    configure=configure_pettingzoo, agent_cls=pettingzoo_agent_class,
+    description="a PettingZoo parallel env by module path, one column per agent "
+                "(pz:mpe2.simple_spread_v3)")
