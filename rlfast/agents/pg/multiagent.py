@@ -40,8 +40,7 @@ class MultiAgentPgAgent(PgAgent):
             env_spaces.action.dtype.kind == "f"
         self.policy = GaussianPolicy() if continuous else CategoricalPolicy()
         kwargs = self.policy.make_env_to_model_kwargs(env_spaces)
-        n_agents = layout[1] or getattr(observation, "n_agents", 0) or 1
         return dict(observation_shape=kwargs["observation_shape"],
                     action_size=kwargs["action_size"], layout=layout,
-                    n_agents=n_agents, shared=self.shared,
+                    n_agents=layout[1] or 1, shared=self.shared,
                     central_critic=self.central_critic, continuous=continuous)
