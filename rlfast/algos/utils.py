@@ -28,6 +28,7 @@ __all__ = [
     "generalized_advantage_estimation",
     "discount_return_n_step",
     "valid_from_done",
+    "episode_starts",
     "discount_return_tl",
     "generalized_advantage_estimation_tl",
 ]
@@ -323,6 +324,21 @@ def valid_from_done(done: Array) -> Array:
     if done.shape[0] > 1:
         valid[1:] = 1 - np.maximum.accumulate(done_f[:-1], axis=0)
     return valid
+
+
+def episode_starts(done: Array) -> Array:
+    """Bool mask ``[T, ...]`` of the steps whose state a recurrent model must zero: ``start[0]``
+    is False (the batch's first state is the one the sampler stored, already reset where an
+    episode began) and ``start[t] = done[t - 1]``, the step after an episode's last.  Passed as
+    ``reset`` to recurrent models so one sequence can hold several episodes."""
+    _check_array(done, "done")
+    if isinstance(done, torch.Tensor):
+        start = torch.zeros(done.shape, dtype=torch.bool, device=done.device)
+        start[1:] = done[:-1].bool()
+        return start
+    start = np.zeros(done.shape, dtype=bool)
+    start[1:] = np.asarray(done[:-1]).astype(bool)
+    return start
 
 
 def discount_return_tl(

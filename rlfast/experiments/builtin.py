@@ -7,8 +7,6 @@ import difflib
 import importlib
 from typing import Any
 
-import numpy as np
-from gymnasium import spaces as gym_spaces
 
 from rlfast import agents
 from rlfast.algos import A2C, PPO
@@ -18,14 +16,15 @@ from rlfast.es import CEM, CMAES, OpenAIES
 from rlfast.experiments.config import ConfigError
 from rlfast.experiments.es_presets import ES_PRESETS
 from rlfast.experiments.pettingzoo_family import PETTINGZOO as _PETTINGZOO
+from rlfast.experiments.popgym_family import POPGYM as _POPGYM
 from rlfast.experiments.preset_data import ASYNC_DEFAULTS, PRESETS
 from rlfast.experiments.registry import (AlgorithmSpec, EnvFamily, EnvTraits, EsStrategySpec,
-                                         Registry, SamplerSpec)
+                                         Registry, SamplerSpec, action_kind)
 from rlfast.experiments.search_spaces import SEARCH_SPACES
 from rlfast import samplers as smp
 
 __all__ = ["ALGORITHMS", "SAMPLERS", "ENV_FAMILIES", "ES_STRATEGIES", "action_kind",
-           "GYMNASIUM", "ATARI", "PETTINGZOO"]
+           "GYMNASIUM", "ATARI", "PETTINGZOO", "POPGYM"]
 
 ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm")
 SAMPLERS: Registry[SamplerSpec] = Registry("sampler")
@@ -34,20 +33,6 @@ ES_STRATEGIES: Registry[EsStrategySpec] = Registry("evolution strategy")
 
 
 # ---- env families --------------------------------------------------------------------------
-def action_kind(space: Any) -> str | None:
-    """The action kind of a gymnasium action space: ``"discrete"`` (Discrete),
-    ``"multi_discrete"`` (1-D MultiDiscrete or MultiBinary), ``"continuous"`` (1-D float Box),
-    else None (Dict, Tuple, integer Box, multi-dimensional spaces, ...)."""
-    if isinstance(space, gym_spaces.Discrete):
-        return "discrete"
-    if isinstance(space, (gym_spaces.MultiDiscrete, gym_spaces.MultiBinary)):
-        return "multi_discrete" if len(space.shape) == 1 else None
-    if isinstance(space, gym_spaces.Box) and np.dtype(space.dtype).kind == "f" and \
-            len(space.shape) == 1:
-        return "continuous"
-    return None
-
-
 def _gym_factory(name: str, env_cfg: dict) -> tuple[Any, dict]:
     from rlfast.envs import make as make_gym_env
     return make_gym_env, dict(id=name, **env_cfg)
@@ -112,6 +97,7 @@ GYMNASIUM = ENV_FAMILIES.add("gymnasium", EnvFamily(
     TrajInfoCls=smp.TrajInfo, render_kwargs=dict(render_mode="rgb_array"),
     description="a gymnasium id (CartPole-v1, module:Env-v0)"))
 PETTINGZOO = ENV_FAMILIES.add("pz", _PETTINGZOO)
+POPGYM = ENV_FAMILIES.add("popgym", _POPGYM)
 ATARI = ENV_FAMILIES.add("atari", EnvFamily(
     prefix="atari", factory=_atari_factory, traits=_atari_traits, check_id=None,
     TrajInfoCls="rlfast.envs.atari:AtariTrajInfo", preset_family="atari", pixels=True,
@@ -197,8 +183,14 @@ _REPLAY_DEFAULTS = dict(
     # torch.compile of the loss, on CUDA the whole update in one CUDA graph (LeanRL)
     algo=dict(replay_device="auto", compile=False))
 
+# A recurrent agent's memory core (rlfast.models.memory) and the attention window, read with
+# agent.recurrent=True (--set agent.core=gru, or model.core=gru).
+_MEMORY_DEFAULTS = dict(core="lstm", memory_len=32)
+
 for _name, _cls in (("ppo", PPO), ("a2c", A2C), ("mappo", PPO)):
     _defaults = dict(_ON_POLICY_DEFAULTS)
+    if _name != "mappo":  # multi-agent agents are feedforward
+        _defaults["agent"] = dict(_defaults["agent"], **_MEMORY_DEFAULTS)
     if _name in ("ppo", "mappo"):  # stop an iteration's epochs once their KL passes it (None: off)
         _defaults["algo"] = dict(_defaults["algo"], target_kl=None)
     ALGORITHMS.add(_name, AlgorithmSpec(
@@ -209,7 +201,9 @@ for _name, _cls, _agent in (("dqn", DQN, _dqn_agent_class(False)),
                             ("rainbow", CategoricalDQN, _dqn_agent_class(True)),
                             ("r2d1", R2D1, r2d1_agent_class)):
     ALGORITHMS.add(_name, AlgorithmSpec(
-        _name, _cls, PRESETS[_name], _agent, replay=True, defaults=_REPLAY_DEFAULTS,
+        _name, _cls, PRESETS[_name], _agent, replay=True,
+        defaults=(dict(_REPLAY_DEFAULTS, agent=dict(_MEMORY_DEFAULTS)) if _name == "r2d1"
+                  else _REPLAY_DEFAULTS),
         search_space=SEARCH_SPACES.get(_name)))
 for _name, _cls, _agent_cls in (("ddpg", DDPG, agents.DdpgAgent), ("td3", TD3, agents.Td3Agent),
                                 ("sac", SAC, agents.SacAgent)):

@@ -62,12 +62,17 @@ def unknown_key_error(key: str, valid: Mapping[str, Any]) -> ConfigError:
     return ConfigError(f"unknown config key {key!r}. Valid keys:\n  {listing}")
 
 
+# Other names for keys: the memory core is a model setting that the agent section carries.
+KEY_ALIASES = {"model.core": "agent.core", "model.memory_len": "agent.memory_len"}
+
+
 def _apply(config: dict, items: Iterable[tuple[str, Any]], convert: Any) -> dict:
     """A copy of ``config`` with ``convert(raw, default, key)`` set at each dotted ``key``:
     the one path that ``--set`` and ``--config`` share, so both check keys alike."""
     config = copy.deepcopy(config)
     valid = flatten(config)
     for key, raw in items:
+        key = KEY_ALIASES.get(key, key)
         if key not in valid:
             raise unknown_key_error(key, valid)
         value = convert(raw, valid[key], key)

@@ -21,6 +21,7 @@ from gymnasium import spaces as gym_spaces
 from rlfast.algos import RLAlgorithm
 from rlfast.experiments import catalog
 from rlfast.experiments.builtin import action_kind
+from rlfast.experiments.config import ConfigError
 from rlfast.experiments.device import (device_label, learner_device, resolve_device,
                                       sampler_for_device)
 from rlfast.experiments.env_overrides import ENV_SAMPLER, ENV_TUNED
@@ -29,7 +30,8 @@ from rlfast.experiments.preset_data import (ASYNC_DEFAULTS, DISTRIBUTED_DEFAULTS
                                            SAMPLER_SAFETY)
 from rlfast.experiments.registry import EnvTraits
 from rlfast.runners import AsyncRlEval, MinibatchRlEval, SyncRlEval
-from rlfast.utils.checks import check_choice
+from rlfast.models.memory import check_core
+from rlfast.utils.checks import check_choice, check_int
 from rlfast.utils.misc import available_cpus, deep_merge
 
 __all__ = ["PRESETS", "ASYNC_DEFAULTS", "DISTRIBUTED_DEFAULTS", "SAMPLER_SAFETY", "RUNNERS",
@@ -107,8 +109,12 @@ def check_algo_fits(algo: str, traits: EnvTraits, env_id: str) -> str:
 
 def needs_flat_observation(traits: EnvTraits) -> bool:
     """Whether the MLP agents need ``env.flatten_observation``: a Dict or Tuple observation
-    space, which they read flattened into one vector."""
-    return isinstance(traits.observation_space, (gym_spaces.Dict, gym_spaces.Tuple))
+    space, which they read flattened into one vector, or a Discrete / MultiDiscrete /
+    MultiBinary one, which they read one-hot (a bare integer would reach the model as one
+    ordinal feature)."""
+    return isinstance(traits.observation_space, (gym_spaces.Dict, gym_spaces.Tuple,
+                                                 gym_spaces.Discrete, gym_spaces.MultiDiscrete,
+                                                 gym_spaces.MultiBinary))
 
 
 def fit_evaluation_to_horizon(sampler: dict, horizon: int | None) -> None:
@@ -314,6 +320,27 @@ def run_params(algo: str, env: str, config: dict, sampler: str, seed: int,
                 launcher=launcher, device=device)
 
 
+def memory_core_kwargs(agent_cfg: dict) -> dict:
+    """The agent section with ``core`` and ``memory_len`` moved into ``model_kwargs`` (for a
+    recurrent agent), checked: a core other than the LSTM needs ``agent.recurrent=True``."""
+    core = agent_cfg.pop("core", None)
+    memory_len = agent_cfg.pop("memory_len", None)
+    if core is None:
+        return agent_cfg
+    check_core(core, "agent.core")
+    if not agent_cfg.get("recurrent", False):
+        if core != "lstm":
+            raise ConfigError(f"agent.core={core} is a recurrent agent's memory core; add "
+                              f"--set agent.recurrent=True")
+        return agent_cfg
+    model_kwargs = dict(agent_cfg.get("model_kwargs") or {})
+    model_kwargs.setdefault("core", core)
+    if memory_len is not None:
+        model_kwargs.setdefault("memory_len", check_int(memory_len, "agent.memory_len", minimum=1))
+    agent_cfg["model_kwargs"] = model_kwargs
+    return agent_cfg
+
+
 def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "cpu",
                      seed: int | None = None, affinity: dict | list | None = None,
                      runner: str = "sync", world_size: int | None = None,
@@ -345,7 +372,7 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     env_family = catalog.env_family(env_id)[0]
     if env_family.configure is not None:  # settings the family moves between sections
         config = env_family.configure(config)
-    agent_cfg = dict(config["agent"])
+    agent_cfg = memory_core_kwargs(dict(config["agent"]))
     recurrent = agent_cfg.pop("recurrent", False)
     choose_agent = env_family.agent_cls or algo_spec.agent_cls
     agent = choose_agent(traits.kind, recurrent, sampler_spec)(**agent_cfg)
@@ -353,8 +380,10 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     if needs_flat_observation(traits):  # also for configs not made by get_preset
         env_cfg.setdefault("flatten_observation", True)
     EnvCls, env_kwargs, TrajInfoCls = catalog.env_factory(env_id, env_cfg)
-    # Recurrent agents replay whole sequences, so environments wait for the batch end to reset.
-    collector = (sampler_spec.wait_reset_collector if recurrent
+    # Replayed recurrent sequences (R2D1) start from a stored state, so their environments wait
+    # for the batch end to reset; on-policy recurrent agents reset mid-batch and their losses
+    # zero the state where an episode starts.
+    collector = (sampler_spec.wait_reset_collector if recurrent and algo_spec.replay
                  else sampler_spec.reset_collector)
     SamplerCls = sampler_spec.sync_cls
     if runner == "async":

@@ -14,8 +14,11 @@ from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+from gymnasium import spaces as gym_spaces
+
 __all__ = ["Registry", "AlgorithmSpec", "SamplerSpec", "EnvFamily", "EsStrategySpec",
-           "EnvTraits", "RegistryError"]
+           "EnvTraits", "RegistryError", "action_kind"]
 
 EnvTraits = namedtuple("EnvTraits", ["kind", "action_space", "observation_space", "horizon"],
                        defaults=(None,))
@@ -23,6 +26,20 @@ EnvTraits.__doc__ = ("What the presets need to know of an environment: the actio
                      "(``discrete``, ``multi_discrete``, ``continuous``, ``atari``, or None "
                      "for an action space no preset supports), the gymnasium spaces (None "
                      "for Atari games) and its time limit (None if none is known).")
+
+
+def action_kind(space: Any) -> str | None:
+    """The action kind of a gymnasium action space: ``"discrete"`` (Discrete),
+    ``"multi_discrete"`` (1-D MultiDiscrete or MultiBinary), ``"continuous"`` (1-D float Box),
+    else None (Dict, Tuple, integer Box, multi-dimensional spaces, ...)."""
+    if isinstance(space, gym_spaces.Discrete):
+        return "discrete"
+    if isinstance(space, (gym_spaces.MultiDiscrete, gym_spaces.MultiBinary)):
+        return "multi_discrete" if len(space.shape) == 1 else None
+    if isinstance(space, gym_spaces.Box) and np.dtype(space.dtype).kind == "f" and \
+            len(space.shape) == 1:
+        return "continuous"
+    return None
 
 
 class RegistryError(ValueError):

@@ -133,7 +133,7 @@ def test_lstm_call_on_time_batch_replays_sampled_steps():
     values = torch.stack([agent.step(obs[t], prev_action[t], prev_reward[t]).agent_info.value
                           for t in range(T)])
     agent.train_mode(0)
-    zero = agent.model.body.lstm.weight_ih_l0.new_zeros(1, B, LSTM_SIZE)
+    zero = agent.model.body.core.lstm.weight_ih_l0.new_zeros(1, B, LSTM_SIZE)
     dist_info, value, state = agent(obs, prev_action, prev_reward, (zero, zero))
     assert dist_info.prob.shape == (T, B, N_ACTIONS) and state.h.shape == (1, B, LSTM_SIZE)
     assert torch.allclose(value.detach(), values, atol=1e-5)

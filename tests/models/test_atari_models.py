@@ -199,7 +199,7 @@ def test_lstm_uint8_matches_prescaled_float_reference():
     linear = model.body.mlp.model[0]
     fc = torch.relu(features @ linear.weight.T + linear.bias).reshape(2, 3, FC)
     lstm_in = torch.cat([fc, prev_action, prev_reward.unsqueeze(-1)], dim=-1)
-    out, (h, c) = model.body.lstm(lstm_in)
+    out, (h, c) = model.body.core.lstm(lstm_in)
     assert torch.allclose(pi, torch.softmax(model.pi(out), -1), atol=1e-6)
     assert torch.allclose(value, model.value(out)[..., 0], atol=1e-5)
     assert torch.allclose(state.h, h, atol=1e-6) and torch.allclose(state.c, c, atol=1e-6)

@@ -299,6 +299,6 @@ def test_r2d1_onehot_prev_action_and_zero_state(name):
 def test_r2d1_dueling_head_and_sizes():
     model = AtariR2d1Model(IMAGE_SHAPE, A, fc_size=16, lstm_size=6, head_size=8, dueling=True, **SMALL_CONV)
     assert isinstance(model.head, DuelingHeadModel)
-    assert model.body.lstm.input_size == 16 + A + 1 and model.body.lstm.hidden_size == 6
+    assert model.body.core.lstm.input_size == 16 + A + 1 and model.body.core.lstm.hidden_size == 6
     default = AtariR2d1Model(IMAGE_SHAPE, A)
     assert default.conv_out_size == 64 * 12 * 9 and default.lstm_size == 512

@@ -83,15 +83,20 @@ class PgAgent(BaseAgent):
                            env_ranks=env_ranks)
         self.distribution = self.policy.make_distribution(env_spaces)
 
-    def _forward(self, observation, prev_action, prev_reward, rnn_state=None) -> tuple:
-        """``(dist_info, value, next_rnn_state)``; ``next_rnn_state`` is None unless recurrent."""
+    def _forward(self, observation, prev_action, prev_reward, rnn_state=None, reset=None) -> tuple:
+        """``(dist_info, value, next_rnn_state)``; ``next_rnn_state`` is None unless recurrent.
+        ``reset`` (recurrent, ``[T, B]``): zero the state before the steps that start an episode."""
         if not self.recurrent:
             inputs = buffer_to((observation, prev_action, prev_reward), device=self.device)
             *dist_outputs, value = self._run_model(*inputs)
             return self.policy.dist_info(*dist_outputs), value, None
         prev_action = self.policy.model_prev_action(prev_action, self.distribution)
         inputs = buffer_to((observation, prev_action, prev_reward), device=self.device)
-        *dist_outputs, value, next_rnn_state = self._run_model(*inputs, rnn_state)
+        if reset is None:
+            *dist_outputs, value, next_rnn_state = self._run_model(*inputs, rnn_state)
+        else:
+            *dist_outputs, value, next_rnn_state = self._run_model(*inputs, rnn_state,
+                                                                   reset.to(self.device))
         return self.policy.dist_info(*dist_outputs), value, next_rnn_state
 
     def _run_model(self, *inputs):
@@ -102,14 +107,17 @@ class PgAgent(BaseAgent):
             outputs = self.model(*inputs)
         return _to_float32(outputs)
 
-    def __call__(self, observation, prev_action, prev_reward, init_rnn_state=None) -> tuple:
+    def __call__(self, observation, prev_action, prev_reward, init_rnn_state=None,
+                 reset=None) -> tuple:
         """Forward pass on training data (stays on the model's device): ``(dist_info, value)``;
-        recurrent agents start from ``init_rnn_state`` and also return the next state."""
+        recurrent agents start from ``init_rnn_state`` and also return the next state, and a
+        ``[T, B]`` ``reset`` zeroes the state before each step that starts an episode (a
+        sequence that crosses episode ends is then computed as the sampler stepped it)."""
         if not self.recurrent:
             dist_info, value, _ = self._forward(observation, prev_action, prev_reward)
             return dist_info, value
         return self._forward(observation, prev_action, prev_reward,
-                             buffer_to(init_rnn_state, self.device))
+                             buffer_to(init_rnn_state, self.device), reset)
 
     def greedy_action(self, dist_info) -> torch.Tensor:
         """The distribution's most likely action (argmax, or the clipped mean)."""

@@ -10,6 +10,7 @@ from rlfast.algos.graph_step import check_compile
 from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_kl,
                                   diagnostic_row, explained_variance_tensor,
                                   pg_hyperparameters)
+from rlfast.algos.utils import episode_starts
 from rlfast.utils.buffer import buffer_func, buffer_to
 from rlfast.utils.distributed import pooled_valid_mean, rank_loss_count
 
@@ -73,7 +74,8 @@ class A2C(PolicyGradientAlgo):
         if self.agent.recurrent:
             init_rnn_state = samples.agent.agent_info.prev_rnn_state[0]  # [B, N, H]
             init_rnn_state = buffer_func(init_rnn_state, lambda s: s.transpose(0, 1).contiguous())
-            dist_info, value, _ = self.agent(*agent_inputs, init_rnn_state)
+            reset = episode_starts(samples.env.done).to(self.agent.device)
+            dist_info, value, _ = self.agent(*agent_inputs, init_rnn_state, reset)
         else:
             dist_info, value = self.agent(*agent_inputs)
         dist = self.agent.distribution

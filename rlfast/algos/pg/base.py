@@ -77,8 +77,10 @@ class PolicyGradientAlgo(RLAlgorithm):
                    examples: Any = None, world_size: int = 1, rank: int = 0) -> None:
         """Bind the agent and build the optimizer over all its parameters.
 
-        ``mid_batch_reset`` decides the validity mask: without it (and always for recurrent
-        agents) nothing after the first ``done`` of a batch column is trained on.
+        ``mid_batch_reset`` decides the validity mask: without it nothing after the first
+        ``done`` of a batch column is trained on (the environment idled there). With it every
+        step is, recurrent agents included: their losses replay each column with the state
+        zeroed where an episode starts (``episode_starts``), as the sampler stepped it.
         """
         self.agent = agent
         self.n_itr = n_itr
@@ -114,7 +116,7 @@ class PolicyGradientAlgo(RLAlgorithm):
         else:
             advantage, return_ = generalized_advantage_estimation(
                 reward, value, done, bootstrap, self.discount, self.gae_lambda, timeout)
-        if not self.mid_batch_reset or self.agent.recurrent:
+        if not self.mid_batch_reset:
             valid = valid_from_done(done)  # nothing after the first done in each column
         else:
             valid = torch.ones_like(reward)

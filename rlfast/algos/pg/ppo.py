@@ -12,6 +12,7 @@ from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_
                                   diagnostic_row, explained_variance_tensor,
                                   pg_hyperparameters)
 from rlfast.algos.pg.step_program import StepProgram, capture_cuda_graph, eager_program
+from rlfast.algos.utils import episode_starts
 from rlfast.utils.buffer import buffer_func, buffer_to
 from rlfast.utils.checks import check_int
 from rlfast.utils.collections import namedarraytuple
@@ -20,6 +21,8 @@ from rlfast.utils.tensor import valid_mean
 
 LossInputs = namedarraytuple("LossInputs", ["agent_inputs", "action", "return_", "advantage",
                                            "valid", "old_dist_info"])
+# Recurrent minibatches also carry where episodes start inside each column.
+RnnLossInputs = namedarraytuple("RnnLossInputs", LossInputs._fields + ("reset",))
 MINIBATCH_SEED_OFFSET = 0x5EED_0B  # the minibatch generator's seed: the run's plus this
 PpoOptInfo = namedtuple("PpoOptInfo", OptInfo._fields + ("clipFrac",))
 PpoLossInfo = namedtuple("PpoLossInfo", LossInfo._fields + ("clipFrac",))
@@ -109,6 +112,8 @@ class PPO(PolicyGradientAlgo):
         explained = explained_variance_tensor(return_, samples.agent.agent_info.value.to(device),
                                               valid)
         if self.agent.recurrent:
+            loss_inputs = RnnLossInputs(*loss_inputs,
+                                        reset=episode_starts(samples.env.done).to(device))
             rnn = samples.agent.agent_info.prev_rnn_state[0]  # [B, N, H] at the batch start
             rnn = buffer_to(rnn, device)
             n_items = B
@@ -132,7 +137,8 @@ class PPO(PolicyGradientAlgo):
                 if self.agent.recurrent:
                     mb = loss_inputs[:, idxs]
                     init_rnn_state = buffer_func(rnn, lambda s: s[idxs].transpose(0, 1).contiguous())
-                    loss, info = self.compiled_loss(*mb, init_rnn_state=init_rnn_state)
+                    loss, info = self.compiled_loss(*tuple(mb)[:len(LossInputs._fields)],
+                                                    init_rnn_state=init_rnn_state, reset=mb.reset)
                 else:
                     loss, info = self.compiled_loss(*loss_inputs[idxs])
                 grad_norm, finite = self._guarded_step(itr, loss)
@@ -191,16 +197,18 @@ class PPO(PolicyGradientAlgo):
 
     def loss(self, agent_inputs: Any, action: torch.Tensor, return_: torch.Tensor,
              advantage: torch.Tensor, valid: torch.Tensor, old_dist_info: Any,
-             init_rnn_state: Any = None) -> tuple[torch.Tensor, PpoLossInfo]:
+             init_rnn_state: Any = None,
+             reset: torch.Tensor | None = None) -> tuple[torch.Tensor, PpoLossInfo]:
         """The PPO loss of one minibatch and its detached terms.
 
         ``old_dist_info`` is the sampler's action distribution; the ratio of the current one
         to it drives the clipped surrogate, the approximate KL and the clip fraction (the
         share of valid steps whose ratio left ``[1 - ratio_clip, 1 + ratio_clip]``).
-        Recurrent agents pass ``init_rnn_state`` (``[N, B, H]``).
+        Recurrent agents pass ``init_rnn_state`` (``[N, B, H]``) and ``reset`` (``[T, B]``,
+        where episodes start inside the sequences; see ``episode_starts``).
         """
         if init_rnn_state is not None:
-            dist_info, value, _ = self.agent(*agent_inputs, init_rnn_state)
+            dist_info, value, _ = self.agent(*agent_inputs, init_rnn_state, reset)
         else:
             dist_info, value = self.agent(*agent_inputs)
         dist = self.agent.distribution

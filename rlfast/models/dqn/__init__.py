@@ -10,7 +10,7 @@ from rlfast.models.dqn.heads import (DistributionalDuelingHeadModel, Distributio
 from rlfast.models.dqn.mlp_dqn_model import CatDqnMlpModel, DqnMlpModel
 from rlfast.models.dqn.noisy import NoisyLinear, NoisyModelMixin
 from rlfast.models.dqn.r2d1_model import AtariR2d1Model, R2d1MlpModel
-from rlfast.models.pg.lstm_common import RnnState
+from rlfast.models.pg.recurrent_body import RnnState
 
 __all__ = [
     "AtariDqnModel", "AtariCatDqnModel", "AtariR2d1Model", "DqnMlpModel", "CatDqnMlpModel",

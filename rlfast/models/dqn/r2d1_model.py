@@ -3,8 +3,10 @@
 Per step the LSTM reads ``[features, one-hot previous action, previous reward]`` and a Q head
 (plain or dueling, of ``head_size`` hidden units) reads the LSTM output.  The Atari model's
 features are the DQN convolutions followed by one ReLU layer of ``fc_size``; the vector model's
-are an MLP.  Both are ``LstmModel``s like the policy-gradient LSTM models, so the state layout
-is the same ``RnnState(h, c)`` of ``[1, B, lstm_size]`` tensors (cudnn layout).
+are an MLP.  Both are ``RecurrentModel``s like the policy-gradient recurrent models: ``core``
+swaps the LSTM for another memory core (``gru``, ``ln_lstm``, ``attention`` over
+``memory_len`` steps; ``rlfast.models.memory``), and the LSTM's state is the same
+``RnnState(h, c)`` of ``[1, B, lstm_size]`` tensors (cudnn layout).
 """
 from __future__ import annotations
 
@@ -17,14 +19,14 @@ from rlfast.models.dqn.heads import make_q_head
 from rlfast.models.dqn.noisy import NoisyModelMixin
 from rlfast.models.dqn.q_model import checked_leading_dims, observation_shape_tuple
 from rlfast.models.mlp import size_list
-from rlfast.models.pg.lstm_common import LstmBody, LstmModel
+from rlfast.models.pg.recurrent_body import RecurrentBody, RecurrentModel
 from rlfast.utils.checks import check_positive
 from rlfast.utils.tensor import restore_leading_dims, to_onehot
 
 __all__ = ["AtariR2d1Model", "R2d1MlpModel"]
 
 
-class _RecurrentQModel(NoisyModelMixin, LstmModel):
+class _RecurrentQModel(NoisyModelMixin, RecurrentModel):
     """``forward(observation, prev_action, prev_reward, init_rnn_state=None) -> (q, RnnState)``.
 
     Q-values ``[..., output_size]`` have the observation's leading dims ``[]``, ``[B]`` or
@@ -38,14 +40,15 @@ class _RecurrentQModel(NoisyModelMixin, LstmModel):
 
     def _build_body_and_head(self, name: str, observation_shape: tuple, output_size: int,
                              hidden_sizes: list, lstm_size: int, head_size: int, dueling: bool,
-                             noisy: bool) -> None:
+                             noisy: bool, core: str = "lstm", memory_len: int = 32) -> None:
         self.output_size = check_positive(output_size, "output_size", integer=True, owner=name)
         self.lstm_size = check_positive(lstm_size, "lstm_size", integer=True, owner=name)
         self.dueling, self.noisy = bool(dueling), bool(noisy)
-        self.body = LstmBody(
+        self.body = RecurrentBody(
             observation_shape=observation_shape, action_input_size=self.output_size,
             hidden_sizes=hidden_sizes, lstm_size=self.lstm_size,
             nonlinearity=torch.nn.ReLU, normalize_observation=False, norm_obs_clip=10, norm_obs_var_clip=1e-6,
+            core=core, memory_len=memory_len,
         )
         head_size = check_positive(head_size, "head_size", integer=True, owner=name)
         self.head = make_q_head(self.lstm_size, [head_size], self.output_size, dueling=dueling, noisy=noisy)
@@ -92,6 +95,8 @@ class AtariR2d1Model(_RecurrentQModel):
         strides: Sequence[int] | None = None,
         paddings: Sequence[int] | None = None,
         noisy: bool = False,
+        core: str = "lstm",
+        memory_len: int = 32,
     ):
         super().__init__()
         name = "AtariR2d1Model"
@@ -100,12 +105,12 @@ class AtariR2d1Model(_RecurrentQModel):
                                                    use_maxpool, defaults=DQN_CONV)
         fc_size = check_positive(fc_size, "fc_size", integer=True, owner=name)
         self._build_body_and_head(name, (self.conv_out_size,), output_size, [fc_size], lstm_size, head_size,
-                                  dueling, noisy)
+                                  dueling, noisy, core, memory_len)
 
     def features(self, observation: torch.Tensor) -> torch.Tensor:
         """Flattened conv features, with the image's leading dims."""
         conv_out, lead_dim, T, B = conv_features(self.conv, observation, self.image_shape,
-                                                 self.body.lstm.weight_ih_l0.dtype, "AtariR2d1Model")
+                                                 self.body.dtype, "AtariR2d1Model")
         return restore_leading_dims(conv_out, lead_dim, T, B)
 
 
@@ -121,13 +126,15 @@ class R2d1MlpModel(_RecurrentQModel):
         head_size: int = 64,
         dueling: bool = False,
         noisy: bool = False,
+        core: str = "lstm",
+        memory_len: int = 32,
     ):
         super().__init__()
         name = "R2d1MlpModel"
         self.observation_shape = observation_shape_tuple(observation_shape, name)
         self._build_body_and_head(name, self.observation_shape if self.observation_shape else (1,), output_size,
                                   size_list([64] if hidden_sizes is None else hidden_sizes), lstm_size,
-                                  head_size, dueling, noisy)
+                                  head_size, dueling, noisy, core, memory_len)
 
     def features(self, observation: torch.Tensor) -> torch.Tensor:
         """The observation, with a trailing dim of 1 for scalar observations."""

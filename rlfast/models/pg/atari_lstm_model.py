@@ -7,7 +7,7 @@ import torch
 
 from rlfast.models.atari_conv import A2C_CONV, atari_conv, check_image_shape, conv_features
 from rlfast.models.mlp import size_list
-from rlfast.models.pg.lstm_common import LstmBody, LstmModel
+from rlfast.models.pg.recurrent_body import RecurrentBody, RecurrentModel
 from rlfast.models.pg.model_parts import categorical_outputs, policy_value_heads
 from rlfast.utils.checks import check_positive
 from rlfast.utils.tensor import restore_leading_dims
@@ -15,7 +15,7 @@ from rlfast.utils.tensor import restore_leading_dims
 __all__ = ["AtariLstmModel"]
 
 
-class AtariLstmModel(LstmModel):
+class AtariLstmModel(RecurrentModel):
     """Conv stack, then FC layers into an LSTM over ``[features, prev_action, prev_reward]``.
 
     ``forward(image, prev_action, prev_reward, init_rnn_state) -> (pi, value, next_rnn_state)``:
@@ -24,8 +24,10 @@ class AtariLstmModel(LstmModel):
     ``[1, B, lstm_size]`` tensors (``init_rnn_state=None`` starts from zeros).  Images are uint8
     in [0, 255], scaled to [0, 1] inside ``forward``; ``prev_action`` is one-hot (float)
     ``[..., output_size]``, which the agent makes from integer actions.  The FC layers and the
-    LSTM are the shared ``LstmBody`` of the vector-observation LSTM models, fed the flattened
-    conv features as its observation.  Convolution defaults are as in ``AtariFfModel``.
+    LSTM are the shared ``RecurrentBody`` of the vector-observation recurrent models, fed the
+    flattened conv features as its observation; ``core`` swaps the LSTM for another memory core
+    (``gru``, ``ln_lstm``, ``attention`` over ``memory_len`` steps).  Convolution defaults are as
+    in ``AtariFfModel``.
     """
 
     def __init__(
@@ -39,6 +41,8 @@ class AtariLstmModel(LstmModel):
         kernel_sizes: Sequence[int] | None = None,
         strides: Sequence[int] | None = None,
         paddings: Sequence[int] | None = None,
+        core: str = "lstm",
+        memory_len: int = 32,
     ):
         super().__init__()
         self.output_size = check_positive(output_size, "output_size", integer=True, owner="AtariLstmModel")
@@ -46,7 +50,7 @@ class AtariLstmModel(LstmModel):
         self.image_shape = check_image_shape(image_shape, "AtariLstmModel")
         self.conv, self.conv_out_size = atari_conv(
             self.image_shape, channels, kernel_sizes, strides, paddings, use_maxpool, defaults=A2C_CONV)
-        self.body = LstmBody(
+        self.body = RecurrentBody(
             observation_shape=(self.conv_out_size,),
             action_input_size=self.output_size,
             hidden_sizes=size_list(fc_sizes),
@@ -55,6 +59,8 @@ class AtariLstmModel(LstmModel):
             normalize_observation=False,
             norm_obs_clip=10,
             norm_obs_var_clip=1e-6,
+            core=core,
+            memory_len=memory_len,
         )
         self.pi, self.value = policy_value_heads(self.lstm_size, self.output_size)
 

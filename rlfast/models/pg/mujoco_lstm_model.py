@@ -5,14 +5,15 @@ from collections.abc import Sequence
 
 import torch
 
-from rlfast.models.pg.lstm_common import LstmPgModel
+from rlfast.models.pg.recurrent_body import RecurrentPgModel
 from rlfast.models.pg.model_parts import orthogonal_init_
 
 __all__ = ["MujocoLstmModel"]
 
 
-class MujocoLstmModel(LstmPgModel):
-    """Observation MLP into an LSTM, with linear heads for mean, log-std and value.
+class MujocoLstmModel(RecurrentPgModel):
+    """Observation MLP into a memory core (an LSTM unless ``core`` says otherwise; see
+    ``rlfast.models.memory``), with linear heads for mean, log-std and value.
 
     ``forward(observation, prev_action, prev_reward, init_rnn_state) ->
     (mu, log_std, value, next_rnn_state)``: ``mu`` and ``log_std``
@@ -32,10 +33,12 @@ class MujocoLstmModel(LstmPgModel):
         normalize_observation: bool = False,
         norm_obs_clip: float = 10,
         norm_obs_var_clip: float = 1e-6,
+        core: str = "lstm",
+        memory_len: int = 32,
     ):
         super().__init__(observation_shape, action_size, [256] if hidden_sizes is None else list(hidden_sizes),
                          lstm_size, nonlinearity, normalize_observation, norm_obs_clip, norm_obs_var_clip,
-                         "MujocoLstmModel")
+                         "MujocoLstmModel", core=core, memory_len=memory_len)
         self.mu = orthogonal_init_(torch.nn.Linear(lstm_size, self.action_size), gain=0.01)
         # log_std head starts at exactly 0 output (std 1) and learns state dependence.
         self.log_std = torch.nn.Linear(lstm_size, self.action_size)
