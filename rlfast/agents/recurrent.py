@@ -31,6 +31,7 @@ class RnnStateStore:
     def __init__(self, n_groups: int):
         self.n_groups = check_int(n_groups, "n_groups", minimum=1, owner="RnnStateStore")
         self.stash: list = [None] * self.n_groups
+        self.sampling = True  # whether ``states`` are the sampling states (else the stash)
         self.clear()
 
     def clear(self) -> None:
@@ -68,10 +69,49 @@ class RnnStateStore:
         if new_mode == "sample":
             if old_mode != "sample":
                 self.states, self.group = list(self.stash), 0
+            self.sampling = True
             return
-        if old_mode == "sample":
+        if old_mode == "sample" or (old_mode is None and self.sampling):
             self.stash = self.states
+        self.sampling = False
         self.clear()
+
+    def sampling_state_dict(self) -> dict | None:
+        """The sampling states (live or stashed) as plain data for a snapshot: per group
+        None or ``{"type": name, "fields": {field: tensor}}``, with the group about to step;
+        None when a state's type is not one of ``rlfast.models.memory``'s (it could not be
+        rebuilt)."""
+        from rlfast.models.memory import STATE_TYPES
+        states = self.states if self.sampling else self.stash
+        saved = []
+        for state in states:
+            if state is None:
+                saved.append(None)
+                continue
+            name = type(state).__name__
+            if STATE_TYPES.get(name) is not type(state):
+                return None
+            saved.append(dict(type=name, fields={f: getattr(state, f).detach().cpu().clone()
+                                                 for f in state._fields}))
+        return dict(states=saved, group=self.group if self.sampling else 0)
+
+    def load_sampling_state_dict(self, saved: dict, device) -> None:
+        """Restore :meth:`sampling_state_dict`'s output as the sampling states (on ``device``)."""
+        from rlfast.models.memory import STATE_TYPES
+        if len(saved["states"]) != self.n_groups:
+            raise ValueError(f"the snapshot holds {len(saved['states'])} recurrent-state groups, "
+                             f"this agent keeps {self.n_groups}")
+        states = []
+        for entry in saved["states"]:
+            if entry is None:
+                states.append(None)
+                continue
+            cls = STATE_TYPES[entry["type"]]
+            states.append(cls(*(entry["fields"][f].to(device) for f in cls._fields)))
+        if self.sampling:
+            self.states, self.group = states, saved["group"]
+        else:
+            self.stash = states
 
 
 def _zero_column(x: torch.Tensor, idx: int) -> None:

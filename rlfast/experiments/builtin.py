@@ -183,9 +183,10 @@ _REPLAY_DEFAULTS = dict(
     # torch.compile of the loss, on CUDA the whole update in one CUDA graph (LeanRL)
     algo=dict(replay_device="auto", compile=False))
 
-# A recurrent agent's memory core (rlfast.models.memory) and the attention window, read with
-# agent.recurrent=True (--set agent.core=gru, or model.core=gru).
-_MEMORY_DEFAULTS = dict(core="lstm", memory_len=32)
+# A recurrent agent's memory core (rlfast.models.memory), its width (None: the model's
+# lstm_size) and the attention window, read with agent.recurrent=True (--set agent.core=gru,
+# or model.core=gru).
+_MEMORY_DEFAULTS = dict(core="lstm", core_size=None, memory_len=32)
 
 for _name, _cls in (("ppo", PPO), ("a2c", A2C), ("mappo", PPO)):
     _defaults = dict(_ON_POLICY_DEFAULTS)

@@ -63,7 +63,8 @@ def unknown_key_error(key: str, valid: Mapping[str, Any]) -> ConfigError:
 
 
 # Other names for keys: the memory core is a model setting that the agent section carries.
-KEY_ALIASES = {"model.core": "agent.core", "model.memory_len": "agent.memory_len"}
+KEY_ALIASES = {"model.core": "agent.core", "model.memory_len": "agent.memory_len",
+               "model.core_size": "agent.core_size"}
 
 
 def _apply(config: dict, items: Iterable[tuple[str, Any]], convert: Any) -> dict:

@@ -1,8 +1,8 @@
 """The ``popgym:<Task>`` env family: POPGym's partially observable tasks by class name.
 
 ``rlfast train ppo popgym:RepeatPreviousEasy --set agent.recurrent=True --set agent.core=gru``.
-The task's spaces choose the presets like any gymnasium environment's (a Discrete action
-space: the discrete presets); Discrete and MultiDiscrete observations are flattened to one-hot
+Tasks with Discrete actions use the ``popgym`` presets (ppo, a2c, r2d1: recurrent agents, a GRU
+for ppo and a2c); the continuous ones (the pendulums) the continuous presets.  Discrete and MultiDiscrete observations are flattened to one-hot
 vectors for the models (``env.flatten_observation``, set by the presets).  See
 :mod:`rlfast.envs.popgym`.
 """
@@ -41,7 +41,14 @@ def _traits(name: str) -> EnvTraits:
     return EnvTraits(action_kind(action), action, observation, popgym_horizon(name))
 
 
+def _preset_family(traits: EnvTraits) -> str | None:
+    """``popgym`` (recurrent presets) for the discrete-action tasks; the continuous ones use
+    the continuous presets (``--set agent.recurrent=True`` for memory)."""
+    return "popgym" if traits.kind == "discrete" else None
+
+
 POPGYM = EnvFamily(
     prefix="popgym", factory=_factory, traits=_traits, check_id=_check,
+    preset_family=_preset_family,
     description="a POPGym task by class name (popgym:RepeatPreviousEasy; pip install "
                 "'rlfast[popgym]')")

@@ -80,8 +80,11 @@ def preset_family(traits: EnvTraits, env_id: str) -> str | None:
     """The preset family an environment's algorithms use: its env family's own, else the
     one of its action kind (None for an action space no preset supports)."""
     family, _ = catalog.env_family(env_id)
-    if family.preset_family is not None:
-        return family.preset_family
+    own = family.preset_family
+    if callable(own):  # chosen per environment, None: the action kind's
+        own = own(traits)
+    if own is not None:
+        return own
     return ACTION_KIND_FAMILY.get(traits.kind)
 
 
@@ -98,6 +101,9 @@ def check_algo_fits(algo: str, traits: EnvTraits, env_id: str) -> str:
                          f"the presets support these action spaces: {supported} (MultiDiscrete, "
                          f"MultiBinary and Box ones 1-D)")
     able = algos_for(traits.kind, family)
+    if algo not in able and family != ACTION_KIND_FAMILY.get(traits.kind):
+        raise ValueError(f"{algo!r} has no preset for the {family} environments ({env_id}); "
+                         f"algorithms that have one: {', '.join(able) or 'none registered'}")
     if algo not in able:
         own = ", ".join(label for kind, label in _KIND_LABEL.items() if algo in algos_for(kind))
         label = _KIND_LABEL.get(traits.kind, traits.kind)
@@ -211,7 +217,8 @@ def default_sampler(algo: str, env_id: str | None = None, cuda_idx: int | None =
     family = catalog.env_family(env_id)[0] if env_id is not None else None
     if family is not None and family.pixels and cuda_idx is not None and runner == "sync":
         if n_envs is None:
-            preset = spec.presets.get(family.preset_family or "")
+            own = family.preset_family
+            preset = spec.presets.get((None if callable(own) else own) or "")
             n_envs = preset["sampler"]["batch_B"] if preset else 1
         n_cpus = len(available_cpus()) if n_cpus is None else n_cpus
         measured = sampler_for_device(True, n_envs, n_cpus, cuda_idx)
@@ -321,10 +328,12 @@ def run_params(algo: str, env: str, config: dict, sampler: str, seed: int,
 
 
 def memory_core_kwargs(agent_cfg: dict) -> dict:
-    """The agent section with ``core`` and ``memory_len`` moved into ``model_kwargs`` (for a
-    recurrent agent), checked: a core other than the LSTM needs ``agent.recurrent=True``."""
+    """The agent section with ``core``, ``core_size`` and ``memory_len`` moved into
+    ``model_kwargs`` (``core``, ``lstm_size``, ``memory_len``) for a recurrent agent, checked:
+    a core other than the LSTM needs ``agent.recurrent=True``."""
     core = agent_cfg.pop("core", None)
     memory_len = agent_cfg.pop("memory_len", None)
+    core_size = agent_cfg.pop("core_size", None)
     if core is None:
         return agent_cfg
     check_core(core, "agent.core")
@@ -337,6 +346,8 @@ def memory_core_kwargs(agent_cfg: dict) -> dict:
     model_kwargs.setdefault("core", core)
     if memory_len is not None:
         model_kwargs.setdefault("memory_len", check_int(memory_len, "agent.memory_len", minimum=1))
+    if core_size is not None:
+        model_kwargs["lstm_size"] = check_int(core_size, "agent.core_size", minimum=1)
     agent_cfg["model_kwargs"] = model_kwargs
     return agent_cfg
 

@@ -107,7 +107,8 @@ class EnvFamily:
     ``TrajInfoCls`` collects its episode statistics (a class, or ``"module:Name"``, imported
     when a run is built so that a family's heavy imports wait until it is used; None: the
     samplers' ``TrajInfo``); ``preset_family`` names the preset
-    family its algorithms use (None: from the action kind); ``pixels`` marks image
+    family its algorithms use (None: from the action kind; a function of the
+    :class:`EnvTraits` may choose per environment, returning None for the action kind's); ``pixels`` marks image
     observations (convolutional agents; the device rule picks their sampler; evolution
     strategies refuse them); ``render_kwargs`` are added to ``env_kwargs`` to draw RGB frames
     (``rlfast watch``). Families whose settings reach beyond the ``env`` section may also
@@ -122,7 +123,7 @@ class EnvFamily:
     traits: Callable[[str], EnvTraits]
     check_id: Callable[[str], None] | None = None
     TrajInfoCls: type | str | None = None
-    preset_family: str | None = None
+    preset_family: str | Callable[[EnvTraits], str | None] | None = None
     pixels: bool = False
     render_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     description: str = ""

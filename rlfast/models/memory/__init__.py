@@ -12,9 +12,11 @@ from rlfast.models.memory.base import MemoryCore
 from rlfast.models.memory.recurrent import GruCore, GruState, LnLstmCore, LstmCore, RnnState
 
 __all__ = ["MemoryCore", "LstmCore", "GruCore", "LnLstmCore", "AttentionCore", "RnnState",
-           "GruState", "AttentionState", "CORES", "make_core", "check_core"]
+           "GruState", "AttentionState", "CORES", "STATE_TYPES", "make_core", "check_core"]
 
 CORES = {"lstm": LstmCore, "gru": GruCore, "ln_lstm": LnLstmCore, "attention": AttentionCore}
+# The cores' state types by name: a snapshot records the name and rebuilds the state from it.
+STATE_TYPES = {cls.__name__: cls for cls in (RnnState, GruState, AttentionState)}
 
 
 def check_core(kind: object, owner: str = "model") -> str:

@@ -92,7 +92,8 @@ class AttentionCore(MemoryCore):
         key_episode = torch.cat([torch.zeros(K, B, dtype=episode.dtype, device=x.device), episode])
         valid = torch.cat([cache_ok, torch.ones(T, B, dtype=torch.bool, device=x.device)])
         valid = (valid & (key_episode == last)).to(dtype).unsqueeze(-1)
-        next_state = AttentionState(key=keys[-K:], value=values[-K:], valid=valid[-K:])
+        valid = valid[-K:]  # empty slots hold zeros, as a reset leaves them
+        next_state = AttentionState(key=keys[-K:] * valid, value=values[-K:] * valid, valid=valid)
         return out, next_state
 
     def _allowed(self, T: int, B: int, cache_valid: torch.Tensor, reset: torch.Tensor | None,

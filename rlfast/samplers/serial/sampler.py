@@ -81,17 +81,22 @@ class SerialSampler(BaseSampler):
 
     def state_dict(self) -> dict | None:
         """Every environment's state (training and evaluation), the agent inputs, the
-        running trajectory infos and the collector's wait-reset flags: a run resumed from it
-        steps on exactly as the uninterrupted run would. None when some environment cannot
-        be captured (``Env.get_state`` returned None) or the agent is recurrent (its
-        per-environment state lives in the agent)."""
-        if not self.restores_state or getattr(self.agent, "recurrent", False):
+        running trajectory infos, the collector's wait-reset flags and a recurrent agent's
+        sampling state: a run resumed from it steps on exactly as the uninterrupted run would.
+        None when some environment cannot be captured (``Env.get_state`` returned None) or a
+        recurrent agent's state is not a memory core's (``rlfast.models.memory``)."""
+        if not self.restores_state:
             return None  # an async sampler's environments live in its own process
+        rnn_state = None
+        if getattr(self.agent, "recurrent", False):
+            rnn_state = self.agent.rnn_states.sampling_state_dict()
+            if rnn_state is None:
+                return None
         envs = [env.get_state() for env in self.envs]
         eval_envs = [env.get_state() for env in self.eval_envs]
         if any(state is None for state in envs + eval_envs):
             return None
-        return dict(envs=envs, eval_envs=eval_envs,
+        return dict(envs=envs, eval_envs=eval_envs, rnn_state=rnn_state,
                     agent_inputs=plain_tree(self.agent_inputs),
                     traj_infos=[dict(info) for info in self.traj_infos],
                     need_reset=self.collector.need_reset.copy(),
@@ -119,6 +124,8 @@ class SerialSampler(BaseSampler):
         self.traj_infos = infos
         self.collector.need_reset[:] = state["need_reset"]
         self.collector.need_env_reset[:] = state["need_env_reset"]
+        if state.get("rnn_state") is not None:
+            self.agent.rnn_states.load_sampling_state_dict(state["rnn_state"], self.agent.device)
 
     def shutdown(self) -> None:
         """Close every environment."""
