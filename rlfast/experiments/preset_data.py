@@ -203,6 +203,7 @@ _POPGYM_PPO = dict(
               linear_lr_schedule=True, normalize_advantage=True),
     sampler=dict(batch_T=64, batch_B=32, **_COMMON_SAMPLER),
     runner=dict(n_steps=500_000, log_interval_steps=10_240),
+    affinity=dict(master_torch_threads=0),  # 0: every core
 )
 PRESETS["ppo"]["popgym"] = _POPGYM_PPO
 # A2C and R2D1 on POPGym: their discrete presets (untuned on POPGym), A2C made recurrent.
