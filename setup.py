@@ -24,7 +24,7 @@ setup(
         "test": ["pytest>=7", "pytest-xdist>=3.0", "tensorboard>=2.10", "matplotlib>=3.5", "imageio>=2.20",
                  "imageio-ffmpeg>=0.4.5", "pygame>=2.1", "submitit>=1.4",
                  "gymnasium[box2d,mujoco]>=0.29", "optuna>=4", "cma>=3.2",
-                 "pettingzoo>=1.24", "mpe2>=1.0"],
+                 "pettingzoo>=1.24", "mpe2>=1.0", "popgym>=1.0"],
         "tensorboard": ["tensorboard>=2.10"],
         "plot": ["matplotlib>=3.5"],  # rlfast plot
         # rlfast watch --video: imageio writes mp4 through imageio-ffmpeg, which ships its own
@@ -37,11 +37,14 @@ setup(
         # rlfast.es.CMAES: Hansen's reference CMA-ES (step-size and covariance adaptation,
         # restarts, stop conditions), far better kept than a CMA-ES written here.
         "es": ["cma>=3.2"],
-        # Box2D (LunarLander, BipedalWalker) and MuJoCo (HalfCheetah, Hopper, ...) tasks,
-        # through gymnasium's own extras.
         # Multi-agent environments (pz:<module>): PettingZoo's parallel API and converters,
         # and its MPE tasks (simple_spread ...), which now live in the mpe2 package.
         "pettingzoo": ["pettingzoo>=1.24", "mpe2>=1.0"],
+        # POPGym's partially observable tasks (popgym:<Task>), the memory benchmark of
+        # Morad et al. (ICLR 2023); its core install needs only numpy and gymnasium.
+        "popgym": ["popgym>=1.0"],
+        # Box2D (LunarLander, BipedalWalker) and MuJoCo (HalfCheetah, Hopper, ...) tasks,
+        # through gymnasium's own extras.
         "box2d": ["gymnasium[box2d]>=0.29"],
         "mujoco": ["gymnasium[mujoco]>=0.29"],
         # The peers scripts/bench_*.py compare against (BenchMARL's MAPPO for

@@ -95,7 +95,7 @@ class RnnStateStore:
                                                  for f in state._fields}))
         return dict(states=saved, group=self.group if self.sampling else 0)
 
-    def load_sampling_state_dict(self, saved: dict, device) -> None:
+    def load_sampling_state_dict(self, saved: dict, device: torch.device | str) -> None:
         """Restore :meth:`sampling_state_dict`'s output as the sampling states (on ``device``)."""
         from rlfast.models.memory import STATE_TYPES
         if len(saved["states"]) != self.n_groups:

@@ -112,17 +112,25 @@ def setup(algo, kind: str, T: int = 7, B: int = 3, seed: int = 0, mid_batch_rese
 
 
 def current_outputs(agent, samples):
-    """The current policy's ``dist_info`` and value on the batch (recurrent: from the state the
-    sampler had at the batch start)."""
+    """The current policy's ``dist_info`` and value on the batch. Recurrent: one step at a
+    time from the state the sampler had at the batch start, the state zeroed by hand after
+    each done (where the sampler reset it), as the losses must see it."""
     inputs = (samples.env.observation, samples.agent.prev_action, samples.env.prev_reward)
     with torch.no_grad():
-        if agent.recurrent:
-            state = samples.agent.agent_info.prev_rnn_state[0]
-            state = type(state)(*(s.transpose(0, 1).contiguous() for s in state))
-            dist_info, value, _ = agent(*inputs, state)
-        else:
-            dist_info, value = agent(*inputs)
-    return dist_info, value
+        if not agent.recurrent:
+            return agent(*inputs)
+        state = samples.agent.agent_info.prev_rnn_state[0]
+        state = type(state)(*(s.transpose(0, 1).contiguous() for s in state))
+        done = samples.env.done
+        infos, values = [], []
+        for t in range(done.shape[0]):
+            if t > 0:
+                keep = (~done[t - 1]).to(torch.float32).view(1, -1, 1)
+                state = type(state)(*(s * keep for s in state))
+            dist_info, value, state = agent(*(x[t:t + 1] for x in inputs), state)
+            infos.append(dist_info)
+            values.append(value)
+    return type(infos[0])(*(torch.cat(f) for f in zip(*infos))), torch.cat(values)
 
 
 # ---------------------------------------------------------------- references (float64 loops)
@@ -156,8 +164,9 @@ def ref_returns(samples, discount, gae_lambda, bootstrap_timelimit=True):
 
 
 def ref_valid(samples, mid_batch_reset, recurrent, bootstrap_timelimit=True):
-    """``[T][B]`` 0/1: timeouts never count; without mid-batch resets (or when recurrent)
-    nothing after the first done of a column counts either."""
+    """``[T][B]`` 0/1: timeouts never count; without mid-batch resets nothing after the first
+    done of a column counts either (recurrent agents alike: with mid-batch resets their
+    losses reset the state where an episode starts, so every step counts)."""
     d = samples.env.done.tolist()
     to = samples.env.env_info.timeout.tolist()
     T, B = len(d), len(d[0])
@@ -165,7 +174,7 @@ def ref_valid(samples, mid_batch_reset, recurrent, bootstrap_timelimit=True):
     for b in range(B):
         ended = False
         for t in range(T):
-            if ended and (recurrent or not mid_batch_reset):
+            if ended and not mid_batch_reset:
                 valid[t][b] = 0.0
             if bootstrap_timelimit and to[t][b]:
                 valid[t][b] = 0.0

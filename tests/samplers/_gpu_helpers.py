@@ -108,7 +108,7 @@ class GreedyAlternatingRecurrentCategoricalPgAgent(AlternatingRecurrentCategoric
 
 
 def decisive_state_dict(recurrent: bool, observation_dim: int = OBS_DIM, action_size: int = 2,
-                        seed: int = 1234) -> dict:
+                        seed: int = 1234, core: str = "lstm") -> dict:
     """Seeded model parameters with a sharpened policy head.
 
     The models initialize the policy output near uniform (gain 0.01), where the greedy action
@@ -120,7 +120,8 @@ def decisive_state_dict(recurrent: bool, observation_dim: int = OBS_DIM, action_
     try:
         if recurrent:
             model = CategoricalPgLstmModel(observation_shape=(observation_dim,),
-                                           action_size=action_size, **LSTM_MODEL_KWARGS)
+                                           action_size=action_size, **LSTM_MODEL_KWARGS,
+                                           **core_kwargs(core))
             head = model.pi
         else:
             model = CategoricalPgFfModel(observation_shape=(observation_dim,),
@@ -133,14 +134,22 @@ def decisive_state_dict(recurrent: bool, observation_dim: int = OBS_DIM, action_
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def make_agent(kind: str, state_dict: dict):
-    """``kind``: "ff", "recurrent" or "alternating"; all start from ``state_dict``."""
+def core_kwargs(core: str) -> dict:
+    """Model keyword arguments for a memory core (the LSTM: none, the models' default)."""
+    return {} if core == "lstm" else dict(core=core, memory_len=3)
+
+
+def make_agent(kind: str, state_dict: dict, core: str = "lstm"):
+    """``kind``: "ff", "recurrent" or "alternating"; all start from ``state_dict``; ``core``:
+    the recurrent agents' memory core."""
     classes = {"ff": (GreedyCategoricalPgAgent, FF_MODEL_KWARGS),
                "recurrent": (GreedyRecurrentCategoricalPgAgent, LSTM_MODEL_KWARGS),
                "alternating": (GreedyAlternatingRecurrentCategoricalPgAgent, LSTM_MODEL_KWARGS)}
     if kind not in classes:
         raise ValueError(f"kind must be one of {sorted(classes)}; got {kind!r}")
     AgentCls, model_kwargs = classes[kind]
+    if kind != "ff":
+        model_kwargs = dict(model_kwargs, **core_kwargs(core))
     return AgentCls(model_kwargs=dict(model_kwargs), initial_model_state_dict=state_dict)
 
 

@@ -151,6 +151,29 @@ def test_device_group_gives_the_actions_and_states_of_agent_step(kind, staged):
         assert any((s == 0).all(axis=(1, 2)).any() for s in starts[1:])
 
 
+@pytest.mark.parametrize("staged", [False, True], ids=["eager", "staged"])
+@pytest.mark.parametrize("core", ["gru", "ln_lstm", "attention"])
+def test_device_group_serves_every_memory_core(core, staged):
+    """Each core's state lives in the group's fixed device tensors: resets as masks give the
+    actions, agent_info and states of the host path (reset_one, then agent.step), bit for
+    bit, and the state keeps its shapes from the first step to the last."""
+    state_dict = decisive_state_dict(True, core=core)
+    _, reference, _ = build_group("recurrent", HostGroup,
+                                  agent=make_agent("recurrent", state_dict, core))
+    expected = drive(reference)
+    agent, group, _ = build_group("recurrent", DeviceGroup, FakeCudaOps() if staged else None,
+                                  agent=make_agent("recurrent", state_dict, core))
+    _forbid_reset_one(agent)
+    shapes = [tuple(s.shape) for s in group._state]
+    got = drive(group)
+    assert_same(expected, got)
+    assert [tuple(s.shape) for s in group._state] == shapes
+    assert agent.rnn_states.current is group._state  # the store holds the fixed tensors
+    starts = [info.prev_rnn_state for _, info in got[:-1]]
+    assert all(tuple(s.shape) == (B, *shape[:1], *shape[2:])
+               for st in starts for s, shape in zip(st, shapes))
+
+
 def test_capture_mid_run_leaves_the_recurrent_state_as_it_was():
     """A graph captured again mid-run (new parameter storage here) starts from the state the
     agent had: the warm-up runs before the capture advance the state, and it is restored."""

@@ -77,11 +77,11 @@ def agent_kind(SamplerCls, recurrent: bool) -> str:
 
 
 def run_schedule(make_sampler, SamplerCls, recurrent, sampler_kwargs, schedule, state_dict,
-                 bootstrap_value=True, agent_hook=None):
+                 bootstrap_value=True, agent_hook=None, core="lstm"):
     """Initialize a sampler and run ``schedule`` (a list of "sample" / "eval"), switching the
     agent's modes as the runners do. Returns (agent, results) with cloned sample batches and
     order-free trajectory summaries."""
-    agent = make_agent(agent_kind(SamplerCls, recurrent), state_dict)
+    agent = make_agent(agent_kind(SamplerCls, recurrent), state_dict, core)
     if agent_hook is not None:
         agent_hook(agent)
     sampler = make_sampler(SamplerCls, **sampler_kwargs)
@@ -121,12 +121,12 @@ def assert_batches_match(expected, got, exact_floats: bool):
 
 
 def compare_with_serial(samplers, SamplerCls, recurrent, serial_kwargs, gpu_kwargs, schedule,
-                        agent_hook=None):
-    state_dict = decisive_state_dict(recurrent)
+                        agent_hook=None, core="lstm"):
+    state_dict = decisive_state_dict(recurrent, core=core)
     _, reference = run_schedule(samplers, SerialSampler, recurrent, serial_kwargs, schedule,
-                                state_dict)
+                                state_dict, core=core)
     _, results = run_schedule(samplers, SamplerCls, recurrent, gpu_kwargs, schedule, state_dict,
-                              agent_hook=agent_hook)
+                              agent_hook=agent_hook, core=core)
     assert len(results) == len(reference)
     for (kind, want, want_trajs), (_, have, have_trajs) in zip(reference, results):
         if kind == "sample":
@@ -236,14 +236,18 @@ def test_apply_resets_keeps_flags_raised_meanwhile():
 
 
 @pytest.mark.parametrize("SamplerCls", GPU_SAMPLERS, ids=lambda c: c.__name__)
-def test_recurrent_mid_batch_reset_collectors_match_serial(samplers, SamplerCls):
+@pytest.mark.parametrize("core", ["lstm", "gru", "attention"])
+def test_recurrent_mid_batch_reset_collectors_match_serial(samplers, SamplerCls, core):
+    """Every memory core (its state a tuple of [N, B, H] tensors) on every sampler: the
+    batches equal SerialSampler's, and each episode's first step starts from zeros."""
     serial = staggered_kwargs(CollectorCls=CpuResetCollector)
     gpu = staggered_kwargs(CollectorCls=GpuResetCollector)
     reference = compare_with_serial(samplers, SamplerCls, True, serial, gpu,
-                                    ["sample"] * N_BATCHES)
+                                    ["sample"] * N_BATCHES, core=core)
     # The agent state was reset mid-batch: the step after each done starts from zeros.
     for batch in batches(reference):
-        state = batch.agent.agent_info.prev_rnn_state.h[:, :, 0]  # [T, B, H]
+        state = torch.cat([leaf.flatten(2) for leaf in batch.agent.agent_info.prev_rnn_state],
+                          dim=2)  # [T, B, everything]
         zero = state.abs().sum(-1) == 0
         done = batch.env.done
         assert done[:-1].any()
