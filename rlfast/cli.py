@@ -89,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     add_plot_parser(sub)
     from rlfast.experiments.tune import add_tune_parser
     add_tune_parser(sub)
+    from rlfast.experiments.export import add_export_parser
+    add_export_parser(sub)
     return parser
 
 
@@ -119,7 +121,8 @@ _COMMANDS = dict(train=("rlfast.experiments.assembly", "train_main"),
                  eval=("rlfast.experiments.playback", "eval_main"),
                  watch=("rlfast.experiments.playback", "watch_main"),
                  plot=("rlfast.experiments.plot", "plot_main"),
-                 tune=("rlfast.experiments.tune", "tune_main"))
+                 tune=("rlfast.experiments.tune", "tune_main"),
+                 export=("rlfast.experiments.export", "export_main"))
 
 
 if __name__ == "__main__":
