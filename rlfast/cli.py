@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from rlfast.experiments import catalog
-from rlfast.experiments.arguments import add_console_arguments
+from rlfast.experiments.arguments import add_console_arguments, add_wandb_arguments
 from rlfast.experiments.config import ConfigError
 from rlfast.experiments.device import DEVICE_HELP
 from rlfast.experiments.presets import RUNNERS
@@ -80,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="also write TensorBoard event files into the log directory "
                             "(needs pip install rlfast[tensorboard])")
     add_console_arguments(train)
+    add_wandb_arguments(train)
     from rlfast.experiments.playback import add_eval_parser, add_watch_parser
     from rlfast.experiments.plot import add_plot_parser
     from rlfast.experiments.resume import add_resume_parser

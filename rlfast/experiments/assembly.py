@@ -10,14 +10,17 @@ variant, then ``--set``); :func:`configure_train` turns command-line arguments i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
+import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlfast.experiments import catalog
+from rlfast.experiments.arguments import wandb_settings
 from rlfast.experiments.config import (ConfigError, apply_config_values, apply_overrides,
                                        flatten, flatten_unique, load_config_file,
                                        unknown_key_error)
@@ -187,6 +190,11 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
     log_params.update(snapshot_mode=args.snapshot_mode,
                       snapshot_replay=bool(getattr(args, "snapshot_replay", False)),
                       tensorboard=bool(getattr(args, "tensorboard", False)))
+    tracking = wandb_settings(args)
+    if tracking is not None:
+        from rlfast.experiments.wandb_tracking import require_wandb
+        require_wandb()
+        log_params["wandb"] = tracking
     return TrainRun(args=args, config=config, runner=runner, log_params=log_params,
                     exp_dir=exp_dir, dist_env=dist_env,
                     device=device_summary(affinity, args.sampler, multi_rank=multi_rank))
@@ -256,7 +264,7 @@ def run_train(run: TrainRun) -> dict:
                              overwrite=getattr(args, "overwrite", False), resume=run.resume,
                              use_summary_writer=bool(getattr(args, "tensorboard", False)),
                              console="tables" if getattr(args, "verbose", False) else "lines")
-    with context as exp_dir:
+    with context as exp_dir, _tracking(run, exp_dir):
         verb = "resume" if run.resume is not None else "train"
         where = f" on {run.device}" if run.device else ""
         logger.log(f"rlfast {verb} {args.algo} {args.env}{where}: logging to {exp_dir}",
@@ -272,6 +280,17 @@ def run_train(run: TrainRun) -> dict:
     print(f"Final evaluation return: {result['final_return']:.2f} after {result['cum_steps']} "
           f"steps ({best_text})")
     return result
+
+
+def _tracking(run: TrainRun, exp_dir: str) -> Any:
+    """The run's W&B tracking context (``--wandb``), or a context that does nothing."""
+    settings = (run.log_params or {}).get("wandb")
+    if not settings:
+        return contextlib.nullcontext()
+    from rlfast.experiments.wandb_tracking import WandbTracking
+    return WandbTracking(settings["project"], exp_dir, run.log_params,
+                         name=os.path.basename(os.path.normpath(exp_dir)),
+                         group=settings.get("group"), artifacts=settings.get("artifacts", False))
 
 
 def run_command(configure: Callable[[argparse.Namespace], TrainRun],

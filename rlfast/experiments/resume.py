@@ -36,7 +36,7 @@ import os
 from typing import Any
 
 from rlfast.experiments import catalog
-from rlfast.experiments.arguments import add_console_arguments
+from rlfast.experiments.arguments import add_console_arguments, add_wandb_arguments, wandb_settings
 from rlfast.experiments.assembly import (TrainRun, affinity_for_run, distributed_setup,
                                          resolve_config, run_command)
 from rlfast.experiments.config import ConfigError
@@ -87,6 +87,8 @@ def add_resume_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="save the replay buffer with each snapshot (default: as the run "
                              "did)")
     add_console_arguments(resume)
+    add_wandb_arguments(resume, "the resumed run (a run trained with --wandb continues its W&B "
+                                "run without it)")
     return resume
 
 
@@ -163,6 +165,11 @@ def configure_resume(args: argparse.Namespace) -> Any:
                       snapshot_replay=snapshot_replay, world_size=world_size,
                       launcher=dist_env.launcher if dist_env is not None else None,
                       device=device_label(cuda_idx))
+    tracking = wandb_settings(args, params.get("wandb"))
+    if tracking is not None:
+        from rlfast.experiments.wandb_tracking import require_wandb
+        require_wandb()
+        log_params["wandb"] = tracking
     log_params["resumes"], run_args = resume_record(
         params, args, run_dir, snapshot, snapshot_path, done_steps,
         config["runner"]["n_steps"], changes, sampler, device=device_label(cuda_idx))

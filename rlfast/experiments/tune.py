@@ -71,6 +71,7 @@ import warnings
 from typing import Any
 
 from rlfast.experiments import catalog
+from rlfast.experiments.arguments import add_wandb_arguments
 from rlfast.experiments.assembly import affinity_for_run, check_env_id, resolve_config
 from rlfast.experiments.config import (ConfigError, apply_overrides, flatten, load_config_file,
                                        nest, read_json)
@@ -156,6 +157,8 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "the first trials of a new study evaluate before the sampler "
                              "proposes its own (e.g. a best_config.json); keys left out are "
                              "sampled")
+    add_wandb_arguments(parser, "every trial (one W&B run each, grouped by the study's "
+                                "directory)")
     return parser
 
 
@@ -278,6 +281,10 @@ def prepare(args: argparse.Namespace) -> TuneSetup:
                                                now.strftime("%H%M%S"), f"tune_{algo}_{env}"))
     check_log_dir(log_dir, "--log-dir")
     os.makedirs(log_dir, exist_ok=True)
+    if getattr(args, "wandb", None) is not None:  # each trial a W&B run, the study its group
+        train_args += ["--wandb", args.wandb, "--wandb-group", os.path.basename(log_dir)]
+        if args.wandb_artifacts:
+            train_args.append("--wandb-artifacts")
     base = {k: v for k, v in flat.items() if k not in space}
     return TuneSetup(algo=algo, env=env, trials=args.trials, search=args.search, steps=steps,
                      seed=args.seed, log_dir=log_dir, space=space, base_config=base,

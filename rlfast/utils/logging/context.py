@@ -32,9 +32,10 @@ DATA_DIR_ENV_VAR = "RLFAST_DATA_DIR"
 RUN_MARKERS = ("progress.csv", "debug.log", "params.json", "*.pkl")
 # Everything a run writes, removed by ``remove_run_files``: the markers (snapshots by the
 # names the logger gives them, with any sidecar file), TensorBoard event files, and the
-# hidden temporary files of an atomic write that never finished (``.<name>.<hex>.tmp``).
+# hidden temporary files of an atomic write that never finished (``.<name>.<hex>.tmp``), and
+# the W&B run id a new run must not continue (the W&B files under wandb/ stay, as W&B's own).
 RUN_OUTPUTS = ("progress.csv", "debug.log", "params.json", "params.pkl", "itr_*.pkl",
-               "params.pkl.*", "itr_*.pkl.*", "events.out.tfevents.*")
+               "params.pkl.*", "itr_*.pkl.*", "events.out.tfevents.*", "wandb_run_id")
 
 
 _ITR_SNAPSHOT = re.compile(r"^itr_(\d+)\.pkl$")  # the names save_itr_params gives in "all"/"gap"

@@ -22,7 +22,7 @@ import contextlib
 import datetime
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,8 @@ _snapshot_gap = 1
 _log_tabular_only = False
 _disable_prefix = False
 _tf_summary_writer: Any = None
+# Callables given each dumped row ({key: value}), e.g. an experiment tracker (W&B).
+_row_sinks: list = []
 _dump_count = 0
 _muted = False  # ranks other than 0 of a distributed run write nothing
 CONSOLE_MODES = ("tables", "lines")
@@ -285,6 +287,17 @@ def get_tf_summary_writer() -> Any:
     return _tf_summary_writer
 
 
+def add_row_sink(sink: Callable[[dict], None]) -> None:
+    """Give every row ``dump_tabular`` writes, as ``{key: value}``, to ``sink`` too."""
+    _row_sinks.append(sink)
+
+
+def remove_row_sink(sink: Callable[[dict], None]) -> None:
+    """Stop giving rows to ``sink`` (added with :func:`add_row_sink`)."""
+    if sink in _row_sinks:
+        _row_sinks.remove(sink)
+
+
 def _format_value(value: Any) -> str:
     value = to_cell(value)
     if isinstance(value, float):
@@ -333,6 +346,10 @@ def dump_tabular(with_prefix: bool = True, with_timestamp: bool = True) -> None:
             if _is_number(val):
                 _tf_summary_writer.add_scalar(key, val, step)
         _tf_summary_writer.flush()
+    if _row_sinks:
+        row = {key: to_cell(val) for key, val in _tabular.items()}
+        for sink in list(_row_sinks):
+            sink(dict(row))
     _tabular.clear()
     _dump_count += 1
 
@@ -473,6 +490,7 @@ def reset() -> None:
     _snapshot_dir, _snapshot_mode, _snapshot_gap = None, "none", 1
     _log_tabular_only = _disable_prefix = False
     _tf_summary_writer = None
+    _row_sinks.clear()
     _dump_count = 0
     _muted = False
     set_console_mode("tables")
