@@ -24,7 +24,8 @@ setup(
         "test": ["pytest>=7", "pytest-xdist>=3.0", "tensorboard>=2.10", "matplotlib>=3.5", "imageio>=2.20",
                  "imageio-ffmpeg>=0.4.5", "pygame>=2.1", "submitit>=1.4",
                  "gymnasium[box2d,mujoco]>=0.29", "optuna>=4", "cma>=3.2",
-                 "pettingzoo>=1.24", "mpe2>=1.0", "popgym>=1.0"],
+                 "pettingzoo>=1.24", "mpe2>=1.0", "popgym>=1.0", "onnx>=1.16",
+                 "onnxscript>=0.3", "onnxruntime>=1.18", "wandb>=0.19"],
         "tensorboard": ["tensorboard>=2.10"],
         "plot": ["matplotlib>=3.5"],  # rlfast plot
         # rlfast watch --video: imageio writes mp4 through imageio-ffmpeg, which ships its own
@@ -43,6 +44,11 @@ setup(
         # POPGym's partially observable tasks (popgym:<Task>), the memory benchmark of
         # Morad et al. (ICLR 2023); its core install needs only numpy and gymnasium.
         "popgym": ["popgym>=1.0"],
+        # rlfast export --format onnx: torch.onnx's exporter writes through onnx and
+        # onnxscript; onnxruntime runs the written file to check it (and serves it).
+        "export": ["onnx>=1.16", "onnxscript>=0.3", "onnxruntime>=1.18"],
+        # --wandb: Weights & Biases tracking (offline mode needs no account or network).
+        "wandb": ["wandb>=0.19"],
         # Box2D (LunarLander, BipedalWalker) and MuJoCo (HalfCheetah, Hopper, ...) tasks,
         # through gymnasium's own extras.
         "box2d": ["gymnasium[box2d]>=0.29"],

@@ -131,6 +131,7 @@ IN_PROCESS_MODULES = frozenset({
     "tests/utils/test_logging.py",
     "tests/utils/test_logging_resume.py",
     "tests/experiments/test_memory_resume.py",
+    "tests/experiments/test_export.py",
     "tests/utils/test_misc.py",
     "tests/utils/test_prog_bar.py",
     "tests/utils/test_rng_state.py",
