@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,20 +31,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-
-
-def machine() -> str:
-    """The CPU model and the cores this process may use."""
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{name}, {len(os.sched_getaffinity(0))} cores"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench_common import machine  # noqa: E402
 
 
 def train_short_run(out: str) -> str:

@@ -35,30 +35,17 @@ import csv
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench_common import machine  # noqa: E402
 TASKS = ["PositionOnlyCartPoleEasy", "RepeatPreviousEasy", "CountRecallEasy"]
 CORES = ["gru", "lstm", "ln_lstm", "attention"]
 RISING_MARGIN = 0.02
-
-
-def machine() -> str:
-    """The CPU model and the cores this process may use."""
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{name}, {len(os.sched_getaffinity(0))} cores"
 
 
 def read_curve(run_dir: str) -> tuple[list[float], list[float], list[float]]:

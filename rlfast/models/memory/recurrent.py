@@ -24,6 +24,13 @@ RnnState = namedarraytuple("RnnState", ["h", "c"])
 GruState = namedarraytuple("GruState", ["h"])
 
 
+def _zero_lstm_state(batch_size: int, hidden_size: int, device: Any,
+                     dtype: torch.dtype | None) -> RnnState:
+    shape = (1, batch_size, hidden_size)
+    return RnnState(h=torch.zeros(shape, device=device, dtype=dtype),
+                    c=torch.zeros(shape, device=device, dtype=dtype))
+
+
 def _lstm_cell(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Gate pre-activations ``[B, 4H]`` (torch order i, f, g, o) and ``c`` -> ``(h', c')``."""
     i, f, g, o = gates.chunk(4, dim=-1)
@@ -42,9 +49,7 @@ class LstmCore(MemoryCore):
 
     def zero_state(self, batch_size: int, device: Any = None, dtype: torch.dtype | None = None):
         """``RnnState`` of zeros, ``[1, batch_size, hidden_size]`` each."""
-        shape = (1, batch_size, self.hidden_size)
-        return RnnState(h=torch.zeros(shape, device=device, dtype=dtype),
-                        c=torch.zeros(shape, device=device, dtype=dtype))
+        return _zero_lstm_state(batch_size, self.hidden_size, device, dtype)
 
     def forward(self, x: torch.Tensor, state: Any = None,
                 reset: torch.Tensor | None = None) -> tuple[torch.Tensor, RnnState]:
@@ -130,9 +135,7 @@ class LnLstmCore(MemoryCore):
 
     def zero_state(self, batch_size: int, device: Any = None, dtype: torch.dtype | None = None):
         """``RnnState`` of zeros, ``[1, batch_size, hidden_size]`` each."""
-        shape = (1, batch_size, self.hidden_size)
-        return RnnState(h=torch.zeros(shape, device=device, dtype=dtype),
-                        c=torch.zeros(shape, device=device, dtype=dtype))
+        return _zero_lstm_state(batch_size, self.hidden_size, device, dtype)
 
     def forward(self, x: torch.Tensor, state: Any = None,
                 reset: torch.Tensor | None = None) -> tuple[torch.Tensor, RnnState]:
