@@ -82,13 +82,12 @@ def summarize(steps: list[float], train: list[float], evals: list[float]) -> dic
                 last_train=values[-1])
 
 
-def run_one(task: str, core: str, seed: int, steps: int, out: str, threads: int) -> dict:
+def run_one(task: str, core: str, seed: int, steps: int, out: str) -> dict:
     """Train one (task, core, seed) in its own process; its summary and wall time."""
     run_dir = os.path.join(out, f"{task}_{core}_s{seed}")
     cmd = [sys.executable, "-m", "rlfast", "train", "ppo", f"popgym:{task}", "--set",
            f"agent.core={core}", "--seed", str(seed), "--steps", str(steps), "--sampler",
-           "serial", "--log-dir", run_dir, "--overwrite", "--no-progress", "--set",
-           f"affinity.master_torch_threads={threads}"]
+           "serial", "--log-dir", run_dir, "--overwrite", "--no-progress"]
     start = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.time() - start
@@ -145,7 +144,7 @@ def main() -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=500_000)
     parser.add_argument("--jobs", type=int, default=1,
-                        help="runs at once (each on one torch thread when more than one)")
+                        help="runs at once (the preset trains on one torch thread)")
     parser.add_argument("--out", default=os.path.join(ROOT, "data", "bench_memory"))
     parser.add_argument("--paper", help="JSON file of the paper's MMER per task (see above)")
     args = parser.parse_args()
@@ -154,13 +153,12 @@ def main() -> int:
         with open(args.paper, encoding="utf-8") as f:
             paper = json.load(f)
     os.makedirs(args.out, exist_ok=True)
-    threads = 1 if args.jobs > 1 else 0
     runs = plan(args.tasks, args.cores, args.seeds)
     print(f"{len(runs)} runs of {args.steps:,} steps, {args.jobs} at a time; {machine()}",
           flush=True)
     results = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_one, task, core, seed, args.steps, args.out, threads)
+        futures = [pool.submit(run_one, task, core, seed, args.steps, args.out)
                    for task, core, seed in runs]
         for future in futures:
             result = future.result()

@@ -203,7 +203,10 @@ _POPGYM_PPO = dict(
               linear_lr_schedule=True, normalize_advantage=True),
     sampler=dict(batch_T=64, batch_B=32, **_COMMON_SAMPLER),
     runner=dict(n_steps=500_000, log_interval_steps=10_240),
-    affinity=dict(master_torch_threads=0),  # 0: every core
+    # One torch thread: alone, 61k steps of RepeatPreviousEasy took 17-21 s on one thread or
+    # two (2 cores); beside another such run, two threads each made the learning check take
+    # 462 s instead of 31 (the per-step recurrence's small ops wait on each other's threads).
+    affinity=dict(master_torch_threads=1),
 )
 PRESETS["ppo"]["popgym"] = _POPGYM_PPO
 # A2C and R2D1 on POPGym: their discrete presets (untuned on POPGym), A2C made recurrent.
