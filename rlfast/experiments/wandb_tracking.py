@@ -107,4 +107,9 @@ class WandbTracking:
                         artifact.add_file(path)
                     self.run.log_artifact(artifact)
         finally:
-            self.run.finish(exit_code=0 if exc_type is None else 1)
+            try:
+                self.run.finish(exit_code=0 if exc_type is None else 1)
+            finally:
+                # W&B keeps a service process (wandb-core) for the life of this one; end it
+                # with the run, so that no child outlives the run that started it.
+                self.wandb.teardown()

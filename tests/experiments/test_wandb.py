@@ -125,6 +125,10 @@ def test_train_and_resume_log_every_column_to_one_wandb_run(tmp_path):
     steps = [r["Diagnostics/CumSteps"] for r in resumed_rows]
     assert steps == [6144, 8192]  # the rows after the snapshot, appended to the run
     assert len(_progress(run_dir)) == 5
+    # the W&B service process ended with the run: nothing outlives it
+    import psutil
+    assert [p.name() for p in psutil.Process().children(recursive=True)
+            if "wandb" in p.name()] == []
 
 
 def test_wandb_needs_its_package_and_overwrite_starts_a_new_run(tmp_path, monkeypatch, capsys):
