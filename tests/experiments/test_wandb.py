@@ -138,8 +138,14 @@ def test_wandb_needs_its_package_and_overwrite_starts_a_new_run(tmp_path, monkey
     assert main(argv) == 0
     first_id = (run_dir / "wandb_run_id").read_text().strip()
     assert json.loads((run_dir / "params.json").read_text())["wandb"]["project"] == "rlfast"
-    assert main(argv + ["--overwrite"]) == 0
-    assert (run_dir / "wandb_run_id").read_text().strip() != first_id
+    assert main(argv + ["--overwrite", "--wandb-artifacts"]) == 0
+    second_id = (run_dir / "wandb_run_id").read_text().strip()
+    assert second_id != first_id
+    (newest,) = [f for f in _offline_files(run_dir) if second_id in f]
+    (artifact,) = [r.artifact for r in _records(newest)
+                   if r.WhichOneof("record_type") == "artifact"]
+    assert artifact.type == "model"  # the snapshots, uploaded as one artifact
+    assert [entry.path for entry in artifact.manifest.contents] == ["params.pkl"]
     import rlfast.experiments.wandb_tracking as tracking
 
     def missing():
