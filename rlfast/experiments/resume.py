@@ -87,8 +87,7 @@ def add_resume_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="save the replay buffer with each snapshot (default: as the run "
                              "did)")
     add_console_arguments(resume)
-    add_wandb_arguments(resume, "the resumed run (a run trained with --wandb continues its W&B "
-                                "run without it)")
+    add_wandb_arguments(resume)  # a run trained with --wandb continues its W&B run anyway
     return resume
 
 

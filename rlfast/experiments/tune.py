@@ -157,8 +157,7 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "the first trials of a new study evaluate before the sampler "
                              "proposes its own (e.g. a best_config.json); keys left out are "
                              "sampled")
-    add_wandb_arguments(parser, "every trial (one W&B run each, grouped by the study's "
-                                "directory)")
+    add_wandb_arguments(parser, "each trial")  # one W&B run per trial, grouped by study
     return parser
 
 
