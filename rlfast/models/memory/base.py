@@ -54,18 +54,28 @@ class MemoryCore(torch.nn.Module, metaclass=ABCMeta):
         """``state`` as this core's namedarraytuple in ``dtype`` (zeros for None), checked."""
         if state is None:
             return self.zero_state(batch_size, device, dtype)
-        example = self.zero_state(1, "meta", dtype)
-        if len(state) != len(example):
-            raise ValueError(f"{type(self).__name__}: a state has {len(example)} tensors "
-                             f"({', '.join(example._fields)}); got {len(state)}")
+        state_type, layout = self._state_layout()
+        if len(state) != len(layout):
+            raise ValueError(f"{type(self).__name__}: a state has {len(layout)} tensors "
+                             f"({', '.join(state_type._fields)}); got {len(state)}")
         leaves = []
-        for name, got, want in zip(example._fields, state, example):
-            expected = (want.shape[0], batch_size, *want.shape[2:])
-            if tuple(got.shape) != expected:
-                raise ValueError(f"{type(self).__name__}: state.{name} must be {list(expected)} "
+        for (name, n, tail), got in zip(layout, state):
+            if got.shape[0] != n or got.shape[1] != batch_size or tuple(got.shape[2:]) != tail:
+                expected = [n, batch_size, *tail]
+                raise ValueError(f"{type(self).__name__}: state.{name} must be {expected} "
                                  f"([N, B, H] for B={batch_size}); got {list(got.shape)}")
             leaves.append(got.to(dtype))
-        return type(example)(*leaves)
+        return state_type(*leaves)
+
+    def _state_layout(self) -> tuple[type, list]:
+        """The state's type and ``(field, N, trailing shape)`` per leaf, found once."""
+        cached = self.__dict__.get("_layout")
+        if cached is None:
+            example = self.zero_state(1, "meta")
+            cached = (type(example), [(name, leaf.shape[0], tuple(leaf.shape[2:]))
+                                      for name, leaf in zip(example._fields, example)])
+            self.__dict__["_layout"] = cached
+        return cached
 
 
 def check_core_inputs(core: MemoryCore, x: torch.Tensor, reset: torch.Tensor | None) -> None:
