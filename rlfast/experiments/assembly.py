@@ -270,8 +270,13 @@ def run_train(run: TrainRun) -> dict:
         logger.log(f"rlfast {verb} {args.algo} {args.env}{where}: logging to {exp_dir}",
                    console=True)
         result = run.runner.train()
-    scored = [(steps, ret) for steps, ret in result["eval_returns"] if ret == ret]  # not NaN
     print(f"Logs: {exp_dir}")
+    if "eval_returns" not in result:  # sampler.eval_n_envs=0: the training window's returns
+        print(f"Final training return (last {run.runner.log_traj_window} episodes at most): "
+              f"{result['final_return']:.2f} after {result['cum_steps']} steps (no evaluation: "
+              f"sampler.eval_n_envs=0)")
+        return result
+    scored = [(steps, ret) for steps, ret in result["eval_returns"] if ret == ret]  # not NaN
     if scored:
         best_steps, best = max(scored, key=lambda sr: (sr[1], -sr[0]))
         best_text = f"best {best:.2f} at {best_steps} steps"

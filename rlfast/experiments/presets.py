@@ -29,7 +29,7 @@ from rlfast.experiments.es_presets import ES_ENV_TUNED
 from rlfast.experiments.preset_data import (ASYNC_DEFAULTS, DISTRIBUTED_DEFAULTS, PRESETS,
                                            SAMPLER_SAFETY)
 from rlfast.experiments.registry import EnvTraits
-from rlfast.runners import AsyncRlEval, MinibatchRlEval, SyncRlEval
+from rlfast.runners import AsyncRl, AsyncRlEval, MinibatchRl, MinibatchRlEval, SyncRl, SyncRlEval
 from rlfast.models.memory import check_core
 from rlfast.utils.checks import check_choice, check_int
 from rlfast.utils.misc import available_cpus, deep_merge
@@ -357,7 +357,8 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
                      runner: str = "sync", world_size: int | None = None,
                      backend: str | None = None, distributed: bool = False,
                      device: str | None = "auto"
-                     ) -> MinibatchRlEval | SyncRlEval | AsyncRlEval:
+                     ) -> (MinibatchRl | MinibatchRlEval | SyncRl | SyncRlEval | AsyncRl
+                           | AsyncRlEval):
     """Assemble sampler, agent, algorithm and runner from a (possibly overridden) preset.
 
     Everything is constructed but nothing is started: no process, environment step or
@@ -374,7 +375,9 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     a synchronous run a :class:`SyncRlEval`: ``world_size`` ranks spawned by the run, or the
     ranks a launcher (torchrun, srun) started; each rank's share of the cores and GPUs comes
     from the affinity (see :func:`rlfast.runners.sync_rl.rank_affinity`). ``backend``
-    overrides the automatic choice (NCCL on CUDA, gloo on CPU).
+    overrides the automatic choice (NCCL on CUDA, gloo on CPU). ``sampler.eval_n_envs=0``
+    turns evaluation off: the runner then logs its recent training returns
+    (:func:`runner_settings`).
     """
     sampler_spec = catalog.sampler(sampler)
     algo_spec = catalog.algorithm(algo_name)
@@ -397,6 +400,8 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     collector = (sampler_spec.wait_reset_collector if recurrent and algo_spec.replay
                  else sampler_spec.reset_collector)
     SamplerCls = sampler_spec.sync_cls
+    runner_cfg = runner_settings(config)
+    evaluating = bool(config["sampler"].get("eval_n_envs"))
     if runner == "async":
         if sampler_spec.async_cls is None:
             raise ValueError(f"the {sampler} sampler has no asynchronous variant; --runner "
@@ -412,12 +417,33 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     affinity = run_affinity(config, sampler, runner, affinity, device,
                             multi_rank=distributed and runner != "async")
     if runner == "async":
-        return AsyncRlEval(algo=_algo(algo_name, config["algo"]), agent=agent,
-                           sampler=sampler_obj, seed=seed, affinity=affinity,
-                           **config["runner"], **config.get("async", {}))
+        AsyncCls = AsyncRlEval if evaluating else AsyncRl
+        return AsyncCls(algo=_algo(algo_name, config["algo"]), agent=agent,
+                        sampler=sampler_obj, seed=seed, affinity=affinity,
+                        **runner_cfg, **config.get("async", {}))
     if distributed:
-        return SyncRlEval(algo=_algo(algo_name, config["algo"]), agent=agent, sampler=sampler_obj,
-                          seed=seed, affinity=affinity, world_size=world_size, backend=backend,
-                          **config["runner"], **config.get("distributed", {}))
-    return MinibatchRlEval(algo=_algo(algo_name, config["algo"]), agent=agent,
-                           sampler=sampler_obj, seed=seed, affinity=affinity, **config["runner"])
+        SyncCls = SyncRlEval if evaluating else SyncRl
+        return SyncCls(algo=_algo(algo_name, config["algo"]), agent=agent, sampler=sampler_obj,
+                       seed=seed, affinity=affinity, world_size=world_size, backend=backend,
+                       **runner_cfg, **config.get("distributed", {}))
+    MinibatchCls = MinibatchRlEval if evaluating else MinibatchRl
+    return MinibatchCls(algo=_algo(algo_name, config["algo"]), agent=agent,
+                        sampler=sampler_obj, seed=seed, affinity=affinity, **runner_cfg)
+
+
+def runner_settings(config: dict) -> dict:
+    """``config["runner"]`` for the runner class the sampler's evaluation picks. With
+    ``sampler.eval_n_envs=0`` the run does not evaluate: it logs the returns of its recent
+    training episodes (``MinibatchRl`` and its sync / async twins), so ``runner.stop_return``,
+    which reads evaluations, is a ``ValueError``; a negative ``eval_n_envs`` is one too."""
+    runner_cfg = dict(config["runner"])
+    n_eval = config["sampler"].get("eval_n_envs") or 0
+    if not isinstance(n_eval, int) or isinstance(n_eval, bool) or n_eval < 0:
+        raise ValueError(f"sampler.eval_n_envs must be an int >= 0 (0: no evaluation, log "
+                         f"the training returns); got {n_eval!r}")
+    if n_eval == 0:
+        if runner_cfg.pop("stop_return", None) is not None:
+            raise ValueError("runner.stop_return stops at an evaluation return, but "
+                             "sampler.eval_n_envs=0 turns evaluation off: set "
+                             "sampler.eval_n_envs > 0 or drop runner.stop_return")
+    return runner_cfg

@@ -259,3 +259,59 @@ def test_cli_uses_the_per_environment_sampler_unless_told(tmp_path, capsys, extr
                  "--set", "runner.log_interval_steps=400", *extra])
     assert code == 0, capsys.readouterr().err
     assert json.loads((log_dir / "params.json").read_text())["sampler"] == expected
+
+
+@pytest.mark.parametrize("runner_kind, extra, RunnerCls", [
+    ("sync", [], "MinibatchRl"), ("sync", ["--world-size", "2"], "SyncRl"),
+    ("async", [], "AsyncRl")])
+def test_eval_n_envs_zero_builds_the_runner_that_logs_training_returns(runner_kind, extra,
+                                                                        RunnerCls):
+    config = get_preset("dqn", "CartPole-v1")
+    config["sampler"]["eval_n_envs"] = 0
+    world_size = 2 if extra else None
+    runner = build_experiment("dqn", "CartPole-v1", config, sampler="serial", seed=0,
+                              runner=runner_kind, world_size=world_size)
+    assert type(runner).__name__ == RunnerCls
+    assert runner.sampler.eval_n_envs == 0
+    config["sampler"]["eval_n_envs"] = 2
+    evaluating = build_experiment("dqn", "CartPole-v1", config, sampler="serial", seed=0,
+                                  runner=runner_kind, world_size=world_size)
+    assert type(evaluating).__name__ == RunnerCls + "Eval"
+
+
+@pytest.mark.parametrize("value, message", [
+    (-1, r"sampler\.eval_n_envs must be an int >= 0 .*got -1"),
+    (1.5, r"sampler\.eval_n_envs must be an int >= 0 .*got 1\.5")])
+def test_bad_eval_n_envs_is_a_one_line_error(value, message):
+    config = get_preset("ppo", "CartPole-v1")
+    config["sampler"]["eval_n_envs"] = value
+    with pytest.raises(ValueError, match=message):
+        build_experiment("ppo", "CartPole-v1", config, sampler="serial", seed=0)
+
+
+def test_stop_return_without_evaluation_is_refused_before_the_run(tmp_path, capsys):
+    code = main(["train", "ppo", "CartPole-v1", "--steps", "256", "--sampler", "serial",
+                 "--log-dir", str(tmp_path / "run"), "--no-progress",
+                 "--set", "sampler.eval_n_envs=0", "--set", "runner.stop_return=100"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "runner.stop_return stops at an evaluation return, but sampler.eval_n_envs=0" in err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+def test_cli_trains_without_evaluation_and_logs_the_training_returns(tmp_path, capsys):
+    code = main(["train", "ppo", "CartPole-v1", "--steps", "512", "--sampler", "serial",
+                 "--n-envs", "2", "--log-dir", str(tmp_path / "run"), "--no-progress",
+                 "--set", "sampler.batch_T=64", "--set", "runner.log_interval_steps=256",
+                 "--set", "sampler.eval_n_envs=0"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0
+    assert out[-1].startswith("Final training return (last 100 episodes at most): ")
+    assert "no evaluation: sampler.eval_n_envs=0" in out[-1]
+    import csv
+    with open(tmp_path / "run" / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["Diagnostics/CumSteps"]) for r in rows] == [256, 512]  # no evaluation row 0
+    assert all(float(r["Diagnostics/EvalTime (s)"]) == 0.0 for r in rows)
+    assert float(rows[-1]["ReturnAverage"]) > 0  # CartPole's training episodes, not NaN
+    assert "Evaluating agent" not in (tmp_path / "run" / "debug.log").read_text()
