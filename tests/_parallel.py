@@ -1,33 +1,46 @@
-"""Which test modules may run beside the others (``python -m pytest -n 2``, pytest-xdist).
+"""How ``python -m pytest -n 2`` (pytest-xdist) runs the suite on two workers side by side.
 
-Most of the suite starts real processes and checks afterwards that none is left and that no
-new ``/dev/shm`` entry appeared, or measures CPU load: run side by side, two such tests would
-see each other's processes and shared memory. So every test belongs to one scheduling scope,
-``processes``, run one test after the other on one worker, except the modules listed in
-``IN_PROCESS_MODULES``: they start no process (no fork, ``multiprocessing`` process or
-subprocess) and make no shared memory, and each is a scope of its own (its module fixtures
-built once) that the other worker runs meanwhile. So do the modules in
-``SERIAL_RUN_MODULES``, whose only processes are ``rlfast train ... --sampler serial`` runs:
-one process each, no worker, no shared memory.
+Every module is a scheduling scope of its own: it runs whole on one worker, its module
+fixtures built once. Three kinds of module share the two workers:
 
-The list was drawn up by recording, for every test of the suite, whether it did either; the
-guard (:func:`forbid_processes`, an autouse fixture in conftest.py) keeps it true: a listed
-module's test that starts a process or makes shared memory fails, naming this list. The
-scopes are given to pytest-xdist by a scheduler of its own kind (:func:`make_scheduler`,
-conftest.py's ``pytest_xdist_make_scheduler``), whatever ``--dist`` says. Without ``-n``
-nothing changes but the guard, which runs either way.
+- ``IN_PROCESS_MODULES`` start no process (no fork, ``multiprocessing`` process or
+  subprocess) and make no shared memory; ``SERIAL_RUN_MODULES`` start only
+  ``rlfast train ... --sampler serial`` runs (one process each, no worker, no shared memory).
+  The guard (:func:`forbid_processes`, an autouse fixture in conftest.py) keeps both lists
+  true: a listed module's test that starts anything else fails, naming its list.
+- Process modules (all the others) start real processes over real shared memory. Two of
+  them may run at once, one on each worker: each checks only what it owns, the descendants
+  of its own worker process (or the sessions and command lines of its runs) and the
+  ``/dev/shm`` entries that no other worker's process holds (tests/_leaks.py).
+- ``EXCLUSIVE_MODULES`` are process modules that measure CPU load or wall time against a
+  bound. They form one scope, and each of its modules runs while no other process module
+  does (:func:`process_turn`: an exclusive lock, where the others take a shared one). The
+  other worker keeps running in-process modules meanwhile, as it always did.
+
+The scheduler (:func:`make_scheduler`, conftest.py's ``pytest_xdist_make_scheduler``, used
+whatever ``--dist`` says) hands out the exclusive scope first, then the in-process modules,
+which the other worker runs while it lasts, then the process modules, the largest first so
+that the run ends on short ones. Without ``-n`` nothing changes but the guard, which runs
+either way, and no lock is taken.
+
+The lists were drawn up by recording, for every test of the suite, whether it started a
+process or made shared memory (the first two), and which tests assert on CPU load or a
+time bound (the third).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import multiprocessing.process
 import multiprocessing.shared_memory
 import os
 import subprocess
+import tempfile
+from collections.abc import Iterator
 
 import pytest
 import torch
 
-PROCESSES_GROUP = "processes"
 IN_PROCESS_MODULES = frozenset({
     "tests/algos/test_host_syncs.py",
     "tests/algos/test_replay_host_syncs.py",
@@ -146,30 +159,102 @@ SERIAL_RUN_MODULES = frozenset({
     "tests/regression/test_behaviour_unchanged.py",
 })
 
+# Process modules that assert on CPU load or on a time bound (see the module docstring).
+EXCLUSIVE_MODULES = frozenset({
+    "tests/runners/test_async_rl.py",  # the optimizer's idle share under the replay throttle
+    "tests/integration/test_faults.py",  # every process gone within 30 s of the fault
+    "tests/integration/test_async_faults.py",  # likewise
+    "tests/integration/test_sync_launch.py",  # likewise, for ranks
+})
+EXCLUSIVE_GROUP = "exclusive"
+
 
 def module_path(item: pytest.Item) -> str:
     """``tests/...py`` of ``item``, relative to the repository root."""
     return item.nodeid.split("::", 1)[0]
 
 
+def is_process_module(path: str) -> bool:
+    """Whether the tests of module ``path`` may start processes and share memory."""
+    return path not in IN_PROCESS_MODULES and path not in SERIAL_RUN_MODULES
+
+
 def scope_of(nodeid: str) -> str:
-    """The scheduling scope of a test: its module where that runs beside the others, else
-    ``processes``."""
+    """The scheduling scope of a test: its module, or ``EXCLUSIVE_GROUP`` for the modules
+    of ``EXCLUSIVE_MODULES``, which run one after the other on one worker."""
     path = nodeid.split("::", 1)[0]
-    beside = path in IN_PROCESS_MODULES or path in SERIAL_RUN_MODULES
-    return path if beside else PROCESSES_GROUP
+    return EXCLUSIVE_GROUP if path in EXCLUSIVE_MODULES else path
+
+
+def _scope_order(scope: str, n_tests: int) -> tuple:
+    """Where a scope goes in the work queue (see the module docstring)."""
+    if scope == EXCLUSIVE_GROUP:
+        return (0, 0)
+    if not is_process_module(scope):
+        return (1, -n_tests)
+    return (2, -n_tests)
 
 
 def make_scheduler(config: pytest.Config, log):
-    """pytest-xdist's scope scheduler with :func:`scope_of` as its scopes: a scope runs
-    whole on one worker, one test after the other."""
+    """pytest-xdist's scope scheduler with :func:`scope_of` as its scopes (a scope runs whole
+    on one worker, one test after the other) and the queue in :func:`_scope_order`."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ProcessesApartScheduling(LoadScopeScheduling):
+        _ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
 
+        def _assign_work_unit(self, node) -> None:
+            if not self._ordered:  # the first assignment: the queue is whole
+                ordered = sorted(self.workqueue.items(),
+                                 key=lambda scope_tests: _scope_order(scope_tests[0],
+                                                                     len(scope_tests[1])))
+                self.workqueue.clear()
+                self.workqueue.update(ordered)
+                self._ordered = True
+            super()._assign_work_unit(node)
+
     return ProcessesApartScheduling(config, log)
+
+
+def _lock_paths(config: pytest.Config) -> tuple[str, str] | None:
+    """The two lock files that this run's workers share, or None outside pytest-xdist. They
+    lie in the run's base temporary folder (each worker's is a folder of it), which pytest
+    removes with its old runs; the run's ``testrunuid`` names them."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return None
+    base = config.option.basetemp
+    folder = os.path.dirname(os.path.abspath(base)) if base else tempfile.gettempdir()
+    stem = os.path.join(folder, f"rlfast-tests-{workerinput['testrunuid']}")
+    return stem + ".gate", stem + ".turn"
+
+
+@contextlib.contextmanager
+def process_turn(config: pytest.Config, path: str) -> Iterator[None]:
+    """Hold the run's turn for module ``path`` while it runs: shared for a process module,
+    exclusive for one of ``EXCLUSIVE_MODULES``, none for the in-process ones or without
+    xdist. A gate taken before the turn lets a waiting exclusive module in ahead of shared
+    ones that come later, so that it cannot wait for ever."""
+    paths = _lock_paths(config)
+    if paths is None or not is_process_module(path):
+        yield
+        return
+    kind = fcntl.LOCK_EX if path in EXCLUSIVE_MODULES else fcntl.LOCK_SH
+    gate = os.open(paths[0], os.O_RDWR | os.O_CREAT, 0o600)
+    turn = os.open(paths[1], os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(turn, kind)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(turn)  # closing the last descriptor releases the lock
+        os.close(gate)
 
 
 def _is_serial_run(args: tuple, kwargs: dict) -> bool:

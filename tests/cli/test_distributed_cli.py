@@ -18,10 +18,10 @@ import torch.distributed as dist
 from rlfast.cli import _parser, main
 from rlfast.experiments.assembly import configure_train, run_train
 from rlfast.runners import MinibatchRlEval, SyncRlEval
+from tests._leaks import new_shm_entries, shm_entries
 from tests.integration._guards import live_children
 from tests.integration._guards import session_pids  # live processes of a session
 
-SHM = "/dev/shm"
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
 RUN_TIMEOUT_S = 300  # a real run on two busy shared cores: imports, two ranks, evaluations
@@ -242,23 +242,6 @@ def _run_cli(tmp_path, argv, name):
     return proc.returncode, out_path.read_text(), err_path.read_text(), pids
 
 
-def _shm():
-    return set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
-
-
-def _leaked_shm(before, pids):
-    """Entries of /dev/shm that appeared since ``before``, look like a Python / torch /
-    multiprocessing segment or name one of ``pids``, and are still there a second later
-    (another worker on the machine may own a transient one)."""
-    def suspects():
-        return sorted(n for n in _shm() - before
-                      if n.startswith(("pymp-", "psm_", "sem.mp-", "torch_", "rlfast"))
-                      or any(str(p) in n for p in pids))
-    if suspects():
-        time.sleep(1.0)
-    return suspects()
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="NCCL may work on this machine")
 def test_nccl_without_cuda_fails_naming_the_problem(tmp_path):
     code, out, err, _ = _run_cli(tmp_path, ["train", "ppo", "CartPole-v1", "--world-size", "2",
@@ -280,7 +263,7 @@ def test_nccl_without_cuda_is_a_configuration_error(tmp_path):
 
 # ---- a real two-rank run -------------------------------------------------------------------
 def test_two_ranks_end_to_end(tmp_path):
-    shm_before = _shm()
+    shm_before = shm_entries()
     log_dir = tmp_path / "run"
     code, out, err, pids = _run_cli(tmp_path, [
         "train", "ppo", "CartPole-v1", "--world-size", "2", "--sampler", "serial",
@@ -309,4 +292,6 @@ def test_two_ranks_end_to_end(tmp_path):
     log = (log_dir / "debug.log").read_text()
     assert log.count("SyncRlEval: rank 0 of 2 (spawn, backend gloo)") == 1
     assert log.count("Training complete.") == 1
-    assert _leaked_shm(shm_before, pids) == []
+    kinds = ("pymp-", "psm_", "sem.mp-", "torch_", "rlfast")
+    assert new_shm_entries(shm_before, prefixes=kinds,
+                           also=lambda n: any(str(p) in n for p in pids)) == []

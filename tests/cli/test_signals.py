@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from rlfast.utils.logging import load_snapshot
+from tests._leaks import new_shm_entries, shm_entries
 from tests.integration._guards import session_pids
 
-SHM = "/dev/shm"
 START_TIMEOUT_S = 240  # slow shared cores: startup, imports and the pre-training evaluation
 EXIT_TIMEOUT_S = 30
 
@@ -36,10 +36,6 @@ def _rows(path):
             return list(csv.reader(f))
     except FileNotFoundError:
         return []
-
-
-def _shm():
-    return set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
 
 
 def _interrupt_run(tmp_path, sampler, signum, group=False):
@@ -99,17 +95,14 @@ def _check_interrupted(proc, out, err, log_dir, pids, shm_before, signame, code)
     while session_pids(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert session_pids(proc.pid) == []
-    leaked = sorted(n for n in _shm() - shm_before
-                    if n.startswith(("pymp-", "psm_")) or any(str(p) in n for p in pids))
-    if leaked:  # another process on the machine may own a transient file: look again
-        time.sleep(1.0)
-        leaked = sorted(n for n in leaked if n in _shm())
+    leaked = new_shm_entries(shm_before, prefixes=("pymp-", "psm_"),
+                             also=lambda n: any(str(p) in n for p in pids))
     assert leaked == []
 
 
 @pytest.mark.parametrize("sampler,group", [("serial", False), ("cpu", False), ("cpu", True)])
 def test_sigterm_stops_cleanly_with_final_snapshot(tmp_path, sampler, group):
-    shm_before = _shm()
+    shm_before = shm_entries()
     proc, out, err, log_dir, pids = _interrupt_run(tmp_path, sampler, signal.SIGTERM, group)
     if sampler == "cpu":
         # Real worker processes (one per core the run may use, at most one per env).
@@ -118,6 +111,6 @@ def test_sigterm_stops_cleanly_with_final_snapshot(tmp_path, sampler, group):
 
 
 def test_ctrl_c_stops_cleanly_with_final_snapshot(tmp_path):
-    shm_before = _shm()
+    shm_before = shm_entries()
     proc, out, err, log_dir, pids = _interrupt_run(tmp_path, "cpu", signal.SIGINT)
     _check_interrupted(proc, out, err, log_dir, pids, shm_before, "SIGINT", 130)

@@ -18,11 +18,10 @@ from rlfast.envs import make
 from rlfast.runners import AsyncRlEval
 from rlfast.samplers import (AsyncAlternatingSampler, AsyncCpuSampler, AsyncGpuSampler,
                              AsyncSerialSampler)
+from tests._leaks import new_shm_entries, shm_entries  # noqa: F401 (for the tests)
 
 ASYNC_SAMPLERS = {"serial": AsyncSerialSampler, "cpu": AsyncCpuSampler,
                   "gpu": AsyncGpuSampler, "alternating": AsyncAlternatingSampler}
-SHM = "/dev/shm"
-SHM_PATTERNS = ("pymp-", "psm_", "torch_")
 # Small and quick: learning after 256 steps, 1 update of 32 per 32-step batch (replay ratio 1).
 SMALL_DQN = dict(discount=0.99, batch_size=32, min_steps_learn=256, replay_size=20_000,
                  replay_ratio=1, target_update_interval=100, n_step_return=3,
@@ -65,20 +64,6 @@ def read_progress(log_dir) -> list[dict]:
         rows = list(csv.DictReader(f))
     return [{k: (float(v) if v not in ("", None) else math.nan) for k, v in row.items()}
             for row in rows]
-
-
-def shm_entries() -> set:
-    return set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
-
-
-def new_shm_entries(before: set) -> list:
-    """rlfast / multiprocessing / torch entries in /dev/shm that were not there ``before``
-    (looked at twice: another job on the machine may own a transient one)."""
-    new = sorted(n for n in shm_entries() - before if n.startswith(SHM_PATTERNS))
-    if new:
-        time.sleep(1.0)
-        new = sorted(n for n in shm_entries() - before if n.startswith(SHM_PATTERNS))
-    return new
 
 
 def pid_alive(pid: int) -> bool:

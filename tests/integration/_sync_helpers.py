@@ -20,11 +20,11 @@ import time
 
 import psutil
 
+from tests._leaks import new_shm_entries, shm_entries  # noqa: F401 (for the tests)
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 RLFAST = [sys.executable, "-m", "rlfast"]
-SHM = "/dev/shm"
-SHM_PATTERNS = ("pymp-", "psm_", "torch_")
 # Variables through which a launcher (torchrun, Slurm) describes a rank: a test process that
 # itself runs under one must not pass them on, or rlfast would join that job.
 _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
@@ -170,16 +170,3 @@ def find_files(root, name: str) -> list:
     return sorted(os.path.join(d, name) for d, _, files in os.walk(str(root)) if name in files)
 
 
-def shm_entries() -> set:
-    return set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
-
-
-def new_shm_entries(before: set) -> list:
-    """Entries of ``/dev/shm`` (of the kinds rlfast and torch create) added since ``before``;
-    looks twice, a second apart, since another process on the machine may own a transient
-    one."""
-    new = sorted(n for n in shm_entries() - before if n.startswith(SHM_PATTERNS))
-    if new:
-        time.sleep(1.0)
-        new = sorted(n for n in shm_entries() - before if n.startswith(SHM_PATTERNS))
-    return new

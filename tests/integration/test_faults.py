@@ -24,9 +24,9 @@ import time
 import psutil
 import pytest
 
+from tests._leaks import new_shm_entries, shm_entries
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SHM = "/dev/shm"
-SHM_PATTERNS = ("pymp-", "psm_", "torch_")
 REACH_FAULT_S = 180.0   # startup on a loaded 2-core machine, then 310 env steps
 AFTER_FAULT_S = 30.0    # the acceptance bound: error or clean exit within 30 s of the fault
 WORKER_TIMEOUT_S = 2    # the run's sampler.worker_timeout (SIGSTOP cases: the wait for the
@@ -45,10 +45,6 @@ EXPECTED = {
 }
 # What cannot be a fault of a serial run: its environments run in the master itself.
 IN_MASTER = {("serial", "sigkill"), ("serial", "sigstop")}
-
-
-def _shm_entries() -> set:
-    return set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
 
 
 def _session_processes(sid: int) -> list:
@@ -136,7 +132,7 @@ CASES = [pytest.param(s, f, marks=pytest.mark.skip(reason="the env runs in the m
 
 @pytest.mark.parametrize("sampler,fault", CASES)
 def test_fault_matrix(sampler, fault, tmp_path):
-    before = _shm_entries()
+    before = shm_entries()
     status, output, elapsed, sid = run_fault_case(sampler, fault, tmp_path)
     expected_status, pattern = EXPECTED[fault]
     assert status == expected_status, (f"{sampler}/{fault}: exit {status}, expected "
@@ -162,16 +158,13 @@ def _assert_clean(before: set, sid: int) -> None:
     leftovers = [p.pid for p in _session_processes(sid)]
     _kill_session(sid)
     assert leftovers == [], f"processes left behind: {leftovers}"
-    new = sorted(n for n in _shm_entries() - before if n.startswith(SHM_PATTERNS))
-    if new:  # another process on the machine may own a transient entry: look again
-        time.sleep(1.0)
-        new = sorted(n for n in _shm_entries() - before if n.startswith(SHM_PATTERNS))
+    new = new_shm_entries(before)
     assert new == [], f"/dev/shm entries left behind: {new}"
 
 
 def test_sigterm_to_whole_group_exits_cleanly(tmp_path):
     """Slurm's scancel signals every process of the job: workers and master together."""
-    before = _shm_entries()
+    before = shm_entries()
     status, output, elapsed, sid = run_fault_case("cpu", "sigterm", tmp_path, signal_group=True)
     assert status == 143, output[-3000:]
     assert "interrupted" in output and "Training complete." not in output

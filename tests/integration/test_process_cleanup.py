@@ -12,15 +12,14 @@ from rlfast.algos import A2C, PPO
 from rlfast.envs import make
 from rlfast.runners import MinibatchRl, MinibatchRlEval
 from rlfast.samplers import CpuSampler
+from tests._leaks import SHM_DIR as SHM, new_shm_entries, shm_entries
 from tests.integration._guards import live_children, watchdog  # noqa: F401 - fixture
 
 TWO_WORKERS = dict(workers_cpus=[[0], [1]])
 HANG_GUARD_S = 60
-SHM = "/dev/shm"
-# multiprocessing / shared_memory names; files named after one of our pids (torch_<pid>_*,
-# pym-<pid>-*) are caught by pid. Others' semaphores (sem.mp-*) are not checked: concurrent
-# processes on the machine may own some for their lifetime.
-SHM_PATTERNS = ("pymp-", "psm_")
+# The leak check looks for multiprocessing / shared_memory names, and files named after one
+# of our pids (torch_<pid>_*, pym-<pid>-*). Others' semaphores (sem.mp-*) are not checked:
+# concurrent processes on the machine may own some for their lifetime.
 
 
 def cartpole_sampler(**kwargs):
@@ -144,19 +143,10 @@ def test_exception_during_startup_leaves_no_children(watchdog):  # noqa: F811
     assert live_children() == []
 
 
-def _shm_entries():
-    return set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
-
-
-def _suspicious(entries, pids):
-    return sorted(name for name in entries
-                  if name.startswith(SHM_PATTERNS) or any(str(pid) in name for pid in pids))
-
-
 @pytest.mark.skipif(not os.path.isdir(SHM), reason="needs /dev/shm")
 def test_no_shared_memory_files_left_behind(watchdog):  # noqa: F811
     watchdog(HANG_GUARD_S)
-    before = _shm_entries()
+    before = shm_entries()
     sampler = cartpole_sampler()
     agent = small_agent()
     sampler.initialize(agent, seed=7, affinity=TWO_WORKERS, bootstrap_value=True)
@@ -166,11 +156,8 @@ def test_no_shared_memory_files_left_behind(watchdog):  # noqa: F811
         sampler.obtain_samples(itr)
     sampler.evaluate_agent(1)
     sampler.shutdown()
-    new = _shm_entries() - before
-    leaked = _suspicious(new, pids)
-    if leaked:  # another process on the machine may own a transient file: look again
-        time.sleep(1.0)
-        leaked = _suspicious(_shm_entries() - before, pids)
+    leaked = new_shm_entries(before, prefixes=("pymp-", "psm_"),
+                             also=lambda name: any(str(pid) in name for pid in pids))
     assert leaked == []
     assert live_children() == []
 

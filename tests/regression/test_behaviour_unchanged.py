@@ -168,5 +168,6 @@ def test_fingerprint_names_what_decides_the_kernels(monkeypatch):
     assert b.platform_differences(other, here) == [
         "kernel_env: {} -> {'MKL_ENABLE_INSTRUCTIONS': 'AVX2'}"]
     assert b.fingerprint({"ATEN_CPU_CAPABILITY": "default"})["torch_cpu_capability"] == "DEFAULT"
-    changed = dict(here, cpu_vendor="GenuineIntel", torch="2.11.0")
+    vendor = "AuthenticAMD" if here["cpu_vendor"] == "GenuineIntel" else "GenuineIntel"
+    changed = dict(here, cpu_vendor=vendor, torch="2.11.0")
     assert len(b.platform_differences(changed, here)) == 2

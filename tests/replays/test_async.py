@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import multiprocessing as mp
-import os
 import time
 from collections import namedtuple
 
@@ -19,6 +18,7 @@ from rlfast.replays import (AsyncPrioritizedReplayBuffer, AsyncReplayBuffer, Asy
                             AsyncUniformReplayBuffer, SumTree, make_replay_buffer,
                             replay_buffer_class)
 from rlfast.utils.buffer import SharedArray
+from tests._leaks import new_shm_entries, shm_entries
 from tests.replays._stream import Stream, Tl, tl_id_fields
 
 FORK = mp.get_context("fork")
@@ -383,30 +383,11 @@ def check_whole(batch) -> None:
     np.testing.assert_array_equal(target.prev_action.numpy(), _prev_id(ids + N * CB))
 
 
-def _shm_entries() -> set[str]:
-    try:
-        return set(os.listdir("/dev/shm"))
-    except FileNotFoundError:  # no /dev/shm here: nothing can be left there
-        return set()
-
-
-def _new_shm_entries(before: set[str]) -> set[str]:
-    """Entries added since ``before`` that stay (other processes' fleeting files are waited
-    out for a moment)."""
-    new = _shm_entries() - before
-    for _ in range(10):
-        if not new:
-            break
-        time.sleep(0.1)
-        new &= _shm_entries()
-    return new
-
-
 @pytest.mark.parametrize("prioritized,unique", [(False, False), (True, False), (True, True)],
                          ids=["uniform", "prioritized", "prioritized-unique"])
 def test_concurrent_appends_and_samples_never_mix_rows(prioritized, unique, capsys):
     seconds = 10 / 3
-    shm_before = _shm_entries()
+    shm_before = shm_entries()
     example = Row(*(x[0, 0] for x in _ids_chunk(0)))
     kwargs = dict(example=example, size=CB * 256, B=CB, discount=GAMMA, n_step_return=N)
     if prioritized:
@@ -464,7 +445,7 @@ def test_concurrent_appends_and_samples_never_mix_rows(prioritized, unique, caps
         assert np.all(tree.leaves[valid] > 0)
     del buffer, batch, proc, sampler
     gc.collect()
-    assert not _new_shm_entries(shm_before), "shared memory left in /dev/shm"
+    assert not new_shm_entries(shm_before, prefixes=("",)), "shared memory left in /dev/shm"
 
 
 # ------------------------------------------------------------------------- factory & API

@@ -10,15 +10,13 @@ from __future__ import annotations
 import csv
 import os
 import pickle
-import time
 
 from rlfast.experiments.presets import build_experiment, get_preset
 from rlfast.runners import SyncRlEval
 from rlfast.utils.logging import logger_context
+from tests._leaks import new_shm_entries, shm_entries  # noqa: F401 (for the tests)
 
 FAIL_MESSAGE = "rank failure injected by tests.runners._sync_runners"
-SHM = "/dev/shm"
-SHM_PATTERNS = ("pymp-", "psm_", "torch_")
 # Variables through which a launcher (torchrun, Slurm) describes a rank: with any of them
 # set, SyncRl would join that job instead of spawning its own ranks.
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
@@ -145,15 +143,3 @@ def read_records(record_dir, world_size: int = 2) -> list:
     return out
 
 
-def shm_entries() -> set:
-    return set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
-
-
-def new_shm_entries(before: set) -> list:
-    """Entries of /dev/shm of the kinds rlfast and torch create, added since ``before`` and
-    still there a second later (another process on the machine may own a transient one)."""
-    new = sorted(n for n in shm_entries() - before if n.startswith(SHM_PATTERNS))
-    if new:
-        time.sleep(1.0)
-        new = sorted(n for n in shm_entries() - before if n.startswith(SHM_PATTERNS))
-    return new

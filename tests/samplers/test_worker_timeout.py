@@ -20,6 +20,7 @@ from rlfast.samplers import (AlternatingSampler, CpuSampler, GpuSampler, Sampler
                              SerialSampler)
 from rlfast.samplers.base import EVAL_ENV_SEED_OFFSET, parse_worker_timeout
 from rlfast.samplers.parallel.timeout import AUTO_MIN_S, AUTO_UNMEASURED_S, WorkerTimeout
+from tests._leaks import new_shm_entries, shm_entries
 from tests.integration._guards import live_children, watchdog  # noqa: F401 - fixture
 from tests.samplers._hanging_envs import HangingInWorkerEnv, HangingStepEnv, TickEnv
 
@@ -27,12 +28,6 @@ TWO_WORKERS = dict(workers_cpus=[[0], [1]])
 SAMPLERS = [CpuSampler, GpuSampler, AlternatingSampler]
 GUARD_S = 60     # the watchdog: a hang fails the test instead of blocking the suite
 TIMEOUT_S = 2.0  # the sampler's worker_timeout once the first batch went well
-SHM = "/dev/shm"
-SHM_PATTERNS = ("pymp-", "psm_")
-
-
-def _shm_entries() -> set:
-    return set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
 
 
 def _silence(SamplerCls, expected: str = "done") -> str:
@@ -57,7 +52,7 @@ def run(watchdog):  # noqa: F811
     generous timeout; ``run.check_clean()`` asserts no child process and no new shared-memory
     file remain. Every sampler is shut down at the end, even when the test fails."""
     watchdog(GUARD_S)
-    state = dict(samplers=[], pids=[os.getpid()], shm=_shm_entries(),
+    state = dict(samplers=[], pids=[os.getpid()], shm=shm_entries(),
                  children=set(live_children()))
 
     class Run:
@@ -75,15 +70,8 @@ def run(watchdog):  # noqa: F811
         def check_clean():
             assert set(live_children()) - state["children"] == set()
 
-            def leaked():
-                return sorted(n for n in _shm_entries() - state["shm"]
-                              if n.startswith(SHM_PATTERNS)
-                              or any(str(pid) in n for pid in state["pids"]))
-
-            new = leaked()
-            if new:  # another process may own a transient entry: look again
-                time.sleep(1.0)
-                new = leaked()
+            new = new_shm_entries(state["shm"], prefixes=("pymp-", "psm_"),
+                                  also=lambda n: any(str(pid) in n for pid in state["pids"]))
             assert new == [], f"/dev/shm entries left behind: {new}"
 
     yield Run

@@ -14,18 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from tests._leaks import new_shm_entries, shm_entries
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_gpu.sh"
-
-
-def _shm() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
 def test_dry_run_measures_tabulates_and_times_the_learning_run(tmp_path):
     pytest.importorskip("ale_py")
     out, scratch = tmp_path / "out", tmp_path / "tmp"
     scratch.mkdir()
-    shm_before = _shm()
+    shm_before = shm_entries()
     proc = subprocess.run(
         ["bash", str(SCRIPT), "--dry-run", "--only", "cleanrl-alevec@2", "learn", "--budget",
          "120", "--warmup", "0", "--seconds", "0.3", "--learn-seconds", "60", "--learn-steps",
@@ -49,4 +47,4 @@ def test_dry_run_measures_tabulates_and_times_the_learning_run(tmp_path):
     assert (out / "learn_progress.csv").read_text().startswith(("Diagnostics/", "Return"))
     # the run's work folder is gone (torch may leave its compile cache folder there)
     assert [n for n in os.listdir(scratch) if n.startswith("rlfast_bench_gpu_")] == []
-    assert _shm() - shm_before == set()
+    assert new_shm_entries(shm_before, prefixes=("",)) == []
