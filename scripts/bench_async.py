@@ -26,8 +26,9 @@ Every run is one child process (``--child``): it builds the preset through
 ``replay_size`` 100k), swaps in a runner with online logging, and trains until its measurement
 window is over: the window opens ``--warmup`` s after the first gradient update, lasts
 ``--seconds`` and closes at the first iteration (sync) or received batch (async) after that;
-the run then stops, ``runner.train()`` shutting every process down on the way out. Figures
-over the window:
+the run then stops, ``runner.train()`` shutting every process down on the way out
+(``--quick`` forks the children from the parent instead, which has imported torch and rlfast
+once: a smoke test's figures, not measurements). Figures over the window:
 
 - env steps/s: steps sampled (async: in the batches the optimizer received) per second;
 - updates/s: gradient updates per second;
@@ -400,25 +401,72 @@ def contenders(args: argparse.Namespace) -> list[dict]:
     return out
 
 
-def run_contender(spec: dict, timeout_s: float) -> dict:
-    """One contender in a fresh child process (its own process group, killed on timeout)."""
-    cmd = [sys.executable, SCRIPT, "--child", json.dumps(spec)]
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except BaseException:  # a timeout or Ctrl-C: no process of the run may outlive it
+def _forked_child(spec: dict, log_fd: int) -> None:
+    """The body of a forked contender: its own process group, its output into ``log_fd``."""
+    os.setsid()
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    print(RESULT_TAG + json.dumps(run_child(spec)), flush=True)
+
+
+def preload_child_modules() -> None:
+    """Import what every contender imports, in this process, before ``--quick`` forks them:
+    each forked child then starts with them (torch, rlfast, ALE; torch._dynamo, which Adam's
+    constructor imports, alone costs a few CPU seconds per interpreter)."""
+    import torch._dynamo  # noqa: F401
+
+    import rlfast.envs.atari.atari_env  # noqa: F401
+    import rlfast.experiments.presets  # noqa: F401
+    import rlfast.runners  # noqa: F401
+    import rlfast.utils.logging  # noqa: F401
+
+
+def run_contender(spec: dict, timeout_s: float, fork: bool = False) -> dict:
+    """One contender in a fresh child process (its own process group, killed on timeout): a
+    new interpreter, or with ``fork`` (``--quick``) a fork of this process, which spares the
+    smoke test the start-up (imports) of every child; the measurements want the former."""
+    if fork:
+        import multiprocessing
+
+        with tempfile.TemporaryFile("w+") as log:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            child = multiprocessing.get_context("fork").Process(
+                target=_forked_child, args=(spec, log.fileno()))
+            child.start()
+            child.join(timeout_s)
+            timed_out = child.exitcode is None
+            if timed_out:
+                try:
+                    os.killpg(child.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                child.join()
+            log.seek(0)
+            out, returncode = log.read(), child.exitcode
+        if timed_out:
+            raise RuntimeError(f"{spec['name']} did not finish within {timeout_s:.0f} s:\n"
+                               f"{out[-3000:]}")
+    else:
+        cmd = [sys.executable, SCRIPT, "--child", json.dumps(spec)]
+        env = dict(os.environ,
+                   PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env, start_new_session=True)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, _ = proc.communicate()
-        raise RuntimeError(f"{spec['name']} did not finish within {timeout_s:.0f} s or was "
-                           f"interrupted:\n{out[-3000:]}")
+            out, _ = proc.communicate(timeout=timeout_s)
+        except BaseException:  # a timeout or Ctrl-C: no process of the run may outlive it
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, _ = proc.communicate()
+            raise RuntimeError(f"{spec['name']} did not finish within {timeout_s:.0f} s or was "
+                               f"interrupted:\n{out[-3000:]}")
+        returncode = proc.returncode
     lines = [line for line in out.splitlines() if line.startswith(RESULT_TAG)]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{spec['name']} failed (exit {proc.returncode}):\n{out[-3000:]}")
+    if returncode != 0 or not lines:
+        raise RuntimeError(f"{spec['name']} failed (exit {returncode}):\n{out[-3000:]}")
     return json.loads(lines[-1][len(RESULT_TAG):])
 
 
@@ -575,7 +623,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a contender that fails is reported and left out, the others run "
                              "on (exit status 1 at the end)")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke test: 1 round, 0.5 s windows, tiny replay buffers")
+                        help="smoke test: 1 round, 0.5 s windows, tiny replay buffers, "
+                             "every child forked from this process (no interpreter start-up)")
     parser.add_argument("--json", metavar="OUT", help="write every run and the summary here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -586,8 +635,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rounds, args.seconds, args.warmup, args.sync_threads = 1, 0.5, 0.0, [1]
         args.dqn_replay_ratios = args.dqn_replay_ratios[-1:]
-        args.dqn_min_steps_learn, args.dqn_replay_size, args.dqn_batch_B = 128, 4096, 4
+        args.dqn_min_steps_learn, args.dqn_replay_size, args.dqn_batch_B = 128, 4096, 1
         args.sac_min_steps_learn, args.sac_replay_size = 200, 4096
+        preload_child_modules()
     if args.rounds < 1 or args.seconds <= 0 or args.warmup < 0:
         parser.error("--rounds must be >= 1, --seconds > 0, --warmup >= 0")
     if args.device == "cuda":
@@ -619,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             waited = wait_for_quiet(args.quiet_wait, args.quiet_load)
             try:
-                res = run_contender(spec, timeout)
+                res = run_contender(spec, timeout, fork=args.quick)
             except RuntimeError as error:
                 if not args.keep_going:
                     raise

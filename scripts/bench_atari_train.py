@@ -53,9 +53,10 @@ iteration) with as many gradient steps as rlfast's DQN makes per iteration.
 a uniformly random agent on the PPO environments (no model, no learning): the ceiling of what
 sampling allows, to which each rlfast PPO row is compared (its share of it).
 
-Every run is one child process (``--child NAME``). Its clock starts at the first iteration
-boundary after the first gradient update; the measurement window opens at the first boundary
-``--warmup`` s later and closes at the first boundary ``--seconds`` after that (boundaries:
+Every run is one child process (``--child NAME``; ``--quick`` forks it from the parent,
+which has imported torch and rlfast once: a smoke test's figures). Its clock starts at the
+first iteration boundary after the first gradient update; the measurement window opens at
+the first boundary ``--warmup`` s later and closes at the first boundary ``--seconds`` after that (boundaries:
 rlfast's log rows, one per PPO iteration and about every 256 env steps for DQN (64 with
 ``--quick``); SB3's
 rollout starts, every ``n_steps`` (PPO) or ``train_freq`` (DQN) vector steps; the CleanRL
@@ -545,30 +546,84 @@ CHILD_ARGS = ("envs", "steps_per_env", "seconds", "warmup", "device", "seed", "d
               "dqn_learning_starts", "dqn_replay_size", "leanrl_compile")
 
 
+def _forked_child(name: str, args: argparse.Namespace, log_fd: int) -> None:
+    """The body of a forked contender: its own process group, its output into ``log_fd``."""
+    os.setsid()
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    run_child(name, args)
+    sys.stdout.flush()
+
+
+def preload_child_modules() -> None:
+    """Import what the rlfast contenders import, in this process, before ``--quick`` forks
+    them: each forked child then starts with them (torch._dynamo, which Adam's constructor
+    imports, alone costs a few CPU seconds per interpreter)."""
+    import torch._dynamo  # noqa: F401
+
+    import rlfast.envs.atari.atari_env  # noqa: F401
+    import rlfast.experiments.presets  # noqa: F401
+    import rlfast.runners  # noqa: F401
+    import rlfast.utils.logging  # noqa: F401
+
+
+def _run_forked(name: str, args: argparse.Namespace,
+                timeout: float) -> tuple[int | None, str]:
+    """(exit status, None once killed on timeout; output) of ``name`` forked from this
+    process, which has imported torch and rlfast already."""
+    import multiprocessing
+
+    with tempfile.TemporaryFile("w+") as log:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        child = multiprocessing.get_context("fork").Process(
+            target=_forked_child, args=(name, args, log.fileno()))
+        child.start()
+        child.join(timeout)
+        returncode = child.exitcode
+        if returncode is None:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            child.join()
+        log.seek(0)
+        return returncode, log.read()
+
+
 def run_contender(name: str, args: argparse.Namespace,
                   timeout: float | None = None) -> tuple[str, dict | str]:
     """One contender in a fresh child process (its own process group, killed on timeout,
     by default 300 s plus three windows): ``("ok", figures)``, ``("skipped", reason)`` or
     ``("failed", output tail)``. A child killed on timeout after it reported its figures (its
-    shut-down was what ran late) counts as ok, with ``shutdown_timeout`` set."""
-    cmd = [sys.executable, SCRIPT, "--child", name] + (["--quick"] if args.quick else [])
-    for key in CHILD_ARGS:
-        cmd += ["--" + key.replace("_", "-"), str(getattr(args, key))]
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True)
+    shut-down was what ran late) counts as ok, with ``shutdown_timeout`` set. The child is a
+    new interpreter, or with ``--quick`` a fork of this process, which spares the smoke test
+    every child's start-up (imports); the measurements want the former."""
     if timeout is None:
         timeout = 300 + 3 * (args.warmup + args.seconds)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except BaseException as error:  # a timeout or Ctrl-C: no process of the run may outlive it
+    if args.quick:
+        returncode, out = _run_forked(name, args, timeout)
+    else:
+        cmd = [sys.executable, SCRIPT, "--child", name]
+        for key in CHILD_ARGS:
+            cmd += ["--" + key.replace("_", "-"), str(getattr(args, key))]
+        env = dict(os.environ,
+                   PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env, start_new_session=True)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, _ = proc.communicate()
-        if not isinstance(error, subprocess.TimeoutExpired):
-            raise
+            out, _ = proc.communicate(timeout=timeout)
+            returncode = proc.returncode
+        except BaseException as error:  # a timeout or Ctrl-C: no process may outlive it
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, _ = proc.communicate()
+            if not isinstance(error, subprocess.TimeoutExpired):
+                raise
+            returncode = None
+    if returncode is None:  # killed on timeout
         results = [line for line in out.splitlines() if line.startswith(RESULT_TAG)]
         if results:
             return "ok", dict(json.loads(results[-1][len(RESULT_TAG):]), shutdown_timeout=True)
@@ -578,11 +633,11 @@ def run_contender(name: str, args: argparse.Namespace,
     if skip:
         return "skipped", skip[-1][len(SKIP_TAG):]
     markers = UNAVAILABLE_MARKERS.get(name, ())
-    if proc.returncode != 0 and "TypeError" in out and any(m in out for m in markers):
+    if returncode != 0 and "TypeError" in out and any(m in out for m in markers):
         return "skipped", "not available"
     results = [line for line in lines if line.startswith(RESULT_TAG)]
-    if proc.returncode != 0 or not results:
-        return "failed", f"exit {proc.returncode}:\n{out[-3000:]}"
+    if returncode != 0 or not results:
+        return "failed", f"exit {returncode}:\n{out[-3000:]}"
     return "ok", json.loads(results[-1][len(RESULT_TAG):])
 
 
@@ -687,7 +742,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser,
                         help="also measure the rlfast cpu sampler with a random agent")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true",
-                        help="tiny batches, one round of a few seconds (smoke test)")
+                        help="tiny batches, one round of a few seconds, every contender "
+                             "forked from this process (smoke test)")
     parser.add_argument("--json", default=None, help="also write the figures here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -721,6 +777,8 @@ def main() -> None:
         import torch
         if not torch.cuda.is_available():
             parser.error("--device cuda needs a GPU")
+    if args.quick:
+        preload_child_modules()
     names = list(args.contenders or DEFAULT_CONTENDERS)
     if args.random_agent and "rlfast-random" not in names:
         names.append("rlfast-random")

@@ -15,9 +15,10 @@ every other round, so that drift in the machine's load hits every contender alik
   DistributedDataParallel every minibatch. N=1 is the overhead of the process group and DDP
   alone.
 
-Every run is one child process (``--child``) that trains for ``--seconds`` of wall time after
-a ``--warmup`` (figures from rank 0's log rows: steps and updates between the first row after
-the warmup and the last). Global env steps/s counts every rank's steps; updates/s counts
+Every run is one child process (``--child``; ``--quick`` forks it from this process, which
+has imported torch and rlfast once: a smoke test's figures, not measurements) that trains
+for ``--seconds`` of wall time after a ``--warmup`` (figures from rank 0's log rows: steps
+and updates between the first row after the warmup and the last). Global env steps/s counts every rank's steps; updates/s counts
 synchronous (all-rank) gradient steps. The ratio column divides by MinibatchRl's median.
 
 Weak scaling: N ranks sample N times the environments per iteration, so on a machine with
@@ -51,8 +52,9 @@ def _child(args: argparse.Namespace) -> None:
 
     config = get_preset("ppo", args.env)
     config["sampler"].update(eval_n_envs=0, eval_max_steps=None, max_decorrelation_steps=0)
-    if args.quick:
+    if args.quick:  # one update per iteration
         config["sampler"].update(batch_T=8, batch_B=4)
+        config["algo"].update(epochs=1, minibatches=1)
     batch = config["sampler"]["batch_T"] * config["sampler"]["batch_B"]
     world = args.child_world
     sampler = "gpu" if args.device == "cuda" else "cpu"
@@ -103,17 +105,80 @@ def _child(args: argparse.Namespace) -> None:
                           seconds=seconds, envs=config["sampler"]["batch_B"] * world_envs)))
 
 
+def _rank_free_env() -> dict:
+    """This environment without the variables of an enclosing distributed launch: a
+    contender sets up its own ranks."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+            and not k.startswith("SLURM_")}
+
+
+def _forked_child(args: argparse.Namespace, world: int, out_fd: int, err_fd: int) -> None:
+    """The body of a forked contender (``--quick``): its own process group, its output into
+    the parent's files."""
+    os.setsid()
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    env = _rank_free_env()
+    for key in [k for k in os.environ if k not in env]:
+        del os.environ[key]
+    _child(argparse.Namespace(**dict(vars(args), child=True, child_world=world)))
+    sys.stdout.flush()
+
+
+def _run_forked(args: argparse.Namespace, world: int, timeout_s: float) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of one contender forked from this process, which has
+    imported torch and rlfast already: a smoke test is spared every child's start-up."""
+    import multiprocessing
+    import signal
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        child = multiprocessing.get_context("fork").Process(
+            target=_forked_child, args=(args, world, out.fileno(), err.fileno()))
+        child.start()
+        child.join(timeout_s)
+        if child.exitcode is None:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            child.join()
+            raise RuntimeError(f"contender world={world} did not finish within "
+                               f"{timeout_s:.0f} s")
+        out.seek(0)
+        err.seek(0)
+        return child.exitcode, out.read(), err.read()
+
+
+def _preload_child_modules() -> None:
+    """Import what every contender imports, in this process, before ``--quick`` forks them
+    (torch._dynamo, which Adam's constructor imports, alone costs a few CPU seconds per
+    interpreter)."""
+    import torch._dynamo  # noqa: F401
+
+    import rlfast.envs.atari.atari_env  # noqa: F401
+    import rlfast.experiments.presets  # noqa: F401
+    import rlfast.runners  # noqa: F401
+    import rlfast.utils.logging  # noqa: F401
+
+
 def _run(args: argparse.Namespace, world: int) -> dict:
+    timeout_s = 600 + 2 * (args.warmup + args.seconds)
+    if args.quick:
+        returncode, stdout, stderr = _run_forked(args, world, timeout_s)
+        if returncode != 0:
+            raise RuntimeError(f"contender world={world} failed:\n{stdout[-2000:]}\n"
+                               f"{stderr[-4000:]}")
+        return json.loads(stdout.strip().splitlines()[-1])
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--child-world", str(world),
            "--env", args.env, "--device", args.device, "--seconds", str(args.seconds),
            "--warmup", str(args.warmup), "--seed", str(args.seed)]
     if args.quick:
         cmd.append("--quick")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-           and not k.startswith("SLURM_")}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                          timeout=600 + 2 * (args.warmup + args.seconds))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_rank_free_env(),
+                          timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"contender world={world} failed:\n{proc.stdout[-2000:]}\n"
                            f"{proc.stderr[-4000:]}")
@@ -141,7 +206,8 @@ def main() -> None:
     parser.add_argument("--env", default="atari:pong")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true",
-                        help="tiny batches, one round of a few seconds (smoke test)")
+                        help="tiny batches, one update per iteration, one round of a few "
+                             "seconds, every contender forked from this process (smoke test)")
     parser.add_argument("--json", default=None, help="also write the figures here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-world", type=int, default=0, help=argparse.SUPPRESS)
@@ -151,6 +217,7 @@ def main() -> None:
         return
     if args.quick:  # the window: from the first log row to the first one 0.5 s later
         args.rounds, args.seconds, args.warmup = 1, 0.5, 0.0
+        _preload_child_modules()
     if any(w < 1 for w in args.world_sizes):
         parser.error("--world-sizes must be >= 1")
     if args.device == "cuda":

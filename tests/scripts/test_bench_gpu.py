@@ -1,7 +1,7 @@
 """scripts/bench_gpu.sh end to end on the CPU (``--dry-run``), cut to two measurements so that
-it takes about 15 s: the cleanrl-alevec contender through scripts/bench_atari_train.py and a
-Pong learning run of ``rlfast train`` of 512 steps, timed by its progress.csv. The tables,
-the raw JSON and the copied progress.csv land in $OUT; nothing is left in /dev/shm or the
+it takes about 15 s: the cleanrl-alevec contender (2 envs x 8 steps) through
+scripts/bench_atari_train.py and a Pong learning run of ``rlfast train`` of 512 steps, timed
+by its progress.csv. The tables, the raw JSON and the copied progress.csv land in $OUT; nothing is left in /dev/shm or the
 temporary folder. (The budget planner, the progress.csv reading and the tables' verdicts are
 tested alone in test_bench_gpu_plan.py.)"""
 from __future__ import annotations
@@ -26,10 +26,13 @@ def test_dry_run_measures_tabulates_and_times_the_learning_run(tmp_path):
     shm_before = shm_entries()
     proc = subprocess.run(
         ["bash", str(SCRIPT), "--dry-run", "--only", "cleanrl-alevec@2", "learn", "--budget",
-         "120", "--warmup", "0", "--seconds", "0.3", "--learn-seconds", "60", "--learn-steps",
-         "512", "--learn-envs", "2", "--learn-log-interval", "256"],
+         "120", "--warmup", "0", "--seconds", "0.3", "--steps-per-env", "8", "--learn-seconds",
+         "60", "--learn-steps", "512", "--learn-envs", "2", "--learn-log-interval", "256"],
         capture_output=True, text=True, timeout=180, cwd=tmp_path,
-        env=dict(os.environ, OUT=str(out), TMPDIR=str(scratch), PYTHON=sys.executable))
+        # One torch thread: the CleanRL loop keeps torch's default (one per core), whose
+        # threads spin for cores that the other test worker holds.
+        env=dict(os.environ, OUT=str(out), TMPDIR=str(scratch), PYTHON=sys.executable,
+                 OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     text = (out / "bench_gpu.md").read_text()
     assert text in proc.stdout and text in (out / "bench_gpu.log").read_text()
