@@ -22,6 +22,12 @@ evaluation at or above -250 per seed: seed 0 at 81,920 steps (-152), 1 at 81,920
 2 at 100,352 (-225, the end-of-run evaluation, past the budget), 3 at 61,440 (-229),
 4 at 100,352 (-153). Chosen: seed 3, the earliest (3 of seeds 0-4 reach -250 within the
 100k budget).
+
+Evaluations every 10,240 steps since (twice the preset's rate, so that the run can stop
+sooner; the seeded run is then not the same as with evaluations every 20,480): seed 3
+evaluates -1260, -954, -930, -540, -305, then -153 at 51,200 steps (97 above the
+threshold); its raw run trains 26,624 steps (25,600 rounded up to whole 2,048-step
+iterations; best -1028). 78k steps in all instead of 92k: about 44 s of CPU instead of 62.
 """
 import csv
 import os
@@ -31,6 +37,8 @@ from rlfast.cli import main
 SEED = 3
 THRESHOLD = -250.0
 BUDGET = 100_000
+# Twice as often as the preset: the first run stops at the first evaluation reaching -250.
+EVAL_INTERVAL = 10_240
 
 
 def _evals(run_dir) -> list[tuple[int, float]]:
@@ -41,7 +49,8 @@ def _evals(run_dir) -> list[tuple[int, float]]:
 
 def _train(run_dir, steps, *sets) -> list[tuple[int, float]]:
     argv = ["train", "ppo", "Pendulum-v1", "--sampler", "serial", "--seed", str(SEED),
-            "--steps", str(steps), "--log-dir", str(run_dir), "--no-progress"]
+            "--steps", str(steps), "--log-dir", str(run_dir), "--no-progress",
+            "--set", f"runner.log_interval_steps={EVAL_INTERVAL}"]
     for item in sets:
         argv += ["--set", item]
     assert main(argv) == 0
