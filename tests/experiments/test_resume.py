@@ -57,34 +57,36 @@ def _assert_same_returns(full_dir, resumed_dir, exact=True) -> None:
 
 PPO_SETS = ["runner.log_interval_steps=1024", "algo.linear_lr_schedule=False"]
 DQN_SETS = ["runner.log_interval_steps=992", "sampler.eval_max_steps=2000"]
-SAC_SETS = ["runner.log_interval_steps=400", "algo.replay_ratio=32",
+# Learning (one update per step) starts at 200 steps, not at Pendulum's 1000, so that it
+# has gone on for 100 updates at the snapshot (300 steps) the resumed run continues from.
+SAC_SETS = ["runner.log_interval_steps=150", "algo.replay_ratio=32", "algo.min_steps_learn=200",
             "sampler.eval_n_envs=2", "sampler.eval_max_trajectories=2"]
 
 
 def test_ppo_resume_equals_uninterrupted(tmp_path):
     full, half = tmp_path / "full", tmp_path / "half"
-    _train(full, "ppo", "CartPole-v1", 8192, PPO_SETS)
-    _train(half, "ppo", "CartPole-v1", 4096, PPO_SETS)
+    _train(full, "ppo", "CartPole-v1", 4096, PPO_SETS)
+    _train(half, "ppo", "CartPole-v1", 2048, PPO_SETS)
     rows_before = _rows(half)
-    assert main(["resume", str(half), "--steps", "8192", "--no-progress"]) == 0
+    assert main(["resume", str(half), "--steps", "4096", "--no-progress"]) == 0
     _assert_same_returns(full, half)
     resumed = _rows(half)
     assert resumed[:len(rows_before)] == rows_before  # earlier rows kept as they were
     params = json.loads((half / "params.json").read_text())
-    assert params["resumes"][0]["from_steps"] == 4096
-    assert params["resumes"][0]["to_steps"] == 8192
+    assert params["resumes"][0]["from_steps"] == 2048
+    assert params["resumes"][0]["to_steps"] == 4096
     assert "forced_changes" not in params["resumes"][0]
     assert "Resumed from iteration" in (half / "debug.log").read_text()
 
 
 def test_dqn_resume_with_snapshot_replay_equals_uninterrupted(tmp_path):
     full, half = tmp_path / "full", tmp_path / "half"
-    _train(full, "dqn", "CartPole-v1", 2 * 2976, DQN_SETS, "--snapshot-replay")
-    _train(half, "dqn", "CartPole-v1", 2976, DQN_SETS, "--snapshot-replay")
+    _train(full, "dqn", "CartPole-v1", 2 * 1984, DQN_SETS, "--snapshot-replay")
+    _train(half, "dqn", "CartPole-v1", 1984, DQN_SETS, "--snapshot-replay")  # learned from 1000
     snapshot = load_snapshot(half / "params.pkl")
     replay_file = snapshot["sidecar_files"]["replay.npz"]
     assert (half / replay_file).is_file()
-    assert main(["resume", str(half), "--steps", str(2 * 2976), "--no-progress"]) == 0
+    assert main(["resume", str(half), "--steps", str(2 * 1984), "--no-progress"]) == 0
     _assert_same_returns(full, half)
     sidecars = sorted(p.name for p in half.iterdir() if p.name.endswith(".replay.npz"))
     assert len(sidecars) == 1 and sidecars[0] != replay_file  # the old one was replaced
@@ -108,9 +110,9 @@ def test_dqn_resume_without_replay_refills_before_learning(tmp_path):
 
 def test_sac_resume_agrees_within_float_tolerance(tmp_path):
     full, half = tmp_path / "full", tmp_path / "half"
-    _train(full, "sac", "Pendulum-v1", 1600, SAC_SETS, "--snapshot-replay")
-    _train(half, "sac", "Pendulum-v1", 800, SAC_SETS, "--snapshot-replay")
-    assert main(["resume", str(half), "--steps", "1600", "--no-progress"]) == 0
+    _train(full, "sac", "Pendulum-v1", 600, SAC_SETS, "--snapshot-replay")
+    _train(half, "sac", "Pendulum-v1", 300, SAC_SETS, "--snapshot-replay")
+    assert main(["resume", str(half), "--steps", "600", "--no-progress"]) == 0
     _assert_same_returns(full, half, exact=False)
 
 
@@ -172,20 +174,20 @@ def test_async_run_resumes_from_its_snapshot(tmp_path):
     """``--runner async``: the sampler process restarts at the snapshot's iteration with the
     snapshot's parameters, the replay buffer is restored before it starts, and the optimizer
     goes on from the snapshot's update count under the same replay ratio."""
-    import psutil
+    from tests.integration._guards import live_children
 
     run = tmp_path / "async"
-    _train(run, "dqn", "CartPole-v1", 3968, DQN_SETS, "--runner", "async", "--snapshot-replay")
+    _train(run, "dqn", "CartPole-v1", 1984, DQN_SETS, "--runner", "async", "--snapshot-replay")
     before = _rows(run)
     snapshot = load_snapshot(run / "params.pkl")
-    assert main(["resume", str(run), "--steps", "7936", "--no-progress"]) == 0
+    assert main(["resume", str(run), "--steps", "3968", "--no-progress"]) == 0
     rows = _rows(run)
     assert rows[:len(before)] == before
     steps = _column(rows, "Diagnostics/CumSteps")
-    assert np.all(np.diff(steps) > 0) and steps[-1] == 7936
+    assert np.all(np.diff(steps) > 0) and steps[-1] == 3968
     updates = _column(rows, "Diagnostics/CumUpdates")
     resumed = updates[len(before):]
     assert resumed[0] > snapshot["algo_state"]["update_counter"]  # learning went straight on
     assert np.all(np.diff(updates) >= 0)
     assert "Resumed replay buffer" in (run / "debug.log").read_text()
-    assert psutil.Process().children(recursive=True) == []
+    assert live_children() == []  # multiprocessing's resource tracker aside
