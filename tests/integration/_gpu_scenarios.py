@@ -1,10 +1,12 @@
 """Worker-kill scenarios for the GPU-agent samplers, each run in a fresh Python process.
 
-``python -m tests.integration._gpu_scenarios NAME SAMPLER DEADLINE`` (from the repository root,
-in a new session) runs one scenario with ``SAMPLER`` (a class name from rlfast.samplers) and
-prints one line ``RESULT <json>``. As in ``_scenarios``, a sampler call still running
-``DEADLINE`` seconds after the kill is reported as a hang and the scenario kills its own process
-group, so a deadlock in the action server becomes an ordinary test failure. A GPU sampler's
+``python -m tests.integration._gpu_scenarios DEADLINE NAME:SAMPLER [NAME:SAMPLER ...]`` (from
+the repository root, in a new session) runs each scenario ``NAME`` with ``SAMPLER`` (a class
+name from rlfast.samplers) in turn, in this one process (one torch import serves them all), and
+prints one line ``RESULT <json>`` for each, naming it. As in ``_scenarios``, a sampler call
+still running ``DEADLINE`` seconds after the kill is reported as a hang and the process kills
+its own process group, so a deadlock in the action server becomes an ordinary test failure (of
+that scenario and of any not yet run). A GPU sampler's
 master waits on per-worker semaphores (not only on pipes), so these check that a dead worker is
 noticed while the master serves actions, between batches and in the middle of one.
 """
@@ -70,4 +72,9 @@ def kill_busy_worker(sampler_name: str, deadline: float) -> dict:
 
 
 if __name__ == "__main__":
-    _report(globals()[sys.argv[1]](sys.argv[2], float(sys.argv[3])))
+    for scenario in sys.argv[2:]:
+        name, sampler_name = scenario.split(":")
+        result = globals()[name](sampler_name, float(sys.argv[1]))
+        # Each scenario shut its sampler down: the next one must start with no child left
+        # (its own "children" would show any that were).
+        _report(dict(result, scenario=scenario))

@@ -334,22 +334,23 @@ def _ids_chunk(g0: int) -> Row:
     return Row(observation, ids.astype(np.int64), ids.astype(np.float64), ids % 7 == 0)
 
 
-def _append_for(buffer, seconds: float) -> None:
+def _append_for(buffer, seconds: float, stop) -> None:
     """Child: append back to back (pausing 50 us after each so the lock's readers get turns
-    on a busy machine too) for ``seconds``."""
-    g0, stop = 0, time.monotonic() + seconds
-    while time.monotonic() < stop:
+    on a busy machine too) for ``seconds``, or until the parent sets ``stop``."""
+    g0, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline and not stop.is_set():
         buffer.append_samples(_ids_chunk(g0))
         g0 += T_IN
         time.sleep(5e-5)
 
 
-def _sample_for(buffer, seconds: float) -> None:
-    """Child: a second sampling process (prioritized), updating the priorities it drew."""
+def _sample_for(buffer, seconds: float, stop, drawn) -> None:
+    """Child: a second sampling process (prioritized), updating the priorities it drew, for
+    ``seconds`` or until the parent sets ``stop``; ``drawn`` counts its batches."""
     rng = np.random.RandomState(1)
-    stop = time.monotonic() + seconds
+    deadline = time.monotonic() + seconds
     n_batches = 0
-    while time.monotonic() < stop:
+    while time.monotonic() < deadline and not stop.is_set():
         if buffer.storage.n_appended < 4 * T_IN:
             time.sleep(0.001)
             continue
@@ -357,6 +358,7 @@ def _sample_for(buffer, seconds: float) -> None:
         check_whole(batch)
         buffer.update_batch_priorities(rng.rand(16) + 0.1)
         n_batches += 1
+        drawn.value = n_batches
     assert n_batches >= 20, f"second sampler drew only {n_batches} batches"
 
 
@@ -386,6 +388,8 @@ def check_whole(batch) -> None:
 @pytest.mark.parametrize("prioritized,unique", [(False, False), (True, False), (True, True)],
                          ids=["uniform", "prioritized", "prioritized-unique"])
 def test_concurrent_appends_and_samples_never_mix_rows(prioritized, unique, capsys):
+    # At most this long; the processes stop as soon as every count asserted below is reached
+    # (well within it when the machine is not overloaded).
     seconds = 10 / 3
     shm_before = shm_entries()
     example = Row(*(x[0, 0] for x in _ids_chunk(0)))
@@ -397,10 +401,13 @@ def test_concurrent_appends_and_samples_never_mix_rows(prioritized, unique, caps
     rng = np.random.RandomState(0)
     n_batches = n_checked = n_updates = 0
     ids_seen = set()
-    proc = FORK.Process(target=_append_for, args=(buffer, seconds))
+    stop, drawn = FORK.Event(), FORK.RawValue("i", 0)
+    proc = FORK.Process(target=_append_for, args=(buffer, seconds, stop))
     # Prioritized: a second sampler too (unique draws zero leaves for a moment, so two
     # samplers must not overlap; a restored zero would leave a valid leaf empty).
-    sampler = FORK.Process(target=_sample_for, args=(buffer, seconds)) if prioritized else None
+    sampler = (FORK.Process(target=_sample_for, args=(buffer, seconds, stop, drawn))
+               if prioritized else None)
+    t0 = time.monotonic()
     proc.start()
     if sampler is not None:
         sampler.start()
@@ -419,9 +426,13 @@ def test_concurrent_appends_and_samples_never_mix_rows(prioritized, unique, caps
                 assert np.all(weights > 0) and np.all(weights <= 1)
                 buffer.update_batch_priorities(rng.rand(32) + 0.1)
                 n_updates += 1
+            if (n_batches >= 200 and buffer.storage.n_appended >= 200 * T_IN
+                    and len(ids_seen) >= 1000 and (sampler is None or drawn.value >= 20)):
+                stop.set()  # every count below is reached: more of the same proves little
         proc.join(30)
         if sampler is not None:
             sampler.join(30)
+        elapsed = time.monotonic() - t0
     finally:
         for child in (proc, sampler):
             if child is not None and child.is_alive():
@@ -435,7 +446,7 @@ def test_concurrent_appends_and_samples_never_mix_rows(prioritized, unique, caps
         print(f"\n[{'prioritized' if prioritized else 'uniform'}{'-unique' if unique else ''}] "
               f"{n_appends} appends ({n_appends * T_IN * CB} transitions), {n_batches} batches "
               f"sampled, {n_checked} transitions checked ({len(ids_seen)} distinct), "
-              f"{n_updates} priority updates in {seconds:.1f} s")
+              f"{n_updates} priority updates in {elapsed:.1f} s")
     assert n_appends >= 200 and n_batches >= 200 and len(ids_seen) >= 1000
     if prioritized:  # the tree stayed consistent: sums hold, valid leaves all positive
         tree = buffer.priority_tree
@@ -443,7 +454,7 @@ def test_concurrent_appends_and_samples_never_mix_rows(prioritized, unique, caps
         valid = tree.leaves.sum(axis=1) > 0
         assert valid.sum() == tree.n_valid_rows()
         assert np.all(tree.leaves[valid] > 0)
-    del buffer, batch, proc, sampler
+    del buffer, batch, proc, sampler, stop, drawn
     gc.collect()
     assert not new_shm_entries(shm_before, prefixes=("",)), "shared memory left in /dev/shm"
 
