@@ -22,12 +22,15 @@ onnxruntime = pytest.importorskip("onnxruntime")
 N_OBS = 1000
 RUNS = {
     "ppo-cartpole": ("ppo", "CartPole-v1", 2048, []),
-    "ppo-pong": ("ppo", "atari:pong", 256, ["sampler.batch_T=32", "runner.log_interval_steps=256",
-                                            "sampler.eval_n_envs=1",
-                                            "sampler.eval_max_steps=200",
-                                            "sampler.eval_max_trajectories=1"]),
+    # One iteration of two Pong environments and short evaluations: what is checked is the
+    # exported conv policy, for which a trained one is no different (Pong steps are slow).
+    "ppo-pong": ("ppo", "atari:pong", 64, ["sampler.batch_B=2", "sampler.batch_T=32",
+                                           "runner.log_interval_steps=64",
+                                           "sampler.eval_n_envs=1",
+                                           "sampler.eval_max_steps=20",
+                                           "sampler.eval_max_trajectories=1"]),
     "dqn-cartpole": ("dqn", "CartPole-v1", 3000, ["algo.min_steps_learn=500"]),
-    "sac-pendulum": ("sac", "Pendulum-v1", 600, ["algo.min_steps_learn=200",
+    "sac-pendulum": ("sac", "Pendulum-v1", 300, ["algo.min_steps_learn=200",
                                                  "runner.log_interval_steps=300"]),
     "recurrent-ppo": ("ppo", "CartPole-v1", 2048, ["agent.recurrent=True", "agent.core=gru"]),
 }
@@ -47,12 +50,34 @@ def runs(tmp_path_factory):
     return made
 
 
-def _run_file(fmt, path, inputs, names):
+def _load_file(fmt, path, names):
+    """The file, loaded once, as a function of its inputs (tensors) to its outputs (numpy):
+    a recurrent policy is called step by step, and loading it again for each step would cost
+    far more than running it."""
     if fmt == "torchscript":
-        out = torch.jit.load(str(path))(*inputs)
-        return [o.detach().numpy() for o in (out if isinstance(out, tuple) else (out,))]
+        module = torch.jit.load(str(path))
+
+        def run(*inputs):
+            out = module(*inputs)
+            return [o.detach().numpy() for o in (out if isinstance(out, tuple) else (out,))]
+        return run
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, {n: x.numpy() for n, x in zip(names, inputs)})
+    return lambda *inputs: session.run(None, {n: x.numpy() for n, x in zip(names, inputs)})
+
+
+@pytest.fixture(scope="module")
+def references(runs):
+    """Per run, the N_OBS observations its agent visits and the agent's own actions on them,
+    made once for both formats (a thousand Atari steps cost more than the check itself)."""
+    made = {}
+
+    def reference(name):
+        if name not in made:
+            _, agent, make_env = load_trained_agent(runs[name])
+            observations = record_observations(agent, make_env, N_OBS, seed=3)
+            made[name] = observations, _agent_actions(agent, observations)
+        return made[name]
+    return reference
 
 
 def _agent_actions(agent, observations):
@@ -77,16 +102,18 @@ def _check_actions(want, got, continuous):
 
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
 @pytest.mark.parametrize("name", ["ppo-cartpole", "ppo-pong", "dqn-cartpole", "sac-pendulum"])
-def test_exported_policy_acts_as_the_agent(runs, name, fmt, tmp_path):
-    path, checked = export_policy(runs[name], fmt, str(tmp_path / f"policy.{fmt}"))
+def test_exported_policy_acts_as_the_agent(runs, references, name, fmt, tmp_path):
+    # export_policy checks the file on observations of its own; on Pong the 256 it records
+    # by default cost more than the export, and the 1,000 below check the file more closely
+    check = {"check_observations": 2} if name == "ppo-pong" else {}
+    path, checked = export_policy(runs[name], fmt, str(tmp_path / f"policy.{fmt}"), **check)
     assert checked
-    _, agent, make_env = load_trained_agent(runs[name])
-    observations = record_observations(agent, make_env, N_OBS, seed=3)
-    want = _agent_actions(agent, observations)
+    observations, want = references(name)
+    policy = _load_file(fmt, path, ["observation"])
     got = []
     for chunk in observations.split(250):  # batches of several sizes through one graph
-        got.append(_run_file(fmt, path, (chunk,), ["observation"])[0])
-    got.append(_run_file(fmt, path, (observations[:1],), ["observation"])[0])  # batch 1
+        got.append(policy(chunk)[0])
+    got.append(policy(observations[:1])[0])  # batch 1
     _check_actions(want, np.concatenate(got[:-1]), continuous=name.startswith("sac"))
     _check_actions(want[:1], got[-1], continuous=name.startswith("sac"))
     if name == "ppo-cartpole":  # not a constant policy: both actions occur
@@ -97,18 +124,18 @@ def test_exported_policy_acts_as_the_agent(runs, name, fmt, tmp_path):
 def test_recurrent_policy_carries_its_state_through_a_trajectory(runs, fmt, tmp_path):
     run = runs["recurrent-ppo"]
     path, _ = export_policy(run, fmt, str(tmp_path / f"policy.{fmt}"))
+    policy = _load_file(fmt, path, ["observation", "prev_action", "prev_reward", "state_h"])
     _, agent, make_env = load_trained_agent(run)
     env = make_env(seed=4)
     agent.eval_mode(0)
     agent.reset()
     obs, prev_action, prev_reward = env.reset(), torch.zeros(1, dtype=torch.long), torch.zeros(1)
     h = torch.zeros(1, 1, agent.model.body.core.hidden_size)
-    names = ["observation", "prev_action", "prev_reward", "state_h"]
     steps = 0
     for _ in range(N_OBS):
         o = torch.as_tensor(np.asarray(obs), dtype=torch.float32)[None]
         want = agent.step(o, prev_action, prev_reward).action
-        got, h_next = _run_file(fmt, path, (o, prev_action, prev_reward, h), names)
+        got, h_next = policy(o, prev_action, prev_reward, h)
         assert np.array_equal(got, want.numpy())
         h = torch.as_tensor(h_next)
         obs, reward, done, _ = env.step(int(want[0]))
