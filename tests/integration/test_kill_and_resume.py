@@ -96,9 +96,15 @@ def _no_children_left():
 # ------------------------------------------------------------------ 1. kill and resume
 
 INTERVAL = 320  # environment steps per log interval (and snapshot): 10 iterations of 4 x 8
-TOTAL = 30 * INTERVAL
-N_KILLS = 9
-FIRST_SAVE_WAIT_S = 10.0  # startup on a busy machine; a save follows every ~0.1 s after
+# Each kill is a fresh process (~4 s of CPU, most of it importing torch) killed in its first
+# or second save, so the snapshot gains at most two intervals per kill: 10 after N_KILLS,
+# within the TOTAL - 4 intervals that leave the final resume a few saves of its own.
+TOTAL = 20 * INTERVAL
+N_KILLS = 5
+# Startup on a busy machine (seen over 10 s on a heavily loaded one); a save follows every
+# ~0.1 s after. A kill that falls back to a random delay seldom lands in a save, so the wait is
+# long enough for that to be rare.
+FIRST_SAVE_WAIT_S = 20.0
 DQN_TRAIN = ["train", "dqn", "CartPole-v1", "--sampler", "serial", "--snapshot-replay",
              "--snapshot-mode", "last", "--steps", str(TOTAL), "--no-progress",
              # Frequent snapshots, each with a 17 MB replay file: saving is a large share of
