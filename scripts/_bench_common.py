@@ -76,3 +76,55 @@ def stop_group(proc: subprocess.Popen, grace: float = 20.0) -> None:
             proc.wait(timeout=wait)
         except subprocess.TimeoutExpired:
             pass
+
+
+def preload_child_modules() -> None:
+    """Import what the rlfast contenders import, in this process, before a smoke test
+    (``--quick``) forks them: each forked child then starts with them. torch._dynamo, which
+    Adam's constructor imports, alone costs a few CPU seconds per interpreter."""
+    import torch._dynamo  # noqa: F401
+
+    import rlfast.envs.atari.atari_env  # noqa: F401
+    import rlfast.experiments.presets  # noqa: F401
+    import rlfast.runners  # noqa: F401
+    import rlfast.utils.logging  # noqa: F401
+
+
+def _forked_body(body, out_fd: int, err_fd: int) -> None:
+    """A forked contender: its own process group, its output into the parent's files."""
+    os.setsid()
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    import sys
+    try:
+        body()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def run_forked(body, timeout_s: float) -> tuple[int | None, str, str]:
+    """(exit status, or None once killed on timeout; stdout; stderr) of ``body()`` run in a
+    fork of this process, in its own process group (killed whole on timeout). The smoke
+    tests' way to run contenders: a fork starts with the parent's imports, where a new
+    interpreter pays them again; the benchmarks proper start new interpreters."""
+    import multiprocessing
+    import sys
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        child = multiprocessing.get_context("fork").Process(
+            target=_forked_body, args=(body, out.fileno(), err.fileno()))
+        child.start()
+        child.join(timeout_s)
+        returncode = child.exitcode
+        if returncode is None:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            child.join()
+        out.seek(0)
+        err.seek(0)
+        return returncode, out.read(), err.read()

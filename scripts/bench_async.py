@@ -83,7 +83,7 @@ import sys
 import tempfile
 import time
 
-from _bench_common import machine
+from _bench_common import machine, preload_child_modules, run_forked
 
 SCRIPT = os.path.abspath(__file__)
 REPO_ROOT = os.path.dirname(os.path.dirname(SCRIPT))
@@ -401,50 +401,15 @@ def contenders(args: argparse.Namespace) -> list[dict]:
     return out
 
 
-def _forked_child(spec: dict, log_fd: int) -> None:
-    """The body of a forked contender: its own process group, its output into ``log_fd``."""
-    os.setsid()
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    print(RESULT_TAG + json.dumps(run_child(spec)), flush=True)
-
-
-def preload_child_modules() -> None:
-    """Import what every contender imports, in this process, before ``--quick`` forks them:
-    each forked child then starts with them (torch, rlfast, ALE; torch._dynamo, which Adam's
-    constructor imports, alone costs a few CPU seconds per interpreter)."""
-    import torch._dynamo  # noqa: F401
-
-    import rlfast.envs.atari.atari_env  # noqa: F401
-    import rlfast.experiments.presets  # noqa: F401
-    import rlfast.runners  # noqa: F401
-    import rlfast.utils.logging  # noqa: F401
-
-
 def run_contender(spec: dict, timeout_s: float, fork: bool = False) -> dict:
     """One contender in a fresh child process (its own process group, killed on timeout): a
     new interpreter, or with ``fork`` (``--quick``) a fork of this process, which spares the
     smoke test the start-up (imports) of every child; the measurements want the former."""
     if fork:
-        import multiprocessing
-
-        with tempfile.TemporaryFile("w+") as log:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            child = multiprocessing.get_context("fork").Process(
-                target=_forked_child, args=(spec, log.fileno()))
-            child.start()
-            child.join(timeout_s)
-            timed_out = child.exitcode is None
-            if timed_out:
-                try:
-                    os.killpg(child.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                child.join()
-            log.seek(0)
-            out, returncode = log.read(), child.exitcode
-        if timed_out:
+        returncode, out, err = run_forked(
+            lambda: print(RESULT_TAG + json.dumps(run_child(spec)), flush=True), timeout_s)
+        out += err
+        if returncode is None:
             raise RuntimeError(f"{spec['name']} did not finish within {timeout_s:.0f} s:\n"
                                f"{out[-3000:]}")
     else:

@@ -91,7 +91,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import machine, sb3_log_dir  # noqa: E402
+from _bench_common import (machine, preload_child_modules, run_forked,  # noqa: E402
+                           sb3_log_dir)
 
 SCRIPT = os.path.abspath(__file__)
 REPO_ROOT = os.path.dirname(os.path.dirname(SCRIPT))
@@ -546,51 +547,6 @@ CHILD_ARGS = ("envs", "steps_per_env", "seconds", "warmup", "device", "seed", "d
               "dqn_learning_starts", "dqn_replay_size", "leanrl_compile")
 
 
-def _forked_child(name: str, args: argparse.Namespace, log_fd: int) -> None:
-    """The body of a forked contender: its own process group, its output into ``log_fd``."""
-    os.setsid()
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    run_child(name, args)
-    sys.stdout.flush()
-
-
-def preload_child_modules() -> None:
-    """Import what the rlfast contenders import, in this process, before ``--quick`` forks
-    them: each forked child then starts with them (torch._dynamo, which Adam's constructor
-    imports, alone costs a few CPU seconds per interpreter)."""
-    import torch._dynamo  # noqa: F401
-
-    import rlfast.envs.atari.atari_env  # noqa: F401
-    import rlfast.experiments.presets  # noqa: F401
-    import rlfast.runners  # noqa: F401
-    import rlfast.utils.logging  # noqa: F401
-
-
-def _run_forked(name: str, args: argparse.Namespace,
-                timeout: float) -> tuple[int | None, str]:
-    """(exit status, None once killed on timeout; output) of ``name`` forked from this
-    process, which has imported torch and rlfast already."""
-    import multiprocessing
-
-    with tempfile.TemporaryFile("w+") as log:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        child = multiprocessing.get_context("fork").Process(
-            target=_forked_child, args=(name, args, log.fileno()))
-        child.start()
-        child.join(timeout)
-        returncode = child.exitcode
-        if returncode is None:
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            child.join()
-        log.seek(0)
-        return returncode, log.read()
-
-
 def run_contender(name: str, args: argparse.Namespace,
                   timeout: float | None = None) -> tuple[str, dict | str]:
     """One contender in a fresh child process (its own process group, killed on timeout,
@@ -602,7 +558,8 @@ def run_contender(name: str, args: argparse.Namespace,
     if timeout is None:
         timeout = 300 + 3 * (args.warmup + args.seconds)
     if args.quick:
-        returncode, out = _run_forked(name, args, timeout)
+        returncode, out, err = run_forked(lambda: run_child(name, args), timeout)
+        out += err
     else:
         cmd = [sys.executable, SCRIPT, "--child", name]
         for key in CHILD_ARGS:

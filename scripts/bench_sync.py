@@ -41,7 +41,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import machine  # noqa: E402
+from _bench_common import machine, preload_child_modules, run_forked  # noqa: E402
 
 
 def _child(args: argparse.Namespace) -> None:
@@ -113,61 +113,22 @@ def _rank_free_env() -> dict:
             and not k.startswith("SLURM_")}
 
 
-def _forked_child(args: argparse.Namespace, world: int, out_fd: int, err_fd: int) -> None:
-    """The body of a forked contender (``--quick``): its own process group, its output into
-    the parent's files."""
-    os.setsid()
-    os.dup2(out_fd, 1)
-    os.dup2(err_fd, 2)
+def _forked_child(args: argparse.Namespace, world: int) -> None:
+    """The body of a forked contender (``--quick``): the rank-free environment, then the
+    child's measurement."""
     env = _rank_free_env()
     for key in [k for k in os.environ if k not in env]:
         del os.environ[key]
     _child(argparse.Namespace(**dict(vars(args), child=True, child_world=world)))
-    sys.stdout.flush()
-
-
-def _run_forked(args: argparse.Namespace, world: int, timeout_s: float) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of one contender forked from this process, which has
-    imported torch and rlfast already: a smoke test is spared every child's start-up."""
-    import multiprocessing
-    import signal
-
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        child = multiprocessing.get_context("fork").Process(
-            target=_forked_child, args=(args, world, out.fileno(), err.fileno()))
-        child.start()
-        child.join(timeout_s)
-        if child.exitcode is None:
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            child.join()
-            raise RuntimeError(f"contender world={world} did not finish within "
-                               f"{timeout_s:.0f} s")
-        out.seek(0)
-        err.seek(0)
-        return child.exitcode, out.read(), err.read()
-
-
-def _preload_child_modules() -> None:
-    """Import what every contender imports, in this process, before ``--quick`` forks them
-    (torch._dynamo, which Adam's constructor imports, alone costs a few CPU seconds per
-    interpreter)."""
-    import torch._dynamo  # noqa: F401
-
-    import rlfast.envs.atari.atari_env  # noqa: F401
-    import rlfast.experiments.presets  # noqa: F401
-    import rlfast.runners  # noqa: F401
-    import rlfast.utils.logging  # noqa: F401
 
 
 def _run(args: argparse.Namespace, world: int) -> dict:
     timeout_s = 600 + 2 * (args.warmup + args.seconds)
     if args.quick:
-        returncode, stdout, stderr = _run_forked(args, world, timeout_s)
+        returncode, stdout, stderr = run_forked(lambda: _forked_child(args, world), timeout_s)
+        if returncode is None:
+            raise RuntimeError(f"contender world={world} did not finish within "
+                               f"{timeout_s:.0f} s")
         if returncode != 0:
             raise RuntimeError(f"contender world={world} failed:\n{stdout[-2000:]}\n"
                                f"{stderr[-4000:]}")
@@ -217,7 +178,7 @@ def main() -> None:
         return
     if args.quick:  # the window: from the first log row to the first one 0.5 s later
         args.rounds, args.seconds, args.warmup = 1, 0.5, 0.0
-        _preload_child_modules()
+        preload_child_modules()
     if any(w < 1 for w in args.world_sizes):
         parser.error("--world-sizes must be >= 1")
     if args.device == "cuda":
