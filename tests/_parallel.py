@@ -19,8 +19,9 @@ fixtures built once. Three kinds of module share the two workers:
 
 The scheduler (:func:`make_scheduler`, conftest.py's ``pytest_xdist_make_scheduler``, used
 whatever ``--dist`` says) hands out the exclusive scope first, then the in-process modules,
-which the other worker runs while it lasts, then the process modules, the largest first so
-that the run ends on short ones. Without ``-n`` nothing changes but the guard, which runs
+which the other worker runs while it lasts, then the process modules; within each kind the
+learning checks first, then the modules with the most tests, so that the run ends on short
+ones. Without ``-n`` nothing changes but the guard, which runs
 either way, and no lock is taken.
 
 The lists were drawn up by recording, for every test of the suite, whether it started a
@@ -187,12 +188,13 @@ def scope_of(nodeid: str) -> str:
 
 
 def _scope_order(scope: str, n_tests: int) -> tuple:
-    """Where a scope goes in the work queue (see the module docstring)."""
+    """Where a scope goes in the work queue (see the module docstring): within each kind,
+    the learning checks first (few tests, each a run of tens of seconds), then the modules
+    with the most tests."""
     if scope == EXCLUSIVE_GROUP:
-        return (0, 0)
-    if not is_process_module(scope):
-        return (1, -n_tests)
-    return (2, -n_tests)
+        return (0, 0, 0)
+    kind = 2 if is_process_module(scope) else 1
+    return (kind, 0 if scope.startswith("tests/learning/") else 1, -n_tests)
 
 
 def make_scheduler(config: pytest.Config, log):

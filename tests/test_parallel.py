@@ -70,11 +70,14 @@ def test_serial_run_modules_may_start_serial_runs_only(monkeypatch):
 def test_queue_starts_with_the_exclusive_scope_then_in_process_then_largest_process_modules():
     scopes = {"tests/a/test_small_process.py": 2, "tests/algos/test_ppo.py": 30,
               _parallel.EXCLUSIVE_GROUP: 5, "tests/a/test_big_process.py": 9,
-              "tests/regression/test_behaviour_unchanged.py": 3}
+              "tests/regression/test_behaviour_unchanged.py": 3,
+              "tests/learning/test_sync_learning.py": 1,  # a process module
+              "tests/learning/test_sac_mujoco.py": 1}  # an in-process one
     order = sorted(scopes, key=lambda scope: _parallel._scope_order(scope, scopes[scope]))
-    assert order == [_parallel.EXCLUSIVE_GROUP, "tests/algos/test_ppo.py",
-                     "tests/regression/test_behaviour_unchanged.py",
-                     "tests/a/test_big_process.py", "tests/a/test_small_process.py"]
+    assert order == [_parallel.EXCLUSIVE_GROUP, "tests/learning/test_sac_mujoco.py",
+                     "tests/algos/test_ppo.py", "tests/regression/test_behaviour_unchanged.py",
+                     "tests/learning/test_sync_learning.py", "tests/a/test_big_process.py",
+                     "tests/a/test_small_process.py"]
 
 
 def _worker_config(tmp_path):
