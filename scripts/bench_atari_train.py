@@ -56,7 +56,8 @@ sampling allows, to which each rlfast PPO row is compared (its share of it).
 Every run is one child process (``--child NAME``; ``--quick`` forks it from the parent,
 which has imported torch and rlfast once: a smoke test's figures). Its clock starts at the
 first iteration boundary after the first gradient update; the measurement window opens at
-the first boundary ``--warmup`` s later and closes at the first boundary ``--seconds`` after that (boundaries:
+the first boundary ``--warmup`` s later and closes at the first boundary ``--seconds``
+after that (boundaries:
 rlfast's log rows, one per PPO iteration and about every 256 env steps for DQN (64 with
 ``--quick``); SB3's
 rollout starts, every ``n_steps`` (PPO) or ``train_freq`` (DQN) vector steps; the CleanRL

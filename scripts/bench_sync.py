@@ -18,7 +18,8 @@ every other round, so that drift in the machine's load hits every contender alik
 Every run is one child process (``--child``; ``--quick`` forks it from this process, which
 has imported torch and rlfast once: a smoke test's figures, not measurements) that trains
 for ``--seconds`` of wall time after a ``--warmup`` (figures from rank 0's log rows: steps
-and updates between the first row after the warmup and the last). Global env steps/s counts every rank's steps; updates/s counts
+and updates between the first row after the warmup and the last). Global env steps/s
+counts every rank's steps; updates/s counts
 synchronous (all-rank) gradient steps. The ratio column divides by MinibatchRl's median.
 
 Weak scaling: N ranks sample N times the environments per iteration, so on a machine with

@@ -1,7 +1,8 @@
 """scripts/bench_gpu.sh end to end on the CPU (``--dry-run``), cut to two measurements so that
 it takes about 15 s: the cleanrl-alevec contender (2 envs x 8 steps) through
 scripts/bench_atari_train.py and a Pong learning run of ``rlfast train`` of 512 steps, timed
-by its progress.csv. The tables, the raw JSON and the copied progress.csv land in $OUT; nothing is left in /dev/shm or the
+by its progress.csv. The tables, the raw JSON and the copied progress.csv land in $OUT;
+nothing is left in /dev/shm or the
 temporary folder. (The budget planner, the progress.csv reading and the tables' verdicts are
 tested alone in test_bench_gpu_plan.py.)"""
 from __future__ import annotations
