@@ -72,7 +72,9 @@ PRESETS["ppo"]["atari"] = dict(
     algo=dict(discount=0.99, learning_rate=2.5e-4, value_loss_coeff=0.5,
               entropy_loss_coeff=0.01, clip_grad_norm=0.5, gae_lambda=0.95, minibatches=4,
               epochs=4, ratio_clip=0.1, linear_lr_schedule=True, normalize_advantage=True,
-              optim_kwargs=dict(fused=True)),  # one-kernel Adam: see build_optimizer
+              # One-kernel Adam (see build_optimizer) with eps 1e-5, as in the PPO paper's
+              # baselines code, SB3 and CleanRL's ppo_atari.py (torch's default is 1e-8).
+              optim_kwargs=dict(fused=True, eps=1e-5)),
     sampler=dict(batch_T=128, batch_B=8, **_ATARI_SAMPLER),
     runner=dict(n_steps=10_000_000, log_interval_steps=100_000),
 )

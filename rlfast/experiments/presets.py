@@ -167,6 +167,8 @@ def get_preset(algo: str, env_id: str) -> dict:
         config["sampler"].setdefault(key, value)
     # --set runner.stop_return=X ends training at the first evaluation averaging X or more.
     config["runner"].setdefault("stop_return", None)
+    # Training episodes averaged in a row's training return (TrainReturnWindow with evaluation).
+    config["runner"].setdefault("log_traj_window", 100)
     _set_defaults(config, deep_merge({}, dict(spec.defaults)))
     config.setdefault("distributed", dict(DISTRIBUTED_DEFAULTS))  # read by multi-rank runs
     return config

@@ -400,13 +400,17 @@ class AsyncRlEval(AsyncRlBase):
     end; each evaluation makes one log row. ``stop_return`` ends training early as in
     ``MinibatchRlEval``."""
 
-    def __init__(self, *args: Any, stop_return: float | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, stop_return: float | None = None,
+                 log_traj_window: int = 100, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.stop_return = None if stop_return is None else float(stop_return)
+        self.log_traj_window = check_int(log_traj_window, "log_traj_window", minimum=1,
+                                         owner=type(self).__name__)
 
     def new_tracking(self) -> EvalReturns:
-        """The record of evaluation returns."""
-        return EvalReturns()
+        """The record of evaluation returns (and of the last ``log_traj_window`` training
+        returns)."""
+        return EvalReturns(self.log_traj_window)
 
     def eval_itrs(self) -> int:
         """Evaluate every log interval (in sampler iterations)."""

@@ -72,18 +72,23 @@ class TrainTrajWindow:
 
 class EvalReturns:
     """Offline tracking: every evaluation's ``(steps, average return)`` in ``eval_returns``,
-    the last one's in ``last_eval_return``, and the returns of the training episodes since
-    the last row (the row's ``Diagnostics/TrainReturn``)."""
+    the last one's in ``last_eval_return``, the returns of the training episodes since
+    the last row (the row's ``Diagnostics/TrainReturn``) and those of the last
+    ``log_traj_window`` training episodes (``Diagnostics/TrainReturnWindow``: the
+    training-curve figure that published Atari results quote, e.g. over the last 32)."""
 
-    def __init__(self) -> None:
+    def __init__(self, log_traj_window: int = 100) -> None:
         self.last_eval_return = float("nan")
         self.eval_returns: list[tuple[int, float]] = []
         self.train_returns: list[float] = []
+        self.train_window: deque = deque(maxlen=log_traj_window)
 
     def add(self, traj_infos: TrajInfos) -> None:
         """Keep completed training trajectories' returns for the next row's
-        ``TrainReturn``."""
-        self.train_returns.extend(float(t["Return"]) for t in traj_infos)
+        ``TrainReturn`` and the window's ``TrainReturnWindow``."""
+        returns = [float(t["Return"]) for t in traj_infos]
+        self.train_returns.extend(returns)
+        self.train_window.extend(returns)
 
     def record(self, steps: int, traj_infos: TrajInfos) -> float:
         """An evaluation after ``steps`` environment steps: its average return (NaN when no
@@ -98,6 +103,9 @@ class EvalReturns:
         logger.record_tabular("Diagnostics/NumEvalTrajs", len(traj_infos))
         logger.record_tabular("Diagnostics/TrainReturn", float(np.mean(self.train_returns))
                               if self.train_returns else float("nan"))
+        logger.record_tabular("Diagnostics/TrainReturnWindow",
+                              float(np.mean(self.train_window)) if self.train_window
+                              else float("nan"))
         self.train_returns.clear()
 
     def stop_reached(self, stop_return: float | None, steps: int) -> bool:
@@ -117,11 +125,12 @@ class EvalReturns:
                     n_itr=n_itr, cum_steps=itrs_done * itr_batch_size)
 
     def state(self) -> dict:
-        """Every evaluation so far, the last one's return and the training returns since
-        the last row (NaN saved as None)."""
+        """Every evaluation so far, the last one's return, the training returns since the
+        last row and those of the window (NaN saved as None)."""
         return dict(eval_returns=[[steps, nan_to_none(ret)] for steps, ret in self.eval_returns],
                     last_eval_return=nan_to_none(self.last_eval_return),
-                    train_returns=list(self.train_returns))
+                    train_returns=list(self.train_returns),
+                    train_window=list(self.train_window))
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state`'s output."""
@@ -129,3 +138,5 @@ class EvalReturns:
                              for steps, ret in state["eval_returns"]]
         self.last_eval_return = none_to_nan(state["last_eval_return"])
         self.train_returns = [float(r) for r in state.get("train_returns", [])]
+        self.train_window.clear()
+        self.train_window.extend(float(r) for r in state.get("train_window", []))

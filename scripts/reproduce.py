@@ -1,0 +1,464 @@
+#!/usr/bin/env python
+"""Reproduce a published result: train one row of the results table and record how it went.
+
+Each row of ``ROWS`` names an algorithm, a task, the preset (with any ``--set`` values), a
+budget in agent steps, the published figure it is held against with its source, and a
+threshold on one metric:
+
+* ``train``: the mean return of the last ``window`` completed training episodes
+  (``runner.log_traj_window``), the figure SB3's zoo and CleanRL plot for Atari;
+* ``eval``: the mean return of the evaluation episodes of a progress row (the preset's
+  evaluation: greedy for continuous control, 4 sampled episodes for Atari).
+
+``python scripts/reproduce.py ROW [--seed S]`` runs ``rlfast train`` in its own process
+session, and while it runs samples, every ``--sample-s`` seconds, the resident memory of the
+run's processes (master and workers), the 1-minute load average and the progress rows as they
+appear (so each row gets a wall-clock time). At the end it writes, in the harness folder
+(``data/reproduce/<row>_s<seed>_<time>/``; the run itself logs to ``run/`` inside it):
+
+* ``record.json``: final and best evaluation and training returns, the steps and wall time at
+  which the threshold was first reached, wall time, steps/s over time, RSS at the start (the
+  first progress row), peak and end, the load average, the machine and the commit;
+* ``curve.png``: the learning curve with the published figure and the threshold drawn on it.
+
+``--keep`` also copies both into ``docs/results/`` (the records the results page quotes,
+kept in the repository). ``--record DIR`` rebuilds the record and picture of a finished (or
+stopped) harness folder, ``--table`` prints the table of kept records (``--results DIR``
+reads another folder), and ``--list`` the rows. Rows ending in ``_smoke`` are short budgets
+that check the harness, the record and the picture, not the score; the tests run them.
+
+Ctrl-C or SIGTERM stops the run cleanly (SIGINT to its process group: rlfast saves a snapshot
+and stops its workers) and still writes the record of what ran.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench_common import REPO_ROOT, child_env, machine, stop_group  # noqa: E402
+from soak import _child_setup, process_tree_stats  # noqa: E402
+
+RESULTS_DIR = os.path.join(REPO_ROOT, "docs", "results")
+ZOO = ("RL Baselines3 Zoo, benchmark.md (one run, final evaluation return at the budget; "
+       "https://github.com/DLR-RM/rl-baselines3-zoo/blob/master/benchmark.md)")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the results table: what to train and what it is held against."""
+
+    name: str
+    algo: str
+    env: str
+    steps: int
+    threshold: float
+    metric: str  # "train" or "eval"
+    published: float | None
+    source: str
+    sets: tuple[str, ...] = ()
+    window: int = 32  # training episodes averaged for the "train" metric
+    note: str = ""
+
+    @property
+    def smoke(self) -> bool:
+        return self.name.endswith("_smoke")
+
+
+def _rows(*rows: Row) -> dict[str, Row]:
+    return {row.name: row for row in rows}
+
+
+# Smoke rows shrink the budget and the evaluation so that each takes well under a minute; they
+# exercise the same code path as their full row (same algorithm, environment and preset).
+ROWS = _rows(
+    Row("pong_ppo", "ppo", "atari:pong", 2_500_000, threshold=18.0, metric="train",
+        published=20.99, source=ZOO + "; PPO PongNoFrameskip-v4 at 10M agent steps (40M "
+        "frames), four times this budget",
+        note="10M frames; threshold: mean training return of the last 32 episodes"),
+    Row("halfcheetah_ppo", "ppo", "HalfCheetah-v5", 1_000_000, threshold=5237.0,
+        metric="eval", published=5819.0, source=ZOO + "; PPO HalfCheetah-v3 at 1M steps",
+        note="threshold: 0.9 of the zoo's figure"),
+    Row("hopper_ppo", "ppo", "Hopper-v5", 1_000_000, threshold=2169.0, metric="eval",
+        published=2410.0, source=ZOO + "; PPO Hopper-v3 at 1M steps",
+        note="threshold: 0.9 of the zoo's figure"),
+    Row("halfcheetah_sac", "sac", "HalfCheetah-v5", 1_000_000, threshold=8000.0,
+        metric="eval", published=9535.0, source=ZOO + "; SAC HalfCheetah-v3 at 1M steps"),
+    Row("pong_ppo_smoke", "ppo", "atari:pong", 4096, threshold=-21.0, metric="train",
+        published=20.99, source=ZOO,
+        sets=("sampler.eval_n_envs=1", "sampler.eval_max_steps=300",
+              "sampler.eval_max_trajectories=1", "runner.log_interval_steps=2048",
+              "sampler.max_decorrelation_steps=50"),
+        window=32),
+    Row("halfcheetah_ppo_smoke", "ppo", "HalfCheetah-v5", 4096, threshold=-1000.0,
+        metric="eval", published=5819.0, source=ZOO,
+        sets=("sampler.batch_B=4", "sampler.batch_T=512", "sampler.eval_n_envs=1",
+              "sampler.eval_max_steps=200", "sampler.eval_max_trajectories=1",
+              "runner.log_interval_steps=2048", "env.max_episode_steps=200")),
+    Row("halfcheetah_sac_smoke", "sac", "HalfCheetah-v5", 1500, threshold=-1000.0,
+        metric="eval", published=9535.0, source=ZOO,
+        sets=("algo.min_steps_learn=500", "sampler.eval_n_envs=1",
+              "sampler.eval_max_steps=200", "sampler.eval_max_trajectories=1",
+              "runner.log_interval_steps=500", "env.max_episode_steps=200")),
+)
+
+
+# ---- the run and its monitor ----------------------------------------------------------------
+def train_command(row: Row, seed: int, log_dir: str, steps: int | None = None) -> list[str]:
+    """The ``rlfast train`` command line of ``row``."""
+    cmd = [sys.executable, "-m", "rlfast", "train", row.algo, row.env,
+           "--steps", str(steps or row.steps), "--seed", str(seed), "--log-dir", log_dir,
+           "--no-progress", "--set", f"runner.log_traj_window={row.window}"]
+    for item in row.sets:
+        cmd += ["--set", item]
+    return cmd
+
+
+def _column(fieldnames: list[str], suffix: str) -> str | None:
+    for name in fieldnames:
+        if name == suffix or name.endswith("/" + suffix):
+            return name
+    return None
+
+
+def _number(text: Any) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def read_rows(path: str) -> list[dict[str, float]]:
+    """Every complete row of a progress.csv as ``steps``, ``train`` (training-window mean
+    return), ``eval`` (evaluation mean return, NaN without one), ``train_time`` (the run's
+    CumTime) and ``sps``; [] when the file is missing."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            names = list(reader.fieldnames or [])
+            # TrainReturnWindow: the evaluating runners' window; without evaluation the
+            # runner's TrainReturn is the window's mean already.
+            train = _column(names, "TrainReturnWindow") or _column(names, "TrainReturn")
+            cols = dict(steps=_column(names, "CumSteps"), train=train,
+                        train_time=_column(names, "CumTime (s)"),
+                        sps=_column(names, "StepsPerSecond"),
+                        n_eval=_column(names, "NumEvalTrajs"))
+            if cols["steps"] is None:
+                return []
+            out = []
+            for raw in reader:
+                row = {key: _number(raw.get(col)) if col else math.nan
+                       for key, col in cols.items()}
+                if math.isnan(row["steps"]):
+                    continue  # a row being written
+                has_eval = cols["n_eval"] is not None and row["n_eval"] > 0
+                row["eval"] = _number(raw.get("ReturnAverage")) if has_eval else math.nan
+                out.append(row)
+            return out
+    except OSError:
+        return []
+
+
+@dataclass
+class Monitor:
+    """Samples the run's processes and progress rows from a thread until ``stop``."""
+
+    pid: int
+    progress: str
+    interval_s: float
+    t0: float = field(default_factory=time.monotonic)
+    samples: list[dict] = field(default_factory=list)
+    row_wall: list[float] = field(default_factory=list)  # wall seconds each row appeared by
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()  # the rows written at the very end
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> None:
+        now = time.monotonic() - self.t0
+        stats = process_tree_stats(self.pid)
+        if stats is not None:
+            self.samples.append(dict(wall_s=round(now, 1), load1=os.getloadavg()[0],
+                                     rss_mb=round(stats["rss_master_mb"]
+                                                  + stats["rss_workers_mb"], 1),
+                                     rss_master_mb=round(stats["rss_master_mb"], 1),
+                                     processes=1 + stats["n_workers"]))
+        n_rows = len(read_rows(self.progress))
+        self.row_wall += [round(now, 1)] * (n_rows - len(self.row_wall))
+
+
+def run_row(row: Row, seed: int, out_dir: str, sample_s: float, steps: int | None) -> dict:
+    """Train ``row`` in ``out_dir/run`` under a :class:`Monitor`; returns the record."""
+    os.makedirs(out_dir, exist_ok=True)
+    log_dir = os.path.join(out_dir, "run")
+    cmd = train_command(row, seed, log_dir, steps)
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    print("$ " + " ".join(cmd[1:]), flush=True)
+    with open(os.path.join(out_dir, "output.txt"), "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=child_env(),
+                                start_new_session=True, preexec_fn=_child_setup)
+    monitor = Monitor(proc.pid, os.path.join(log_dir, "progress.csv"), sample_s)
+    monitor.start()
+    stopped = []
+
+    def stop(signum: int, _frame: Any) -> None:
+        stopped.append(signal.Signals(signum).name)
+        os.killpg(proc.pid, signal.SIGINT)
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while proc.poll() is None:
+            try:
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        stop_group(proc)
+        monitor.stop()
+    wall_s = time.monotonic() - monitor.t0
+    run_info = dict(command=cmd[1:], started=started, wall_s=round(wall_s, 1),
+                    exit_code=proc.returncode, stopped_by=stopped[0] if stopped else None,
+                    budget_steps=steps or row.steps, seed=seed, machine=machine(),
+                    commit=_commit(), samples=monitor.samples, row_wall_s=monitor.row_wall)
+    with open(os.path.join(out_dir, "harness.json"), "w") as f:
+        json.dump(dict(row=row.name, **run_info), f, indent=1)
+    return build_record(out_dir)
+
+
+def _commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=REPO_ROOT, capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return sha + ("+local changes" if dirty else "") if sha else "unknown"
+
+
+# ---- the record ---------------------------------------------------------------------------
+def _finite(values: list[float]) -> list[float]:
+    return [v for v in values if not math.isnan(v)]
+
+
+def build_record(out_dir: str) -> dict:
+    """The record of the harness folder ``out_dir`` (``harness.json`` and ``run/``): written
+    to ``record.json`` and drawn to ``curve.png`` there, and returned."""
+    with open(os.path.join(out_dir, "harness.json")) as f:
+        info = json.load(f)
+    row = ROWS[info["row"]]
+    rows = read_rows(os.path.join(out_dir, "run", "progress.csv"))
+    walls = info["row_wall_s"] + [info["wall_s"]] * (len(rows) - len(info["row_wall_s"]))
+    metric = [r[row.metric] for r in rows]
+    hit = next((i for i, v in enumerate(metric) if not math.isnan(v) and v >= row.threshold),
+               None)
+    evals = [(r["steps"], r["eval"]) for r in rows if not math.isnan(r["eval"])]
+    trains = [(r["steps"], r["train"]) for r in rows if not math.isnan(r["train"])]
+    best_eval = max(evals, key=lambda sr: (sr[1], -sr[0])) if evals else None
+    best_train = max(trains, key=lambda sr: (sr[1], -sr[0])) if trains else None
+    samples = info["samples"]
+    # RSS "at the start": the first sample after the first training row (buffers allocated,
+    # the model built and the first update done), not the interpreter starting up.
+    first_wall = next((w for r, w in zip(rows, walls) if r["train_time"] > 0), None)
+    after = [s for s in samples if first_wall is not None and s["wall_s"] >= first_wall]
+    sps = [dict(steps=int(r["steps"]), wall_s=w, sps=round(r["sps"], 1))
+           for r, w in zip(rows, walls) if not math.isnan(r["sps"])]
+    loads = [s["load1"] for s in samples]
+    record = dict(
+        row=row.name, algo=row.algo, env=row.env, sets=list(row.sets), seed=info["seed"],
+        budget_steps=info["budget_steps"], steps_done=int(rows[-1]["steps"]) if rows else 0,
+        published=row.published, source=row.source, threshold=row.threshold,
+        metric=row.metric, window=row.window, note=row.note,
+        reached=hit is not None,
+        steps_to_threshold=int(rows[hit]["steps"]) if hit is not None else None,
+        wall_s_to_threshold=walls[hit] if hit is not None else None,
+        final_eval=evals[-1][1] if evals else None,
+        best_eval=best_eval[1] if best_eval else None,
+        best_eval_steps=int(best_eval[0]) if best_eval else None,
+        final_train=trains[-1][1] if trains else None,
+        best_train=best_train[1] if best_train else None,
+        best_train_steps=int(best_train[0]) if best_train else None,
+        wall_s=info["wall_s"], exit_code=info["exit_code"], stopped_by=info["stopped_by"],
+        sps_start=sps[1]["sps"] if len(sps) > 1 else (sps[0]["sps"] if sps else None),
+        sps_end=sps[-1]["sps"] if sps else None,
+        rss_start_mb=after[0]["rss_mb"] if after else None,
+        rss_end_mb=samples[-1]["rss_mb"] if samples else None,
+        rss_peak_mb=max((s["rss_mb"] for s in samples), default=None),
+        load1_median=round(statistics.median(loads), 2) if loads else None,
+        load1_max=round(max(loads), 2) if loads else None,
+        machine=info["machine"], commit=info["commit"], started=info["started"],
+        command=info["command"],
+        curve=[dict(steps=int(r["steps"]), wall_s=w,
+                    train=None if math.isnan(r["train"]) else round(r["train"], 3),
+                    eval=None if math.isnan(r["eval"]) else round(r["eval"], 3))
+               for r, w in zip(rows, walls)],
+        sps_over_time=sps,
+        rss_over_time=[dict(wall_s=s["wall_s"], rss_mb=s["rss_mb"]) for s in samples],
+    )
+    with open(os.path.join(out_dir, "record.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    plot_record(record, os.path.join(out_dir, "curve.png"))
+    return record
+
+
+def plot_record(record: dict, path: str) -> None:
+    """The learning curve of ``record``, with the published figure and the threshold."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    curve = record["curve"]
+    frames = 4 if record["env"].startswith("atari:") else 1
+    xs = [c["steps"] for c in curve]
+    train = [(x, c["train"]) for x, c in zip(xs, curve) if c["train"] is not None]
+    evals = [(x, c["eval"]) for x, c in zip(xs, curve) if c["eval"] is not None]
+    if train:
+        ax.plot(*zip(*train), label=f"training return (last {record['window']} episodes)")
+    if evals:
+        ax.plot(*zip(*evals), "o-", markersize=3, label="evaluation return")
+    if record["published"] is not None:
+        ax.axhline(record["published"], color="k", linestyle="--", linewidth=1,
+                   label=f"published: {record['published']:g}")
+    ax.axhline(record["threshold"], color="tab:red", linestyle=":", linewidth=1,
+               label=f"threshold ({record['metric']}): {record['threshold']:g}")
+    ax.set_xlabel("agent steps" + (" (x4 = frames)" if frames == 4 else ""))
+    ax.set_ylabel("return")
+    hours = record["wall_s"] / 3600
+    ax.set_title(f"{record['algo']} {record['env']}, seed {record['seed']}: "
+                 f"{record['steps_done']:,} steps in {hours:.2f} h", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def keep(out_dir: str, results_dir: str = RESULTS_DIR) -> str:
+    """Copy the record and picture of ``out_dir`` into ``results_dir`` as
+    ``<row>_s<seed>.json`` / ``.png``; returns the JSON path."""
+    with open(os.path.join(out_dir, "record.json")) as f:
+        record = json.load(f)
+    os.makedirs(results_dir, exist_ok=True)
+    stem = os.path.join(results_dir, f"{record['row']}_s{record['seed']}")
+    shutil.copyfile(os.path.join(out_dir, "record.json"), stem + ".json")
+    shutil.copyfile(os.path.join(out_dir, "curve.png"), stem + ".png")
+    return stem + ".json"
+
+
+# ---- the table ----------------------------------------------------------------------------
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def _hours(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+def table(results_dir: str = RESULTS_DIR, include_smoke: bool = False) -> str:
+    """The Markdown table of the records in ``results_dir``."""
+    names = sorted(n for n in os.listdir(results_dir) if n.endswith(".json")) \
+        if os.path.isdir(results_dir) else []
+    lines = ["| row | algorithm | task | budget (steps) | seed | published | threshold "
+             "| final eval | best eval | final train | reached at (steps) | wall to threshold "
+             "| wall | steps/s start → end | RSS start → end (MB) | load (median) |",
+             "|" + "---|" * 16]
+    for name in names:
+        with open(os.path.join(results_dir, name)) as f:
+            r = json.load(f)
+        if r["row"].endswith("_smoke") and not include_smoke:
+            continue
+        lines.append(
+            f"| {r['row']} | {r['algo']} | {r['env']} | {r['budget_steps']:,} | {r['seed']} "
+            f"| {_fmt(r['published'], 2)} | {r['metric']} ≥ {r['threshold']:g} "
+            f"| {_fmt(r['final_eval'])} | {_fmt(r['best_eval'])} | {_fmt(r['final_train'])} "
+            f"| {_fmt(r['steps_to_threshold']) if r['reached'] else 'not reached'} "
+            f"| {_hours(r['wall_s_to_threshold'])} | {_hours(r['wall_s'])} "
+            f"| {_fmt(r['sps_start'], 0)} → {_fmt(r['sps_end'], 0)} "
+            f"| {_fmt(r['rss_start_mb'], 0)} → {_fmt(r['rss_end_mb'], 0)} "
+            f"| {_fmt(r['load1_median'], 2)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("row", nargs="?", help="the row to run (see --list)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="override the row's budget (the record says so)")
+    parser.add_argument("--out", default=None, help="harness folder (default "
+                        "data/reproduce/<row>_s<seed>_<time>)")
+    parser.add_argument("--sample-s", type=float, default=10.0,
+                        help="seconds between samples of memory and progress (default 10)")
+    parser.add_argument("--keep", action="store_true",
+                        help="copy the record and picture into docs/results/")
+    parser.add_argument("--record", metavar="DIR", help="rebuild the record of a harness folder")
+    parser.add_argument("--table", action="store_true", help="print the table of kept records")
+    parser.add_argument("--smoke", action="store_true", help="with --table: smoke rows too")
+    parser.add_argument("--results", default=RESULTS_DIR, help="folder of kept records")
+    parser.add_argument("--list", action="store_true", help="list the rows")
+    args = parser.parse_args(argv)
+    if args.list:
+        for row in ROWS.values():
+            print(f"{row.name:24s} {row.algo:5s} {row.env:18s} {row.steps:>10,} steps  "
+                  f"{row.metric} >= {row.threshold:g}  (published {row.published})")
+        return 0
+    if args.table:
+        print(table(args.results, include_smoke=args.smoke))
+        return 0
+    if args.record:
+        record = build_record(args.record)
+    else:
+        if args.row not in ROWS:
+            parser.error(f"unknown row {args.row!r}; rows: {', '.join(ROWS)}")
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = args.out or os.path.join(REPO_ROOT, "data", "reproduce",
+                                       f"{args.row}_s{args.seed}_{stamp}")
+        record = run_row(ROWS[args.row], args.seed, out, args.sample_s, args.steps)
+        args.record = out
+    print(json.dumps({k: v for k, v in record.items()
+                      if k not in ("curve", "sps_over_time", "rss_over_time", "command")},
+                     indent=1))
+    if args.keep:
+        print("kept:", os.path.relpath(keep(args.record, args.results), REPO_ROOT))
+    return 0 if record["exit_code"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
