@@ -24,7 +24,7 @@ setup(
         "test": ["pytest>=7", "pytest-xdist>=3.0", "tensorboard>=2.10", "matplotlib>=3.5", "imageio>=2.20",
                  "imageio-ffmpeg>=0.4.5", "pygame>=2.1", "submitit>=1.4",
                  "gymnasium[box2d,mujoco]>=0.29", "optuna>=4", "cma>=3.2",
-                 "pettingzoo>=1.24", "mpe2>=1.0", "popgym>=1.0", "onnx>=1.16",
+                 "pettingzoo>=1.24", "mpe2>=1.0", "popgym>=1.0", "minatar>=1.0.15", "onnx>=1.16",
                  "onnxscript>=0.3", "onnxruntime>=1.18", "wandb>=0.19"],
         "tensorboard": ["tensorboard>=2.10"],
         "plot": ["matplotlib>=3.5"],  # rlfast plot
@@ -44,6 +44,8 @@ setup(
         # POPGym's partially observable tasks (popgym:<Task>), the memory benchmark of
         # Morad et al. (ICLR 2023); its core install needs only numpy and gymnasium.
         "popgym": ["popgym>=1.0"],
+        # MinAtar's 10 x 10 miniature Atari games (minatar:<game>), a DQN testbed a CPU can run.
+        "minatar": ["minatar>=1.0.15"],
         # rlfast export --format onnx: torch.onnx's exporter writes through onnx and
         # onnxscript; onnxruntime runs the written file to check it (and serves it).
         "export": ["onnx>=1.16", "onnxscript>=0.3", "onnxruntime>=1.18"],

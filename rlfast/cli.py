@@ -28,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
                                     f"an evolution strategy: "
                                     f"{', '.join(catalog.es_strategy_names())}")
     train.add_argument("env", help="gymnasium id (CartPole-v1, Pendulum-v1, ...) or atari:<game> "
-                                   "(atari:pong) for rlfast's AtariEnv")
+                                   "(atari:pong) for rlfast's AtariEnv; pz:<name>, popgym:<name> and "
+                                   "minatar:<game> name the other env families")
     train.add_argument("--steps", type=int, default=None, help="environment steps to train for")
     train.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     train.add_argument("--n-envs", type=int, default=None, help="parallel environments (batch_B)")

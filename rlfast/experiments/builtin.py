@@ -15,6 +15,7 @@ from rlfast.algos.qpg import DDPG, SAC, TD3
 from rlfast.es import CEM, CMAES, OpenAIES
 from rlfast.experiments.config import ConfigError
 from rlfast.experiments.es_presets import ES_PRESETS
+from rlfast.experiments.minatar_family import MINATAR as _MINATAR
 from rlfast.experiments.pettingzoo_family import PETTINGZOO as _PETTINGZOO
 from rlfast.experiments.popgym_family import POPGYM as _POPGYM
 from rlfast.experiments.preset_data import ASYNC_DEFAULTS, PRESETS
@@ -24,7 +25,7 @@ from rlfast.experiments.search_spaces import SEARCH_SPACES
 from rlfast import samplers as smp
 
 __all__ = ["ALGORITHMS", "SAMPLERS", "ENV_FAMILIES", "ES_STRATEGIES", "action_kind",
-           "GYMNASIUM", "ATARI", "PETTINGZOO", "POPGYM"]
+           "GYMNASIUM", "ATARI", "PETTINGZOO", "POPGYM", "MINATAR"]
 
 ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm")
 SAMPLERS: Registry[SamplerSpec] = Registry("sampler")
@@ -98,6 +99,7 @@ GYMNASIUM = ENV_FAMILIES.add("gymnasium", EnvFamily(
     description="a gymnasium id (CartPole-v1, module:Env-v0)"))
 PETTINGZOO = ENV_FAMILIES.add("pz", _PETTINGZOO)
 POPGYM = ENV_FAMILIES.add("popgym", _POPGYM)
+MINATAR = ENV_FAMILIES.add("minatar", _MINATAR)
 ATARI = ENV_FAMILIES.add("atari", EnvFamily(
     prefix="atari", factory=_atari_factory, traits=_atari_traits, check_id=None,
     TrajInfoCls="rlfast.envs.atari:AtariTrajInfo", preset_family="atari", pixels=True,

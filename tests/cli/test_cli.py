@@ -225,7 +225,8 @@ def test_unknown_gymnasium_id_is_a_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == ("rlfast: error: unknown gymnasium environment 'NoSuchEnv-v9'; "
                    "gymnasium.pprint_registry() lists the registered ids; "
-                   "use atari:<game> for Atari; other env families: pz:<name>, popgym:<name>\n")
+                   "use atari:<game> for Atari; other env families: pz:<name>, popgym:<name>, "
+                   "minatar:<name>\n")
     assert not (tmp_path / "x").exists()
     for typo, meant in (("CartPole-v9", "CartPole-v1"), ("cartpole-v1", "CartPole-v1"),
                         ("Pendulm-v1", "Pendulum-v1")):

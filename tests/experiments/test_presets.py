@@ -20,7 +20,7 @@ def test_get_preset_merges_env_tuning_into_a_fresh_copy():
     assert sac["algo"]["learning_rate"] == tuned["algo"]["learning_rate"]
     assert sac["algo"]["discount"] == PRESETS["sac"]["continuous"]["algo"]["discount"]
     assert sac["agent"]["model_kwargs"]["hidden_sizes"] == [64, 64]
-    assert sac["runner"] == dict(tuned["runner"], stop_return=None)
+    assert sac["runner"] == dict(tuned["runner"], stop_return=None, log_traj_window=100)
     sac["agent"]["model_kwargs"]["hidden_sizes"].append(1)
     sac["algo"]["discount"] = 0.5
     assert PRESETS["sac"]["continuous"]["agent"]["model_kwargs"]["hidden_sizes"] == [256, 256]

@@ -34,7 +34,7 @@ def test_rlfast_registers_its_own_entries_once_each():
                                   "ddpg", "td3", "sac"]
     assert set(ALGORITHMS.names()) == set(PRESETS)
     assert SAMPLERS.names() == ["serial", "cpu", "gpu", "alternating"]
-    assert ENV_FAMILIES.names() == ["gymnasium", "pz", "popgym", "atari"]
+    assert ENV_FAMILIES.names() == ["gymnasium", "pz", "popgym", "minatar", "atari"]
     assert ES_STRATEGIES.names() == ["cem", "cmaes", "openai_es"]
     assert [n for n in ALGORITHMS if ALGORITHMS.get(n).replay] == [
         "dqn", "cat_dqn", "rainbow", "r2d1", "ddpg", "td3", "sac"]

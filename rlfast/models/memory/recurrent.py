@@ -9,6 +9,7 @@ cell, so it always runs the loop.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -29,6 +30,14 @@ def _zero_lstm_state(batch_size: int, hidden_size: int, device: Any,
     shape = (1, batch_size, hidden_size)
     return RnnState(h=torch.zeros(shape, device=device, dtype=dtype),
                     c=torch.zeros(shape, device=device, dtype=dtype))
+
+
+def _cpu_autocast_off(x: torch.Tensor):
+    """The fused LSTM on the CPU in float32 even under a bf16 autocast: CPU autocast sends it
+    to oneDNN's bf16 RNN primitive, which CPUs without AVX-512 BF16 (an AVX2-only AMD EPYC, for
+    one) cannot create ("could not create a primitive descriptor for the LSTM forward
+    propagation primitive").  On the GPU cuDNN runs it in bf16 as asked."""
+    return torch.autocast("cpu", enabled=False) if x.device.type == "cpu" else nullcontext()
 
 
 def _lstm_cell(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,7 +68,8 @@ class LstmCore(MemoryCore):
         x = x.to(dtype)
         if reset is None:
             hc = None if state is None else tuple(self.state_from(state, x.shape[1], dtype, x.device))
-            out, (h, c) = self.lstm(x, hc)
+            with _cpu_autocast_off(x):
+                out, (h, c) = self.lstm(x, hc)
             return out, RnnState(h=h, c=c)
         h, c = self.state_from(state, x.shape[1], dtype, x.device)
         h, c = h[0], c[0]
