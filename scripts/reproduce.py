@@ -22,8 +22,12 @@ appear (so each row gets a wall-clock time). At the end it writes, in the harnes
 * ``curve.png``: the learning curve with the published figure and the threshold drawn on it.
 
 ``--keep`` also copies both into ``docs/results/`` (the records the results page quotes,
-kept in the repository). ``--record DIR`` rebuilds the record and picture of a finished (or
-stopped) harness folder, ``--table`` prints the table of kept records (``--results DIR``
+kept in the repository), and ``--page`` rewrites that page, ``docs/results/README.md``, from
+the kept records. ``--record DIR`` rebuilds the record and picture of a finished (or
+stopped) harness folder, ``--resume DIR`` goes on with a stopped run from its newest snapshot
+(a run longer than one sitting: its segments' wall times add up, the gaps between them do not
+count; ``harness.json`` is rewritten at every sample, so a harness killed with its run still
+leaves what ran), ``--table`` prints the table of kept records (``--results DIR``
 reads another folder), and ``--list`` the rows. Rows ending in ``_smoke`` are short budgets
 that check the harness, the record and the picture, not the score; the tests run them.
 
@@ -88,8 +92,15 @@ def _rows(*rows: Row) -> dict[str, Row]:
 CLEANRL_PPO = ("CleanRL, ppo_atari.py on PongNoFrameskip-v4 at 10M frames: 20.36 ± 0.20 "
                "(mean ± std of 3 seeds; openai/baselines' PPO2: 20.512 ± 0.50); "
                "https://docs.cleanrl.dev/rl-algorithms/ppo/#ppo_ataripy")
+MINATAR = ("MinAtar (Young & Tian 2019, arXiv:1903.03176), DQN with replay and a target "
+           "network, mean of 30 seeds of the moving average of returns over 100 episodes, read "
+           "off the README's learning-curve figure at 2M frames (a MinAtar frame is one step); "
+           "https://github.com/kenjyoung/MinAtar#results")
 # Smoke rows shrink the budget and the evaluation so that each takes well under a minute; they
 # exercise the same code path as their full row (same algorithm, environment and preset).
+_MINATAR_SMOKE = ("algo.min_steps_learn=500", "algo.replay_size=1000",
+                  "sampler.eval_n_envs=1", "sampler.eval_max_steps=200",
+                  "sampler.eval_max_trajectories=1", "runner.log_interval_steps=500")
 ROWS = _rows(
     Row("pong_ppo", "ppo", "atari:pong", 2_500_000, threshold=18.0, metric="train",
         published=20.36, source=CLEANRL_PPO,
@@ -103,22 +114,40 @@ ROWS = _rows(
         note="threshold: 0.9 of the zoo's figure"),
     Row("halfcheetah_sac", "sac", "HalfCheetah-v5", 1_000_000, threshold=8000.0,
         metric="eval", published=9535.0, source=ZOO + "; SAC HalfCheetah-v3 at 1M steps"),
+    Row("breakout_dqn", "dqn", "minatar:breakout", 2_000_000, threshold=9.0, metric="train",
+        published=10.0, source=MINATAR, window=100,
+        note="threshold: 0.9 of the published figure, over the paper's 100-episode window"),
+    Row("breakout_rainbow", "rainbow", "minatar:breakout", 2_000_000, threshold=9.0,
+        metric="train", published=10.0, source=MINATAR, window=100,
+        note="held against MinAtar's DQN figure; threshold 0.9 of it"),
+    Row("space_invaders_dqn", "dqn", "minatar:space_invaders", 2_000_000, threshold=36.0,
+        metric="train", published=40.0, source=MINATAR, window=100,
+        note="threshold: 0.9 of the published figure, over the paper's 100-episode window"),
+    Row("space_invaders_rainbow", "rainbow", "minatar:space_invaders", 2_000_000,
+        threshold=36.0, metric="train", published=40.0, source=MINATAR, window=100,
+        note="held against MinAtar's DQN figure; threshold 0.9 of it"),
     Row("pong_ppo_smoke", "ppo", "atari:pong", 512, threshold=-21.0, metric="train",
         published=20.36, source=CLEANRL_PPO,
         sets=("sampler.batch_B=2", "sampler.eval_n_envs=1", "sampler.eval_max_steps=100",
               "sampler.eval_max_trajectories=1", "runner.log_interval_steps=256",
-              "sampler.max_decorrelation_steps=50"),
+              "sampler.max_decorrelation_steps=50", "algo.epochs=1", "algo.minibatches=2"),
         args=("--sampler", "serial")),
     Row("halfcheetah_ppo_smoke", "ppo", "HalfCheetah-v5", 4096, threshold=-1000.0,
         metric="eval", published=5819.0, source=ZOO, args=("--sampler", "serial"),
         sets=("sampler.batch_B=4", "sampler.batch_T=512", "sampler.eval_n_envs=1",
               "sampler.eval_max_steps=1000", "sampler.eval_max_trajectories=1",
               "runner.log_interval_steps=2048")),
-    Row("halfcheetah_sac_smoke", "sac", "HalfCheetah-v5", 1000, threshold=-1000.0,
+    Row("halfcheetah_sac_smoke", "sac", "HalfCheetah-v5", 600, threshold=-1000.0,
         metric="eval", published=9535.0, source=ZOO,
-        sets=("algo.min_steps_learn=500", "sampler.eval_n_envs=1",
+        sets=("algo.min_steps_learn=450", "algo.batch_size=64", "sampler.eval_n_envs=1",
               "sampler.eval_max_steps=1000", "sampler.eval_max_trajectories=1",
-              "runner.log_interval_steps=500")),
+              "runner.log_interval_steps=300")),
+    Row("breakout_dqn_smoke", "dqn", "minatar:breakout", 1000, threshold=-1.0, metric="train",
+        published=10.0, source=MINATAR, window=100, sets=_MINATAR_SMOKE,
+        args=("--sampler", "serial")),
+    Row("breakout_rainbow_smoke", "rainbow", "minatar:breakout", 1000, threshold=-1.0,
+        metric="train", published=10.0, source=MINATAR, window=100, sets=_MINATAR_SMOKE,
+        args=("--sampler", "serial")),
 )
 
 
@@ -180,14 +209,21 @@ def read_rows(path: str) -> list[dict[str, float]]:
 
 @dataclass
 class Monitor:
-    """Samples the run's processes and progress rows from a thread until ``stop``."""
+    """Samples the run's processes and progress rows from a thread until ``stop``.
+
+    ``offset`` is the wall time of the earlier segments of a resumed run, so that times go on
+    from where they stopped; ``samples`` and ``row_wall`` start with theirs. ``on_sample`` runs
+    after each sample (the harness writes ``harness.json`` there, so that a harness killed with
+    its run still leaves a record of what ran)."""
 
     pid: int
     progress: str
     interval_s: float
-    t0: float = field(default_factory=time.monotonic)
+    offset: float = 0.0
     samples: list[dict] = field(default_factory=list)
     row_wall: list[float] = field(default_factory=list)  # wall seconds each row appeared by
+    on_sample: Any = None
+    t0: float = field(default_factory=time.monotonic)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> None:
@@ -199,14 +235,20 @@ class Monitor:
         self._thread.join()
         self.sample()  # the rows written at the very end
 
+    def elapsed(self) -> float:
+        return self.offset + time.monotonic() - self.t0
+
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.sample()
+            if self.on_sample is not None:
+                self.on_sample()
 
     def sample(self) -> None:
-        now = time.monotonic() - self.t0
+        now = self.elapsed()
         stats = process_tree_stats(self.pid)
-        if stats is not None:
+        # An exiting process (a zombie not yet reaped) reads as 0 MB: not a sample.
+        if stats is not None and stats["rss_master_mb"] > 0:
             self.samples.append(dict(wall_s=round(now, 1), load1=os.getloadavg()[0],
                                      rss_mb=round(stats["rss_master_mb"]
                                                   + stats["rss_workers_mb"], 1),
@@ -216,20 +258,61 @@ class Monitor:
         self.row_wall += [round(now, 1)] * (n_rows - len(self.row_wall))
 
 
-def run_row(row: Row, seed: int, out_dir: str, sample_s: float, steps: int | None) -> dict:
-    """Train ``row`` in ``out_dir/run`` under a :class:`Monitor`; returns the record."""
+def _write_json(path: str, data: dict) -> None:
+    """Write, then rename: a reader never sees half a file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def run_row(row: Row, seed: int, out_dir: str, sample_s: float, steps: int | None,
+            resume: bool = False) -> dict:
+    """Train ``row`` in ``out_dir/run`` under a :class:`Monitor`; returns the record.
+
+    With ``resume`` the run in ``out_dir`` goes on from its newest snapshot (``rlfast
+    resume``): a new segment, appended to ``harness.json``, whose times follow the earlier
+    segments' (the record's wall time is their sum, not counting the gaps between them)."""
     os.makedirs(out_dir, exist_ok=True)
     log_dir = os.path.join(out_dir, "run")
-    cmd = train_command(row, seed, log_dir, steps)
+    harness_path = os.path.join(out_dir, "harness.json")
+    prev = None
+    if resume:
+        with open(harness_path) as f:
+            prev = json.load(f)
+        if prev["row"] != row.name or prev["seed"] != seed:
+            raise SystemExit(f"reproduce: {out_dir} holds row {prev['row']} seed {prev['seed']}")
+        cmd = [sys.executable, "-m", "rlfast", "resume", log_dir, "--no-progress"]
+        if steps:
+            cmd += ["--steps", str(steps)]
+    else:
+        cmd = train_command(row, seed, log_dir, steps)
     started = datetime.datetime.now().isoformat(timespec="seconds")
     print("$ " + " ".join(cmd[1:]), flush=True)
-    with open(os.path.join(out_dir, "output.txt"), "w") as out:
+    with open(os.path.join(out_dir, "output.txt"), "a" if resume else "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=child_env(),
                                 start_new_session=True, preexec_fn=_child_setup)
-    monitor = Monitor(proc.pid, os.path.join(log_dir, "progress.csv"), sample_s)
+    monitor = Monitor(proc.pid, os.path.join(log_dir, "progress.csv"), sample_s,
+                      offset=prev["wall_s"] if prev else 0.0,
+                      samples=list(prev["samples"]) if prev else [],
+                      row_wall=list(prev["row_wall_s"]) if prev else [])
+    segments = list(prev.get("segments", [])) if prev else []
+    budget = steps or (prev["budget_steps"] if prev else row.steps)
+    stopped: list[str] = []
+
+    def harness() -> dict:
+        segment = dict(command=cmd[1:], started=started, commit=_commit(),
+                       wall_s=round(monitor.elapsed() - monitor.offset, 1),
+                       exit_code=proc.returncode, stopped_by=stopped[0] if stopped else None)
+        return dict(row=row.name, command=(prev or segment)["command"],
+                    started=(prev or segment)["started"], wall_s=round(monitor.elapsed(), 1),
+                    exit_code=proc.returncode, stopped_by=segment["stopped_by"],
+                    budget_steps=budget, seed=seed, machine=machine(), commit=segment["commit"],
+                    samples=monitor.samples, row_wall_s=monitor.row_wall,
+                    segments=segments + [segment])
+
+    monitor.on_sample = lambda: _write_json(harness_path, harness())
     monitor.start()
-    stopped = []
 
     def stop(signum: int, _frame: Any) -> None:
         stopped.append(signal.Signals(signum).name)
@@ -247,13 +330,7 @@ def run_row(row: Row, seed: int, out_dir: str, sample_s: float, steps: int | Non
             signal.signal(s, handler)
         stop_group(proc)
         monitor.stop()
-    wall_s = time.monotonic() - monitor.t0
-    run_info = dict(command=cmd[1:], started=started, wall_s=round(wall_s, 1),
-                    exit_code=proc.returncode, stopped_by=stopped[0] if stopped else None,
-                    budget_steps=steps or row.steps, seed=seed, machine=machine(),
-                    commit=_commit(), samples=monitor.samples, row_wall_s=monitor.row_wall)
-    with open(os.path.join(out_dir, "harness.json"), "w") as f:
-        json.dump(dict(row=row.name, **run_info), f, indent=1)
+    _write_json(harness_path, harness())
     return build_record(out_dir)
 
 
@@ -274,6 +351,18 @@ def _finite(values: list[float]) -> list[float]:
     return [v for v in values if not math.isnan(v)]
 
 
+def _latest_rows(rows: list[dict], walls: list[float]) -> tuple[list[dict], list[float]]:
+    """Drop the rows a resumed run trained again: a run stopped without a final snapshot (a
+    power cut, a SIGKILL) logged rows past its newest snapshot, and the resumed run logs those
+    steps anew; the later rows stand."""
+    kept: list[tuple[dict, float]] = []
+    for row, wall in zip(rows, walls):
+        while kept and kept[-1][0]["steps"] >= row["steps"]:
+            kept.pop()
+        kept.append((row, wall))
+    return [r for r, _ in kept], [w for _, w in kept]
+
+
 def build_record(out_dir: str) -> dict:
     """The record of the harness folder ``out_dir`` (``harness.json`` and ``run/``): written
     to ``record.json`` and drawn to ``curve.png`` there, and returned."""
@@ -282,6 +371,7 @@ def build_record(out_dir: str) -> dict:
     row = ROWS[info["row"]]
     rows = read_rows(os.path.join(out_dir, "run", "progress.csv"))
     walls = info["row_wall_s"] + [info["wall_s"]] * (len(rows) - len(info["row_wall_s"]))
+    rows, walls = _latest_rows(rows, walls[:len(rows)])
     metric = [r[row.metric] for r in rows]
     hit = next((i for i, v in enumerate(metric) if not math.isnan(v) and v >= row.threshold),
                None)
@@ -312,6 +402,7 @@ def build_record(out_dir: str) -> dict:
         best_train=best_train[1] if best_train else None,
         best_train_steps=int(best_train[0]) if best_train else None,
         wall_s=info["wall_s"], exit_code=info["exit_code"], stopped_by=info["stopped_by"],
+        segments=len(info.get("segments", [])) or 1,
         sps_start=sps[1]["sps"] if len(sps) > 1 else (sps[0]["sps"] if sps else None),
         sps_end=sps[-1]["sps"] if sps else None,
         rss_start_mb=after[0]["rss_mb"] if after else None,
@@ -328,8 +419,7 @@ def build_record(out_dir: str) -> dict:
         sps_over_time=sps,
         rss_over_time=[dict(wall_s=s["wall_s"], rss_mb=s["rss_mb"]) for s in samples],
     )
-    with open(os.path.join(out_dir, "record.json"), "w") as f:
-        json.dump(record, f, indent=1)
+    _write_json(os.path.join(out_dir, "record.json"), record)
     plot_record(record, os.path.join(out_dir, "curve.png"))
     return record
 
@@ -419,6 +509,70 @@ def table(results_dir: str = RESULTS_DIR, include_smoke: bool = False) -> str:
     return "\n".join(lines)
 
 
+PAGE_INTRO = """# Results at published budgets
+
+Each row trains one rlfast preset for a published budget and holds the result against a
+published figure. Every number and picture on this page comes from a run of
+`scripts/reproduce.py ROW --seed S --keep`, whose JSON record sits beside this file
+(`<row>_s<seed>.json`); `python scripts/reproduce.py --page` rewrites the page from them.
+
+How to read the table:
+- *final* / *best eval*: the mean return of the evaluation episodes at the last progress row and
+  the best one; *final train*: the mean return of the last `window` training episodes at the
+  end.
+- *reached at*: the first progress row at which the row's metric met its threshold.
+- Wall times and steps/s depend on the machine and its load. Each row gives the 1-minute load
+  average over its run (median); a 2-core machine runs one training job at a load of about
+  2-3, so a higher figure means that other work shared the cores.
+- Scores and steps-to-threshold do not depend on the load.
+"""
+
+
+def page(results_dir: str = RESULTS_DIR) -> str:
+    """The results page (Markdown) of the kept records in ``results_dir``."""
+    records = []
+    for name in sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []:
+        if name.endswith(".json"):
+            with open(os.path.join(results_dir, name)) as f:
+                record = json.load(f)
+            if not record["row"].endswith("_smoke"):
+                records.append((name[:-5], record))
+    parts = [PAGE_INTRO, "## The table\n", table(results_dir), ""]
+    for stem, r in records:
+        verdict = (f"reached {r['metric']} >= {r['threshold']:g} at {r['steps_to_threshold']:,} "
+                   f"steps, {_hours(r['wall_s_to_threshold'])} into the run"
+                   if r["reached"] else f"did not reach {r['metric']} >= {r['threshold']:g}")
+        parts += [f"## {r['row']}, seed {r['seed']}: {r['algo']} on {r['env']}\n",
+                  f"![learning curve of {r['row']}]({stem}.png)\n",
+                  f"- Budget: {r['budget_steps']:,} agent steps; ran {r['steps_done']:,} in "
+                  f"{_hours(r['wall_s'])}"
+                  + (f" over {r['segments']} sittings (resumed from snapshots)"
+                     if r.get("segments", 1) > 1 else "")
+                  + f" (exit code {r['exit_code']}); {verdict}.",
+                  f"- Published: {_fmt(r['published'], 2)}. Source: {r['source']}."
+                  + (f" {r['note'][0].upper() + r['note'][1:]}." if r["note"] else ""),
+                  f"- Final / best evaluation return: {_fmt(r['final_eval'])} / "
+                  f"{_fmt(r['best_eval'])} (at {_fmt(r['best_eval_steps'])} steps); final / best "
+                  f"training return (last {r['window']} episodes): {_fmt(r['final_train'])} / "
+                  f"{_fmt(r['best_train'])}.",
+                  f"- Steps/s at the start and the end: {_fmt(r['sps_start'], 0)} and "
+                  f"{_fmt(r['sps_end'], 0)}; RSS of all the run's processes at the start, the end "
+                  f"and the peak: {_fmt(r['rss_start_mb'], 0)}, {_fmt(r['rss_end_mb'], 0)} and "
+                  f"{_fmt(r['rss_peak_mb'], 0)} MB; load average median {_fmt(r['load1_median'], 2)}"
+                  f", max {_fmt(r['load1_max'], 2)}.",
+                  f"- Machine: {r['machine']}. Commit {r['commit']}, started {r['started']}.",
+                  f"- Command: `python {' '.join(r['command'])}`", ""]
+    done = {r["row"] for _, r in records}
+    waiting = [row for row in ROWS.values() if not row.smoke and row.name not in done]
+    if waiting:
+        parts += ["## Rows not yet run to their budget\n"]
+        parts += [f"- `{row.name}`: {row.algo} on {row.env}, {row.steps:,} steps, "
+                  f"{row.metric} >= {row.threshold:g} (published {row.published:g}; "
+                  f"{row.source})." for row in waiting]
+        parts.append("")
+    return "\n".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -433,20 +587,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true",
                         help="copy the record and picture into docs/results/")
     parser.add_argument("--record", metavar="DIR", help="rebuild the record of a harness folder")
+    parser.add_argument("--resume", metavar="DIR", help="go on with the stopped run of a harness "
+                        "folder from its newest snapshot (rlfast resume), as a new segment")
     parser.add_argument("--table", action="store_true", help="print the table of kept records")
     parser.add_argument("--smoke", action="store_true", help="with --table: smoke rows too")
     parser.add_argument("--results", default=RESULTS_DIR, help="folder of kept records")
     parser.add_argument("--list", action="store_true", help="list the rows")
+    parser.add_argument("--page", action="store_true", help="rewrite the results page, "
+                        "README.md in the folder of kept records, from its records")
     args = parser.parse_args(argv)
     if args.list:
         for row in ROWS.values():
-            print(f"{row.name:24s} {row.algo:5s} {row.env:18s} {row.steps:>10,} steps  "
+            print(f"{row.name:24s} {row.algo:8s} {row.env:24s} {row.steps:>10,} steps  "
                   f"{row.metric} >= {row.threshold:g}  (published {row.published})")
         return 0
     if args.table:
         print(table(args.results, include_smoke=args.smoke))
         return 0
-    if args.record:
+    if args.page:
+        os.makedirs(args.results, exist_ok=True)
+        path = os.path.join(args.results, "README.md")
+        with open(path + ".tmp", "w") as f:
+            f.write(page(args.results))
+        os.replace(path + ".tmp", path)
+        print("wrote", path)
+        return 0
+    if args.resume:
+        with open(os.path.join(args.resume, "harness.json")) as f:
+            info = json.load(f)
+        record = run_row(ROWS[info["row"]], info["seed"], args.resume, args.sample_s, args.steps,
+                         resume=True)
+        args.record = args.resume
+    elif args.record:
         record = build_record(args.record)
     else:
         if args.row not in ROWS:

@@ -1,0 +1,198 @@
+"""scripts/reproduce.py, the reproduction harness: its rows, the record it builds from a run
+(checked against figures worked out by hand from a synthetic run), the table and the kept
+copies, and every smoke row run end to end through the harness (a real ``rlfast train``
+process, sampled by the monitor; the score is not checked, the record and picture are)."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce.py"
+
+
+@pytest.fixture(scope="module")
+def rep():
+    spec = importlib.util.spec_from_file_location("rlfast_reproduce_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look the module up by name
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def _family(env: str) -> str:
+    return env.split(":", 1)[0] if ":" in env else "mujoco"
+
+
+def test_every_full_row_has_a_smoke_row_of_its_algorithm_and_env_family(rep):
+    full = [r for r in rep.ROWS.values() if not r.smoke]
+    smoke = {(r.algo, _family(r.env)) for r in rep.ROWS.values() if r.smoke}
+    assert {(r.algo, _family(r.env)) for r in full} <= smoke
+    for row in full:
+        assert row.metric in ("train", "eval") and row.source and row.published is not None
+        assert row.threshold <= row.published  # a threshold above the published figure is a typo
+
+
+def test_every_row_names_real_preset_keys(rep):
+    from rlfast.experiments.config import apply_overrides
+    from rlfast.experiments.presets import get_preset
+    for row in rep.ROWS.values():
+        config = get_preset(row.algo, row.env)
+        out = apply_overrides(config, list(row.sets) + [f"runner.log_traj_window={row.window}"])
+        assert out["runner"]["log_traj_window"] == row.window
+
+
+def test_train_command(rep):
+    row = rep.ROWS["pong_ppo_smoke"]
+    cmd = rep.train_command(row, seed=3, log_dir="/x/run")
+    assert cmd[:5] == [sys.executable, "-m", "rlfast", "train", "ppo"]
+    assert cmd[cmd.index("--seed") + 1] == "3" and cmd[cmd.index("--steps") + 1] == "512"
+    assert cmd[cmd.index("--sampler") + 1] == "serial"
+    assert cmd[cmd.index("--log-dir") + 1] == "/x/run"
+    assert rep.train_command(row, 0, "/x", steps=99)[cmd.index("--steps") + 1] == "99"
+
+
+def _synthetic_run(folder: Path, row: str = "pong_ppo") -> None:
+    """A finished harness folder: five progress rows and six monitor samples."""
+    (folder / "run").mkdir(parents=True)
+    header = ["Diagnostics/CumSteps", "Diagnostics/CumTime (s)", "Diagnostics/StepsPerSecond",
+              "Diagnostics/TrainReturnWindow", "NumEvalTrajs", "ReturnAverage"]
+    rows = [[0, 0, "", "", 4, -21.0],
+            [100, 10, 10.0, -20.0, 0, ""],
+            [200, 20, 12.0, 18.5, 4, 5.0],   # first at or above 18: steps 200
+            [300, 30, 14.0, 17.0, 4, 19.0],  # best eval
+            [400, 40, 9.0, 19.0, 4, 19.0]]   # ties the best eval later: the earlier one counts
+    with open(folder / "run" / "progress.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    samples = [dict(wall_s=w, load1=l, rss_mb=m, rss_master_mb=m, processes=1)
+               for w, l, m in [(1, 0.5, 100), (5, 1.0, 150), (12, 2.0, 300), (22, 2.0, 320),
+                               (33, 3.0, 500), (44, 1.5, 310)]]
+    harness = dict(row=row, command=["-m", "rlfast"], started="2026-01-01T00:00:00",
+                   wall_s=45.0, exit_code=0, stopped_by=None, budget_steps=400, seed=7,
+                   machine="test machine", commit="abc", samples=samples,
+                   row_wall_s=[2.0, 11.0, 21.0, 31.0])  # the last row: seen only at the end
+    (folder / "harness.json").write_text(json.dumps(harness))
+
+
+def test_record_of_a_synthetic_run(rep, tmp_path):
+    _synthetic_run(tmp_path)
+    r = rep.build_record(str(tmp_path))
+    assert r["row"] == "pong_ppo" and r["seed"] == 7 and r["steps_done"] == 400
+    assert r["reached"] and r["steps_to_threshold"] == 200 and r["wall_s_to_threshold"] == 21.0
+    assert (r["final_eval"], r["best_eval"], r["best_eval_steps"]) == (19.0, 19.0, 300)
+    assert (r["final_train"], r["best_train"], r["best_train_steps"]) == (19.0, 19.0, 400)
+    assert r["sps_start"] == 12.0 and r["sps_end"] == 9.0  # the first rate skips the warm-up row
+    # RSS at the start: the first sample at or after the first row with training time (11 s).
+    assert (r["rss_start_mb"], r["rss_end_mb"], r["rss_peak_mb"]) == (300, 310, 500)
+    assert r["load1_median"] == 1.75 and r["load1_max"] == 3.0  # median of 0.5 1 1.5 2 2 3
+    assert [c["wall_s"] for c in r["curve"]] == [2.0, 11.0, 21.0, 31.0, 45.0]
+    assert r["curve"][0]["train"] is None and r["curve"][1]["eval"] is None
+    assert json.loads((tmp_path / "record.json").read_text())["steps_to_threshold"] == 200
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_record_of_a_run_that_never_reaches_its_threshold(rep, tmp_path):
+    _synthetic_run(tmp_path, row="halfcheetah_ppo")  # eval >= 5237: never in these rows
+    r = rep.build_record(str(tmp_path))
+    assert not r["reached"] and r["steps_to_threshold"] is None and r["wall_s_to_threshold"] is None
+
+
+def test_keep_and_table(rep, tmp_path):
+    _synthetic_run(tmp_path / "h")
+    rep.build_record(str(tmp_path / "h"))
+    kept = rep.keep(str(tmp_path / "h"), str(tmp_path / "results"))
+    assert kept.endswith("pong_ppo_s7.json") and os.path.exists(kept[:-5] + ".png")
+    lines = rep.table(str(tmp_path / "results")).splitlines()
+    assert len(lines) == 3 and lines[0].count("|") == lines[2].count("|") == 17
+    cells = [c.strip() for c in lines[2].split("|")]
+    assert cells[1:6] == ["pong_ppo", "ppo", "atari:pong", "400", "7"]
+    assert "200" in cells[11] and cells[12] == "0.3 min" and cells[13] == "0.8 min"
+    # Records of smoke rows stay out of the table unless asked for.
+    smoke = json.loads(Path(kept).read_text())
+    smoke["row"] = "pong_ppo_smoke"
+    (tmp_path / "results" / "pong_ppo_smoke_s0.json").write_text(json.dumps(smoke))
+    assert len(rep.table(str(tmp_path / "results")).splitlines()) == 3
+    assert len(rep.table(str(tmp_path / "results"), include_smoke=True).splitlines()) == 4
+
+
+def test_unknown_row_is_a_one_line_error():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "no_such_row"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "unknown row 'no_such_row'" in proc.stderr
+
+
+def test_a_resumed_run_keeps_the_rows_it_trained_again(rep):
+    rows = [dict(steps=s) for s in (0, 100, 200, 300, 200, 300, 400)]  # killed after 300
+    kept, walls = rep._latest_rows(rows, [0, 1, 2, 3, 9, 10, 11])
+    assert [r["steps"] for r in kept] == [0, 100, 200, 300, 400] and walls == [0, 1, 9, 10, 11]
+
+
+SMOKE_ROWS = ["pong_ppo_smoke", "halfcheetah_ppo_smoke", "halfcheetah_sac_smoke",
+              "breakout_rainbow_smoke"]
+
+
+@pytest.mark.parametrize("row", SMOKE_ROWS)
+def test_smoke_row_runs_through_the_harness(row, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / row
+    proc = subprocess.run([sys.executable, str(SCRIPT), row, "--seed", "1", "--out", str(out),
+                           "--sample-s", "0.5"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    record = json.loads((out / "record.json").read_text())
+    assert record["row"] == row and record["seed"] == 1 and record["exit_code"] == 0
+    assert record["steps_done"] >= record["budget_steps"] > 0
+    assert record["rss_peak_mb"] > 0 and record["rss_end_mb"] > 0
+    assert record["sps_end"] > 0 and record["machine"] and record["commit"]
+    assert len(record["curve"]) >= 2 and all(c["wall_s"] > 0 for c in record["curve"])
+    if record["metric"] == "eval":
+        assert record["final_eval"] is not None and math.isfinite(record["final_eval"])
+    assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "run" / "progress.csv").exists()
+
+
+def test_page_quotes_the_kept_records_and_lists_the_rows_not_yet_run(rep, tmp_path):
+    _synthetic_run(tmp_path / "h")
+    rep.build_record(str(tmp_path / "h"))
+    rep.keep(str(tmp_path / "h"), str(tmp_path / "results"))
+    text = rep.page(str(tmp_path / "results"))
+    assert "## pong_ppo, seed 7: ppo on atari:pong" in text
+    assert "![learning curve of pong_ppo](pong_ppo_s7.png)" in text
+    assert "reached train >= 18 at 200 steps, 0.3 min into the run" in text
+    assert "Published: 20.36. Source: CleanRL" in text and "Machine: test machine" in text
+    waiting = text.split("## Rows not yet run to their budget")[1]
+    assert "`halfcheetah_ppo`" in waiting and "`pong_ppo`" not in waiting
+
+
+def test_smoke_row_stopped_then_resumed_is_one_record(tmp_path):
+    """breakout_dqn_smoke in two sittings: half its budget, then --resume to the whole."""
+    out = tmp_path / "h"
+    base = [sys.executable, str(SCRIPT), "--sample-s", "0.5"]
+    first = subprocess.run(base + ["breakout_dqn_smoke", "--out", str(out), "--steps", "500"],
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    wall_1 = json.loads((out / "record.json").read_text())["wall_s"]
+    second = subprocess.run(base + ["--resume", str(out), "--steps", "1000"],
+                            capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    record = json.loads((out / "record.json").read_text())
+    harness = json.loads((out / "harness.json").read_text())
+    assert record["segments"] == 2 and record["steps_done"] >= 1000
+    assert [seg["command"][2] for seg in harness["segments"]] == ["train", "resume"]
+    assert record["wall_s"] == pytest.approx(sum(seg["wall_s"] for seg in harness["segments"]),
+                                             abs=0.5)
+    assert record["wall_s"] > wall_1
+    steps = [c["steps"] for c in record["curve"]]
+    walls = [c["wall_s"] for c in record["curve"]]
+    assert steps == sorted(set(steps)) and walls == sorted(walls) and walls[-1] > wall_1
