@@ -299,15 +299,16 @@ def run_row(row: Row, seed: int, out_dir: str, sample_s: float, steps: int | Non
     segments = list(prev.get("segments", [])) if prev else []
     budget = steps or (prev["budget_steps"] if prev else row.steps)
     stopped: list[str] = []
+    this_machine, commit = machine(), _commit()
 
     def harness() -> dict:
-        segment = dict(command=cmd[1:], started=started, commit=_commit(),
+        segment = dict(command=cmd[1:], started=started, commit=commit, machine=this_machine,
                        wall_s=round(monitor.elapsed() - monitor.offset, 1),
                        exit_code=proc.returncode, stopped_by=stopped[0] if stopped else None)
         return dict(row=row.name, command=(prev or segment)["command"],
                     started=(prev or segment)["started"], wall_s=round(monitor.elapsed(), 1),
                     exit_code=proc.returncode, stopped_by=segment["stopped_by"],
-                    budget_steps=budget, seed=seed, machine=machine(), commit=segment["commit"],
+                    budget_steps=budget, seed=seed, machine=this_machine, commit=commit,
                     samples=monitor.samples, row_wall_s=monitor.row_wall,
                     segments=segments + [segment])
 
@@ -403,6 +404,8 @@ def build_record(out_dir: str) -> dict:
         best_train_steps=int(best_train[0]) if best_train else None,
         wall_s=info["wall_s"], exit_code=info["exit_code"], stopped_by=info["stopped_by"],
         segments=len(info.get("segments", [])) or 1,
+        sittings=[{k: seg.get(k) for k in ("started", "wall_s", "exit_code", "machine", "commit")}
+                  for seg in info.get("segments", [])],
         sps_start=sps[1]["sps"] if len(sps) > 1 else (sps[0]["sps"] if sps else None),
         sps_end=sps[-1]["sps"] if sps else None,
         rss_start_mb=after[0]["rss_mb"] if after else None,
@@ -561,6 +564,10 @@ def page(results_dir: str = RESULTS_DIR) -> str:
                   f"{_fmt(r['rss_peak_mb'], 0)} MB; load average median {_fmt(r['load1_median'], 2)}"
                   f", max {_fmt(r['load1_max'], 2)}.",
                   f"- Machine: {r['machine']}. Commit {r['commit']}, started {r['started']}.",
+                  *([f"- Sitting {i}: started {seg['started']}, {_hours(seg['wall_s'])} on "
+                     f"{seg['machine']} (commit {seg['commit']})"
+                     for i, seg in enumerate(r["sittings"], 1)] if r.get("segments", 1) > 1
+                    else []),
                   f"- Command: `python {' '.join(r['command'])}`", ""]
     done = {r["row"] for _, r in records}
     waiting = [row for row in ROWS.values() if not row.smoke and row.name not in done]
