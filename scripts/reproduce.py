@@ -98,9 +98,10 @@ MINATAR = ("MinAtar (Young & Tian 2019, arXiv:1903.03176), DQN with replay and a
            "https://github.com/kenjyoung/MinAtar#results")
 # Smoke rows shrink the budget and the evaluation so that each takes well under a minute; they
 # exercise the same code path as their full row (same algorithm, environment and preset).
-_MINATAR_SMOKE = ("algo.min_steps_learn=500", "algo.replay_size=1000",
-                  "sampler.eval_n_envs=1", "sampler.eval_max_steps=200",
-                  "sampler.eval_max_trajectories=1", "runner.log_interval_steps=500")
+_MINATAR_SMOKE = ("algo.min_steps_learn=400", "algo.replay_size=1000",
+                  "sampler.max_decorrelation_steps=50", "sampler.eval_n_envs=1",
+                  "sampler.eval_max_steps=200", "sampler.eval_max_trajectories=1",
+                  "runner.log_interval_steps=300")
 ROWS = _rows(
     Row("pong_ppo", "ppo", "atari:pong", 2_500_000, threshold=18.0, metric="train",
         published=20.36, source=CLEANRL_PPO,
@@ -127,25 +128,27 @@ ROWS = _rows(
         threshold=36.0, metric="train", published=40.0, source=MINATAR, window=100,
         note="held against MinAtar's DQN figure; threshold 0.9 of it"),
     Row("pong_ppo_smoke", "ppo", "atari:pong", 512, threshold=-21.0, metric="train",
-        published=20.36, source=CLEANRL_PPO,
+        published=20.36, source=CLEANRL_PPO, args=("--sampler", "serial"),
         sets=("sampler.batch_B=2", "sampler.eval_n_envs=1", "sampler.eval_max_steps=100",
               "sampler.eval_max_trajectories=1", "runner.log_interval_steps=256",
-              "sampler.max_decorrelation_steps=50", "algo.epochs=1", "algo.minibatches=2"),
-        args=("--sampler", "serial")),
-    Row("halfcheetah_ppo_smoke", "ppo", "HalfCheetah-v5", 4096, threshold=-1000.0,
+              "sampler.max_decorrelation_steps=50", "algo.epochs=1", "algo.minibatches=2")),
+    Row("halfcheetah_ppo_smoke", "ppo", "HalfCheetah-v5", 2048, threshold=-1000.0,
         metric="eval", published=5819.0, source=ZOO, args=("--sampler", "serial"),
-        sets=("sampler.batch_B=4", "sampler.batch_T=512", "sampler.eval_n_envs=1",
+        sets=("sampler.batch_B=4", "sampler.batch_T=256", "sampler.eval_n_envs=1",
               "sampler.eval_max_steps=1000", "sampler.eval_max_trajectories=1",
-              "runner.log_interval_steps=2048")),
-    Row("halfcheetah_sac_smoke", "sac", "HalfCheetah-v5", 600, threshold=-1000.0,
+              "runner.log_interval_steps=2048", "algo.epochs=1",
+              "agent.model_kwargs.hidden_sizes=[32,32]")),
+    Row("halfcheetah_sac_smoke", "sac", "HalfCheetah-v5", 300, threshold=-1000.0,
         metric="eval", published=9535.0, source=ZOO,
-        sets=("algo.min_steps_learn=450", "algo.batch_size=64", "sampler.eval_n_envs=1",
+        sets=("algo.min_steps_learn=200", "algo.batch_size=32", "algo.replay_ratio=32",
+              "algo.replay_size=1000", "agent.model_kwargs.hidden_sizes=[32,32]",
+              "agent.q_model_kwargs.hidden_sizes=[32,32]", "sampler.eval_n_envs=1",
               "sampler.eval_max_steps=1000", "sampler.eval_max_trajectories=1",
               "runner.log_interval_steps=300")),
-    Row("breakout_dqn_smoke", "dqn", "minatar:breakout", 1000, threshold=-1.0, metric="train",
+    Row("breakout_dqn_smoke", "dqn", "minatar:breakout", 600, threshold=-1.0, metric="train",
         published=10.0, source=MINATAR, window=100, sets=_MINATAR_SMOKE,
         args=("--sampler", "serial")),
-    Row("breakout_rainbow_smoke", "rainbow", "minatar:breakout", 1000, threshold=-1.0,
+    Row("breakout_rainbow_smoke", "rainbow", "minatar:breakout", 600, threshold=-1.0,
         metric="train", published=10.0, source=MINATAR, window=100, sets=_MINATAR_SMOKE,
         args=("--sampler", "serial")),
 )
@@ -502,7 +505,7 @@ def table(results_dir: str = RESULTS_DIR, include_smoke: bool = False) -> str:
             continue
         lines.append(
             f"| {r['row']} | {r['algo']} | {r['env']} | {r['budget_steps']:,} | {r['seed']} "
-            f"| {_fmt(r['published'], 2)} | {r['metric']} ≥ {r['threshold']:g} "
+            f"| {_figure(r['published'])} | {r['metric']} ≥ {r['threshold']:g} "
             f"| {_fmt(r['final_eval'])} | {_fmt(r['best_eval'])} | {_fmt(r['final_train'])} "
             f"| {_fmt(r['steps_to_threshold']) if r['reached'] else 'not reached'} "
             f"| {_hours(r['wall_s_to_threshold'])} | {_hours(r['wall_s'])} "
@@ -517,7 +520,9 @@ PAGE_INTRO = """# Results at published budgets
 Each row trains one rlfast preset for a published budget and holds the result against a
 published figure. Every number and picture on this page comes from a run of
 `scripts/reproduce.py ROW --seed S --keep`, whose JSON record sits beside this file
-(`<row>_s<seed>.json`); `python scripts/reproduce.py --page` rewrites the page from them.
+(`<row>_s<seed>.json`); `python scripts/reproduce.py --page` rewrites the page from them,
+with what each run showed (`<row>_s<seed>.md`, written after looking at the run) under its
+picture.
 
 How to read the table:
 - *final* / *best eval*: the mean return of the evaluation episodes at the last progress row and
@@ -529,6 +534,15 @@ How to read the table:
   2-3, so a higher figure means that other work shared the cores.
 - Scores and steps-to-threshold do not depend on the load.
 """
+
+
+def _relative(command: str) -> str:
+    """A command line with this checkout's path left out (the page is read elsewhere)."""
+    return command.replace(REPO_ROOT + os.sep, "")
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}".rstrip("0").rstrip(".")
 
 
 def page(results_dir: str = RESULTS_DIR) -> str:
@@ -552,7 +566,7 @@ def page(results_dir: str = RESULTS_DIR) -> str:
                   + (f" over {r['segments']} sittings (resumed from snapshots)"
                      if r.get("segments", 1) > 1 else "")
                   + f" (exit code {r['exit_code']}); {verdict}.",
-                  f"- Published: {_fmt(r['published'], 2)}. Source: {r['source']}."
+                  f"- Published: {_figure(r['published'])}. Source: {r['source']}."
                   + (f" {r['note'][0].upper() + r['note'][1:]}." if r["note"] else ""),
                   f"- Final / best evaluation return: {_fmt(r['final_eval'])} / "
                   f"{_fmt(r['best_eval'])} (at {_fmt(r['best_eval_steps'])} steps); final / best "
@@ -568,14 +582,18 @@ def page(results_dir: str = RESULTS_DIR) -> str:
                      f"{seg['machine']} (commit {seg['commit']})"
                      for i, seg in enumerate(r["sittings"], 1)] if r.get("segments", 1) > 1
                     else []),
-                  f"- Command: `python {' '.join(r['command'])}`", ""]
+                  f"- Command: `python {_relative(' '.join(r['command']))}`", ""]
+        findings = os.path.join(results_dir, stem + ".md")
+        if os.path.exists(findings):  # what the run showed, written after looking at it
+            with open(findings) as f:
+                parts += [f.read().strip(), ""]
     done = {r["row"] for _, r in records}
     waiting = [row for row in ROWS.values() if not row.smoke and row.name not in done]
     if waiting:
         parts += ["## Rows not yet run to their budget\n"]
         parts += [f"- `{row.name}`: {row.algo} on {row.env}, {row.steps:,} steps, "
-                  f"{row.metric} >= {row.threshold:g} (published {row.published:g}; "
-                  f"{row.source})." for row in waiting]
+                  f"{row.metric} >= {row.threshold:g} (published {row.published:g})."
+                  for row in waiting]
         parts.append("")
     return "\n".join(parts)
 
