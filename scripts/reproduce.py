@@ -22,8 +22,8 @@ appear (so each row gets a wall-clock time). At the end it writes, in the harnes
 * ``curve.png``: the learning curve with the published figure and the threshold drawn on it.
 
 ``--keep`` also copies both into ``docs/results/`` (the records the results page quotes,
-kept in the repository), and ``--page`` rewrites that page, ``docs/results/README.md``, from
-the kept records. ``--record DIR`` rebuilds the record and picture of a finished (or
+kept in the repository), and ``--page`` rewrites that page, ``docs/results/README.md``, and the
+table in the project's README from the kept records. ``--record DIR`` rebuilds the record and picture of a finished (or
 stopped) harness folder, ``--resume DIR`` goes on with a stopped run from its newest snapshot
 (a run longer than one sitting: its segments' wall times add up, the gaps between them do not
 count; ``harness.json`` is rewritten at every sample, so a harness killed with its run still
@@ -598,6 +598,20 @@ def page(results_dir: str = RESULTS_DIR) -> str:
     return "\n".join(parts)
 
 
+README = os.path.join(REPO_ROOT, "README.md")
+TABLE_START = "<!-- results-table: python scripts/reproduce.py --table -->"
+TABLE_END = "<!-- /results-table -->"
+
+
+def readme_with_table(text: str, results_table: str) -> str:
+    """``text`` (the README) with the block between the results-table markers replaced by
+    ``results_table``; ValueError when the markers are missing."""
+    start, end = text.find(TABLE_START), text.find(TABLE_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the README has no {TABLE_START!r} ... {TABLE_END!r} block")
+    return text[:start + len(TABLE_START)] + "\n" + results_table + "\n" + text[end:]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -619,7 +633,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=RESULTS_DIR, help="folder of kept records")
     parser.add_argument("--list", action="store_true", help="list the rows")
     parser.add_argument("--page", action="store_true", help="rewrite the results page, "
-                        "README.md in the folder of kept records, from its records")
+                        "README.md in the folder of kept records, from its records (and, for "
+                        "docs/results, the table in the project's README)")
     args = parser.parse_args(argv)
     if args.list:
         for row in ROWS.values():
@@ -636,6 +651,13 @@ def main(argv: list[str] | None = None) -> int:
             f.write(page(args.results))
         os.replace(path + ".tmp", path)
         print("wrote", path)
+        if os.path.abspath(args.results) == RESULTS_DIR:  # the README quotes these records
+            with open(README, encoding="utf-8") as f:
+                text = readme_with_table(f.read(), table(args.results))
+            with open(README + ".tmp", "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(README + ".tmp", README)
+            print("wrote the table in", README)
         return 0
     if args.resume:
         with open(os.path.join(args.resume, "harness.json")) as f:

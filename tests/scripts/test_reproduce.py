@@ -196,3 +196,21 @@ def test_smoke_row_stopped_then_resumed_is_one_record(tmp_path):
     steps = [c["steps"] for c in record["curve"]]
     walls = [c["wall_s"] for c in record["curve"]]
     assert steps == sorted(set(steps)) and walls == sorted(walls) and walls[-1] > wall_1
+
+
+def test_the_readme_and_the_results_page_quote_the_kept_records(rep):
+    """The README's results table and docs/results/README.md are what --page writes from the
+    records in docs/results (rerun ``python scripts/reproduce.py --page`` after --keep)."""
+    readme = (SCRIPT.parents[1] / "README.md").read_text(encoding="utf-8")
+    assert rep.readme_with_table(readme, rep.table()) == readme
+    page = (Path(rep.RESULTS_DIR) / "README.md").read_text(encoding="utf-8")
+    assert page == rep.page()
+    for name in os.listdir(rep.RESULTS_DIR):
+        if name.endswith(".json"):
+            assert os.path.exists(os.path.join(rep.RESULTS_DIR, name[:-5] + ".png"))
+            assert f"({name[:-5]}.png)" in page
+
+
+def test_readme_without_the_table_block_is_refused(rep):
+    with pytest.raises(ValueError, match="results-table"):
+        rep.readme_with_table("# no block here\n", "| t |")
