@@ -42,6 +42,7 @@ import datetime
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -537,8 +538,9 @@ How to read the table:
 
 
 def _relative(command: str) -> str:
-    """A command line with this checkout's path left out (the page is read elsewhere)."""
-    return command.replace(REPO_ROOT + os.sep, "")
+    """A command line with the path of the checkout that ran it left out before ``data/``
+    (the page is read, and rebuilt, from other checkouts)."""
+    return re.sub(r"(?<!\S)/\S*?/(data/reproduce/)", r"\1", command.replace(REPO_ROOT + os.sep, ""))
 
 
 def _figure(value: float | None) -> str:
