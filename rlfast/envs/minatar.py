@@ -20,7 +20,7 @@ import numpy as np
 
 from rlfast.envs.base import Env, EnvStep
 from rlfast.spaces.int_box import IntBox
-from rlfast.utils.checks import check_fraction, check_int
+from rlfast.utils.checks import check_action_index, check_fraction, check_int
 
 __all__ = ["MinAtarEnv", "MinAtarError", "EnvInfo", "GAMES", "resolve_minatar_game",
            "check_minatar_installed"]
@@ -142,13 +142,7 @@ class MinAtarEnv(Env):
 
     def _check_action(self, action: Any) -> int:
         """``action`` as a valid action index, or ValueError naming the valid range."""
-        arr = np.asarray(action)
-        if arr.size == 1 and arr.dtype.kind in "iu":
-            index = int(arr.reshape(()))
-            if 0 <= index < len(self._actions):
-                return index
-        raise ValueError(f"MinAtarEnv({self.game!r}) action must be an int in "
-                         f"[0, {len(self._actions)}), got {action!r}")
+        return check_action_index(action, len(self._actions), f"MinAtarEnv({self.game!r})")
 
     # ---------------------------------------------------------------- episode control
     def reset(self) -> np.ndarray:

@@ -73,3 +73,15 @@ def check_choice(value: Any, name: str, choices: Iterable, owner: str | None = N
     if value not in choices:
         raise ValueError(f"{_prefix(owner)}{name} must be one of {list(choices)}; got {value!r}")
     return value
+
+
+def check_action_index(action: Any, n_actions: int, owner: str) -> int:
+    """``action`` (an int, or a one-element integer array) as an index in ``[0, n_actions)``;
+    ValueError naming ``owner`` and the valid range otherwise."""
+    import numpy as np
+    arr = np.asarray(action)
+    if arr.size == 1 and arr.dtype.kind in "iu":
+        index = int(arr.reshape(()))
+        if 0 <= index < n_actions:
+            return index
+    raise ValueError(f"{owner} action must be an int in [0, {n_actions}), got {action!r}")

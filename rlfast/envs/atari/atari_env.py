@@ -21,7 +21,7 @@ from ale_py import Action, ALEInterface, ALEState, LoggerMode, roms
 from rlfast.envs.traj_info import TrajInfo
 from rlfast.envs.base import Env, EnvStep
 from rlfast.spaces.int_box import IntBox
-from rlfast.utils.checks import check_choice, check_fraction, check_int
+from rlfast.utils.checks import check_action_index, check_choice, check_fraction, check_int
 
 __all__ = ["AtariEnv", "AtariTrajInfo", "EnvInfo", "OBS_TYPES", "resolve_game"]
 
@@ -184,13 +184,7 @@ class AtariEnv(Env):
 
     def _check_action(self, action: Any) -> int:
         """``action`` as a valid action index, or ValueError naming the valid range."""
-        arr = np.asarray(action)
-        if arr.size == 1 and arr.dtype.kind in "iu":
-            index = int(arr.reshape(()))
-            if 0 <= index < len(self._actions):
-                return index
-        raise ValueError(f"AtariEnv({self.game!r}) action must be an int in "
-                         f"[0, {len(self._actions)}), got {action!r}")
+        return check_action_index(action, len(self._actions), f"AtariEnv({self.game!r})")
 
     # ---------------------------------------------------------------- episode control
     def reset(self) -> np.ndarray:
