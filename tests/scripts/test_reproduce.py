@@ -5,7 +5,6 @@ process, sampled by the monitor; the score is not checked, the record and pictur
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
 import os
@@ -15,19 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts._script_module import script_module
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce.py"
 
 
 @pytest.fixture(scope="module")
 def rep():
-    spec = importlib.util.spec_from_file_location("rlfast_reproduce_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look the module up by name
-    try:
-        spec.loader.exec_module(module)
+    with script_module("reproduce.py", "rlfast_reproduce_script") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def _family(env: str) -> str:

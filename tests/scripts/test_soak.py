@@ -2,7 +2,6 @@
 stopping, and the verdict. No training run is started."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import multiprocessing as mp
 import os
@@ -13,19 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts._script_module import script_module
+
 SOAK_PATH = Path(__file__).resolve().parents[2] / "scripts" / "soak.py"
 
 
 @pytest.fixture(scope="module")
 def soak():
-    spec = importlib.util.spec_from_file_location("rlfast_soak_script", SOAK_PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look the module up by name
-    try:
-        spec.loader.exec_module(module)
+    with script_module("soak.py", "rlfast_soak_script") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_job_commands(soak):
