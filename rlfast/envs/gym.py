@@ -197,6 +197,17 @@ def _spec_horizon(spec: Any) -> int | None:
     return None if steps is None else int(steps)
 
 
+def _box_clip(space: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(low, high)`` to clip actions of a float ``Box`` space into; None for other spaces
+    and for a Box that is unbounded everywhere."""
+    if not isinstance(space, gymnasium.spaces.Box) or np.dtype(space.dtype).kind != "f":
+        return None
+    low, high = np.asarray(space.low), np.asarray(space.high)
+    if not (np.isfinite(low).any() or np.isfinite(high).any()):
+        return None
+    return low, high
+
+
 class GymEnvWrapper(Env):
     """Runs a gymnasium environment as an rlfast ``Env``. Spaces are wrapped with
     ``GymSpaceWrapper`` (dict observations become namedtuples, float64 becomes float32 when
@@ -214,11 +225,16 @@ class GymEnvWrapper(Env):
 
     With ``flatten_observation=True`` observations are flattened into one float vector
     (``gymnasium.spaces.flatten``; Dict entries in the Dict space's key order, Discrete ones
-    one-hot): how dict and tuple observations reach the MLP agents."""
+    one-hot): how dict and tuple observations reach the MLP agents.
+
+    With ``clip_action=True`` (the default) actions of a ``Box`` action space are clipped to
+    its bounds before the env steps, as gymnasium's ``ClipAction`` wrapper and SB3 do: a
+    Gaussian policy's samples are stored as drawn (their likelihood ratios stay unbiased) and
+    only the env sees them clipped."""
 
     def __init__(self, env: gymnasium.Env, act_null_value: Any = 0, obs_null_value: Any = 0,
                  force_float32: bool = True, final_observation: bool = False,
-                 flatten_observation: bool = False) -> None:
+                 flatten_observation: bool = False, clip_action: bool = True) -> None:
         if not isinstance(env, gymnasium.Env):
             raise TypeError(f"GymEnvWrapper needs a gymnasium.Env, got {type(env).__name__}")
         self.env = env
@@ -230,6 +246,7 @@ class GymEnvWrapper(Env):
                                                   force_float32=force_float32,
                                                   flatten=flatten_observation)
         self._revert_action = self._action_space.revert
+        self._action_clip = _box_clip(env.action_space) if clip_action else None
         self._convert_observation = self._observation_space.convert
         self._info_layout: _InfoLayout | None = None
         self._final_zero = None
@@ -245,7 +262,12 @@ class GymEnvWrapper(Env):
 
     def step(self, action: Any) -> EnvStep:
         """Step the gym env with ``action`` (rlfast form); see the class docstring."""
-        obs, reward, terminated, truncated, info = self.env.step(self._revert_action(action))
+        gym_action = self._revert_action(action)
+        if self._action_clip is not None:
+            # A new array: the reverted action may be a view of the sampler's buffer, which
+            # keeps the action as drawn, and an env may hold on to the array it is given.
+            gym_action = np.clip(gym_action, *self._action_clip)
+        obs, reward, terminated, truncated, info = self.env.step(gym_action)
         terminated = bool(terminated)
         truncated = bool(truncated)
         layout = self._info_layout

@@ -246,7 +246,10 @@ class PettingZooEnv(MultiAgentEnv):
             if self._action_counts is not None:
                 a = min(a, self._action_counts[k] - 1)
             return a
-        return np.asarray(a, dtype=self._gym_action_space.dtype)
+        # Clipped to the Box's bounds for the env alone (the sampler keeps the action as drawn,
+        # so a Gaussian policy's likelihood ratios stay unbiased), as gymnasium's ClipAction.
+        space = self._gym_action_space
+        return np.clip(np.asarray(a, dtype=space.dtype), space.low, space.high)
 
     def step(self, action: Any) -> EnvStep:
         actions = {name: self._env_action(k, action[k])

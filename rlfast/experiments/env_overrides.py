@@ -38,6 +38,11 @@ DQN_CARTPOLE = dict(
 _NORMALIZE_BOTH = dict(agent=dict(model_kwargs=dict(normalize_observation=True)),
                        algo=dict(normalize_reward=True))
 
+# The zoo's MuJoCo PPO network (SB3's MlpPolicy with activation_fn=nn.ReLU): ReLU hidden
+# layers and a linear Gaussian mean, where rlfast's MujocoFfModel defaults to tanh for both.
+# A tanh on the mean bounds it to [-1, 1], so at the action bound its gradient vanishes.
+_ZOO_PPO_MUJOCO_NET = dict(hidden_nonlinearity="relu", mu_nonlinearity="none")
+
 ENV_TUNED: dict[tuple[str, str], dict] = {
     ("dqn", "CartPole-v1"): DQN_CARTPOLE,
     # learning_rate 1e-3: tuned here (tests/learning/test_qpg_pendulum.py).
@@ -195,7 +200,8 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # each: seeds 0 / 1: 995.1 / 1007.2 in 188 / 186 s; the general preset 364 / 1442 / 770
     # (seeds 0-2, 137-142 s), where SB3 with the zoo's settings gets 1003 / 994 / 1015.
     ("ppo", "Hopper-v5"): dict(
-        agent=dict(model_kwargs=dict(hidden_sizes=[256, 256], init_log_std=-2.0)),
+        agent=dict(model_kwargs=dict(hidden_sizes=[256, 256], init_log_std=-2.0,
+                                     **_ZOO_PPO_MUJOCO_NET)),
         algo=dict(discount=0.999, gae_lambda=0.99, ratio_clip=0.2, epochs=5, minibatches=16,
                   learning_rate=9.80828e-05, linear_lr_schedule=False,
                   entropy_loss_coeff=0.00229519, value_loss_coeff=0.835671, clip_grad_norm=0.7),
@@ -253,7 +259,8 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
     # the H100 host's Xeon, 2 CPUs) 815 / 1281 / 1483 for seeds 0-2, against SB3 with the
     # zoo's settings 4520 (seed 0, same host).
     ("ppo", "HalfCheetah-v5"): dict(
-        agent=dict(model_kwargs=dict(hidden_sizes=[256, 256], init_log_std=-2.0)),
+        agent=dict(model_kwargs=dict(hidden_sizes=[256, 256], init_log_std=-2.0,
+                                     **_ZOO_PPO_MUJOCO_NET)),
         algo=dict(discount=0.98, gae_lambda=0.92, ratio_clip=0.1, epochs=20, minibatches=8,
                   learning_rate=2.0633e-05, linear_lr_schedule=False,
                   entropy_loss_coeff=0.000401762, value_loss_coeff=0.58096, clip_grad_norm=0.8),

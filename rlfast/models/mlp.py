@@ -5,6 +5,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rlfast.models.utils import nonlinearity_class
 from rlfast.utils.checks import check_int
 
 __all__ = ["MlpModel", "size_list"]
@@ -29,7 +30,8 @@ class MlpModel(torch.nn.Module):
             empty list gives a linear model when ``output_size`` is set).
         output_size: size of a final *linear* layer; if None, the last hidden
             layer (with its nonlinearity) is the output.
-        nonlinearity: torch Module class (not a function), e.g. ``torch.nn.ReLU``.
+        nonlinearity: torch Module class (not a function), e.g. ``torch.nn.ReLU``, or its
+            name in ``rlfast.models.utils.NONLINEARITIES`` (``"relu"``), as configs give it.
 
     ``forward`` expects ``[B, input_size]`` (any leading dims work, as in
     ``torch.nn.Linear``).
@@ -40,9 +42,10 @@ class MlpModel(torch.nn.Module):
         input_size: int,
         hidden_sizes: int | Sequence[int] | None,
         output_size: int | None = None,
-        nonlinearity: type[torch.nn.Module] = torch.nn.ReLU,
+        nonlinearity: type[torch.nn.Module] | str = torch.nn.ReLU,
     ):
         super().__init__()
+        nonlinearity = nonlinearity_class(nonlinearity, "MlpModel: nonlinearity")
         if isinstance(hidden_sizes, int):
             hidden_sizes = [hidden_sizes]
         elif hidden_sizes is None:

@@ -13,13 +13,38 @@ from collections.abc import Mapping
 
 import torch
 
-__all__ = ["conv2d_output_shape", "orthogonal_init_", "HIDDEN_GAIN", "ScaleGrad", "scale_grad",
+__all__ = ["conv2d_output_shape", "orthogonal_init_", "HIDDEN_GAIN", "nonlinearity_class",
+           "NONLINEARITIES", "ScaleGrad", "scale_grad",
            "update_state_dict", "strip_ddp_state_dict"]
 
 IntOrPair = int | tuple[int, int]
 
 # Gain of orthogonal init for layers followed by a ReLU (or tanh) nonlinearity.
 HIDDEN_GAIN = math.sqrt(2.0)
+
+
+# Nonlinearities by the names a config file or ``--set`` can give (class types cannot be
+# written in JSON): ``--set agent.model_kwargs.hidden_nonlinearity=relu``.
+NONLINEARITIES: dict[str, type[torch.nn.Module]] = {
+    "relu": torch.nn.ReLU, "tanh": torch.nn.Tanh, "elu": torch.nn.ELU, "gelu": torch.nn.GELU,
+    "silu": torch.nn.SiLU, "leaky_relu": torch.nn.LeakyReLU, "sigmoid": torch.nn.Sigmoid,
+}
+
+
+def nonlinearity_class(value: str | type[torch.nn.Module] | None, name: str = "nonlinearity",
+                       allow_none: bool = False) -> type[torch.nn.Module] | None:
+    """A torch module class from a class or one of ``NONLINEARITIES``' names (any case);
+    None (or ``"none"``/``"linear"``) where ``allow_none``. Anything else is a ValueError that
+    names the valid choices."""
+    if isinstance(value, type) and issubclass(value, torch.nn.Module):
+        return value
+    if value is None or (isinstance(value, str) and value.lower() in ("none", "linear")):
+        if allow_none:
+            return None
+    elif isinstance(value, str) and value.lower() in NONLINEARITIES:
+        return NONLINEARITIES[value.lower()]
+    choices = ", ".join(sorted(NONLINEARITIES)) + (", none" if allow_none else "")
+    raise ValueError(f"{name} must be a torch.nn.Module class or one of {choices}; got {value!r}")
 
 
 def _pair(value: IntOrPair, name: str) -> tuple[int, int]:

@@ -1,4 +1,7 @@
 """Tests for the policy-gradient agents (rlfast.agents.pg): stepping, values, modes, recurrence."""
+import math
+
+import numpy as np
 import pytest
 import torch
 
@@ -83,8 +86,8 @@ def test_step_shapes_and_agent_info(name):
         assert step.action.shape == (B,) and step.action.dtype == torch.int64
     else:
         assert step.action.shape == (B, 1) and step.action.dtype == torch.float32
-    for a in step.action.numpy():
-        assert spaces.action.contains(a)
+    for a in step.action.numpy():  # Gaussian samples are kept as drawn; the env clips them
+        assert spaces.action.contains(a if discrete else np.clip(a, -2.0, 2.0))
     info = step.agent_info
     assert isinstance(info, AgentInfoRnn if recurrent else AgentInfo)
     check_dist_info(info.dist_info, discrete, (B,))
@@ -182,10 +185,9 @@ def test_gaussian_greedy_eval_is_mean_and_sampling_is_stochastic(name):
     sampled = agent.step(*x)
     noise = sampled.action - sampled.agent_info.dist_info.mean
     assert noise.abs().max() > 0.1 and noise.std() > 0.3  # std starts at exp(0) = 1
-    assert torch.all(sampled.action.abs() <= 2.0)
 
 
-def test_gaussian_actions_are_clipped_to_the_action_bound():
+def test_gaussian_samples_are_kept_as_drawn_and_the_greedy_mean_is_clamped():
     agent = MujocoFfAgent(model_kwargs=dict(hidden_sizes=[8], mu_nonlinearity=None,
                                             init_log_std=3.0))
     agent.initialize(spaces_of("Pendulum-v1"))
@@ -193,9 +195,16 @@ def test_gaussian_actions_are_clipped_to_the_action_bound():
         agent.model.mu.model[-1].bias.fill_(5.0)
     x = inputs(spaces_of("Pendulum-v1"), (200,), False, seed=7)
     agent.sample_mode(0)
-    sampled = agent.step(*x).action
-    assert torch.all(sampled.abs() <= 2.0)
-    assert (sampled == 2.0).any() and (sampled == -2.0).any()  # std e^3 = 20: both bounds hit
+    step = agent.step(*x)
+    sampled, mean = step.action, step.agent_info.dist_info.mean
+    # std e^3 = 20: samples go far past the bound 2 on both sides and are stored as drawn
+    # (the env wrapper clips what the env gets), so their log-likelihood is the policy's own.
+    assert (sampled > 10.0).any() and (sampled < -10.0).any()
+    log_std = step.agent_info.dist_info.log_std
+    z = (sampled - mean) / log_std.exp()
+    expected = (-0.5 * z ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    got = agent.distribution.log_likelihood(sampled, step.agent_info.dist_info)
+    torch.testing.assert_close(got, expected)
     agent.eval_mode(0)
     greedy = agent.step(*x)
     assert torch.all(greedy.agent_info.dist_info.mean > 2.0)
@@ -364,7 +373,8 @@ def test_policies_name_model_kwargs_and_build_distributions():
         image_shape=(4,), output_size=2)
     assert isinstance(CategoricalPolicy().make_distribution(cartpole), Categorical)
     gaussian = GaussianPolicy().make_distribution(pendulum)
-    assert isinstance(gaussian, Gaussian) and gaussian.dim == 1 and gaussian.clip == 2.0
+    assert isinstance(gaussian, Gaussian) and gaussian.dim == 1
+    assert gaussian.clip is None and gaussian.mean_bound == 2.0  # samples as drawn
     with pytest.raises(TypeError, match="flat continuous"):
         GaussianPolicy().make_env_to_model_kwargs(cartpole)
 

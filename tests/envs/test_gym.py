@@ -117,6 +117,29 @@ def test_seed_applies_to_next_reset_only():
     assert not np.array_equal(first, second)
 
 
+class BoxActionEnv(ScriptedInfoEnv):
+    """Records each action it is given; actions in [-1, 2] x [-3, 3]."""
+
+    action_space = gs.Box(np.array([-1.0, -3.0], np.float32), np.array([2.0, 3.0], np.float32))
+
+
+def test_box_actions_are_clipped_for_the_env_and_left_as_drawn():
+    inner = BoxActionEnv([{}])
+    env = GymEnvWrapper(inner)
+    env.reset()
+    drawn = np.array([5.0, -7.5], np.float32)
+    env.step(drawn)
+    env.step(np.array([0.25, -2.0], np.float32))
+    np.testing.assert_array_equal(inner.actions[0], [2.0, -3.0])  # each dim to its own bound
+    np.testing.assert_array_equal(inner.actions[1], [0.25, -2.0])
+    np.testing.assert_array_equal(drawn, [5.0, -7.5])  # the sampler's copy is not touched
+    assert inner.actions[0] is not inner.actions[1]
+    raw = GymEnvWrapper(BoxActionEnv([{}]), clip_action=False)
+    raw.reset()
+    raw.step(drawn)
+    np.testing.assert_array_equal(raw.env.actions[0], [5.0, -7.5])
+
+
 def test_discrete_action_reaches_env_as_int():
     inner = ScriptedInfoEnv([{}])
     env = GymEnvWrapper(inner)

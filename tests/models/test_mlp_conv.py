@@ -28,6 +28,30 @@ def test_mlp_without_output_ends_in_nonlinearity():
         MlpModel(5, [0])
 
 
+def test_nonlinearity_by_name_as_configs_give_it():
+    from rlfast.models.pg import MujocoFfModel
+    from rlfast.models.utils import nonlinearity_class
+    assert nonlinearity_class("ReLU") is torch.nn.ReLU and nonlinearity_class(torch.nn.ELU) is torch.nn.ELU
+    assert nonlinearity_class("none", allow_none=True) is None
+    assert nonlinearity_class(None, allow_none=True) is None
+    with pytest.raises(ValueError, match="hidden must be .*one of elu, gelu.*got 'swish'"):
+        nonlinearity_class("swish", "hidden")
+    with pytest.raises(ValueError, match="got None"):
+        nonlinearity_class(None)  # a hidden layer needs one
+    mlp = MlpModel(5, [8], output_size=None, nonlinearity="tanh")
+    assert isinstance(mlp.model[1], torch.nn.Tanh)
+    # The zoo's MuJoCo PPO network: ReLU hidden layers and a linear mean.
+    model = MujocoFfModel((3,), 2, hidden_sizes=[8], hidden_nonlinearity="relu",
+                          mu_nonlinearity="none")
+    linears = [m for m in model.mu.modules() if isinstance(m, torch.nn.Linear)]
+    x = torch.randn(6, 3)
+    expected = linears[1](torch.relu(linears[0](x)))  # by hand: no tanh anywhere
+    torch.testing.assert_close(model(x)[0], expected)
+    assert not any(isinstance(m, torch.nn.Tanh) for m in model.modules())
+    with pytest.raises(ValueError, match="mu_nonlinearity"):
+        MujocoFfModel((3,), 2, mu_nonlinearity="softplusx")
+
+
 @pytest.mark.parametrize("use_maxpool", [False, True])
 @pytest.mark.parametrize("hw", [(84, 84), (64, 50), (33, 41)])
 def test_conv_out_size_matches_forward(use_maxpool, hw):

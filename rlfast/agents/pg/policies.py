@@ -115,11 +115,25 @@ class MultiCategoricalPolicy:
         return distribution.to_onehot(prev_action)
 
 
+class PolicyGaussian(Gaussian):
+    """The Gaussian of a ``GaussianPolicy``: unclipped samples, and ``mean_bound``, the
+    symmetric action bound (or None) that the greedy action is clamped to."""
+
+    def __init__(self, dim: int, mean_bound: float | None = None) -> None:
+        super().__init__(dim=dim)
+        self.mean_bound = mean_bound
+
+
 class GaussianPolicy:
     """Diagonal Gaussian over a flat action vector; the model outputs ``(mu, log_std)``.
 
-    Sampled actions are clipped to the action space's bound when it is symmetric and finite
-    (``Gaussian(clip=...)``), so environments with bounded actions always get valid ones.
+    Samples are not clipped: the batch keeps each action as drawn, so the likelihood ratio of
+    PPO and the log-likelihood of A2C are those of the action the policy took. Clamping the
+    sample to the action bound before storing it biases the gradient wherever good actions
+    sit at the bound (Fujita and Maeda 2018, "Clipped Action Policy Gradient"). The
+    environment gets the action clipped to its bounds (``GymEnvWrapper(clip_action=True)``,
+    as gymnasium's ``ClipAction`` and SB3 do). The greedy action, the mean, is clamped to a
+    symmetric finite bound of the action space, so an exported policy's action is valid.
     """
 
     def make_env_to_model_kwargs(self, env_spaces) -> dict:
@@ -134,18 +148,20 @@ class GaussianPolicy:
                     action_size=shape[0])
 
     def make_distribution(self, env_spaces) -> Gaussian:
-        """``Gaussian`` over the action vector, clipped to a symmetric finite bound."""
-        return Gaussian(dim=tuple(env_spaces.action.shape)[0], clip=_symmetric_bound(env_spaces.action))
+        """``Gaussian`` over the action vector, with unclipped samples; ``mean_bound`` is the
+        action space's symmetric finite bound (or None), which the greedy action keeps to."""
+        return PolicyGaussian(dim=tuple(env_spaces.action.shape)[0],
+                              mean_bound=_symmetric_bound(env_spaces.action))
 
     def dist_info(self, mu: torch.Tensor, log_std: torch.Tensor) -> DistInfoStd:
         """The model's mean and log-std as ``DistInfoStd``."""
         return DistInfoStd(mean=mu, log_std=log_std)
 
-    def greedy_action(self, dist_info: DistInfoStd, distribution: Gaussian) -> torch.Tensor:
-        """The mean, clipped like samples are."""
+    def greedy_action(self, dist_info: DistInfoStd, distribution: PolicyGaussian) -> torch.Tensor:
+        """The mean, clamped to the action space's symmetric bound when it has one."""
         mean = dist_info.mean
-        clip = distribution.clip
-        return mean if clip is None else mean.clamp(-clip, clip)
+        bound = distribution.mean_bound
+        return mean if bound is None else mean.clamp(-bound, bound)
 
     def model_prev_action(self, prev_action: torch.Tensor, distribution: Gaussian) -> torch.Tensor:
         """Recurrent models read the previous continuous action as it is."""

@@ -32,7 +32,7 @@ class CategoricalPgFfModel(MlpPgModel):
         observation_shape: Sequence[int],
         action_size: int,
         hidden_sizes: Sequence[int] | None = None,
-        hidden_nonlinearity: type[torch.nn.Module] = torch.nn.Tanh,
+        hidden_nonlinearity: type[torch.nn.Module] | str = torch.nn.Tanh,
         normalize_observation: bool = False,
         norm_obs_clip: float = 10,
         norm_obs_var_clip: float = 1e-6,

@@ -7,6 +7,7 @@ import torch
 
 from rlfast.models.mlp import MlpModel
 from rlfast.models.pg.model_parts import MlpPgModel, ObservationNormalizer, init_mlp_
+from rlfast.models.utils import nonlinearity_class
 
 __all__ = ["MujocoFfModel"]
 
@@ -18,7 +19,8 @@ class MujocoFfModel(MlpPgModel):
     with ``mu`` and ``log_std`` ``[..., action_size]`` and ``value`` ``[...]``,
     for observation leading dims ``[]``, ``[B]`` or ``[T, B]``.
     ``mu_nonlinearity`` (e.g. Tanh, or None for a linear mean) follows the mean
-    MLP.  Orthogonal init: hidden gain sqrt(2), mean output 0.01, value output 1.0.
+    MLP. Both nonlinearities may be given by name (``"relu"``, ``"tanh"``, ``"none"``; see
+    ``rlfast.models.utils.NONLINEARITIES``), as a config or ``--set`` does.  Orthogonal init: hidden gain sqrt(2), mean output 0.01, value output 1.0.
     """
 
     def __init__(
@@ -26,8 +28,8 @@ class MujocoFfModel(MlpPgModel):
         observation_shape: Sequence[int],
         action_size: int,
         hidden_sizes: Sequence[int] | None = None,
-        hidden_nonlinearity: type[torch.nn.Module] = torch.nn.Tanh,
-        mu_nonlinearity: type[torch.nn.Module] | None = torch.nn.Tanh,
+        hidden_nonlinearity: type[torch.nn.Module] | str = torch.nn.Tanh,
+        mu_nonlinearity: type[torch.nn.Module] | str | None = torch.nn.Tanh,
         init_log_std: float = 0.0,
         normalize_observation: bool = False,
         norm_obs_clip: float = 10,
@@ -35,6 +37,9 @@ class MujocoFfModel(MlpPgModel):
     ):
         super().__init__(observation_shape, action_size, normalize_observation, "MujocoFfModel")
         hidden_sizes = [64, 64] if hidden_sizes is None else list(hidden_sizes)
+        hidden_nonlinearity = nonlinearity_class(hidden_nonlinearity, "MujocoFfModel: hidden_nonlinearity")
+        mu_nonlinearity = nonlinearity_class(mu_nonlinearity, "MujocoFfModel: mu_nonlinearity",
+                                             allow_none=True)
         mu_mlp = MlpModel(self.input_size, hidden_sizes, output_size=self.action_size, nonlinearity=hidden_nonlinearity)
         init_mlp_(mu_mlp, output_gain=0.01)
         self.mu = mu_mlp if mu_nonlinearity is None else torch.nn.Sequential(mu_mlp, mu_nonlinearity())
