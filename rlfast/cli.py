@@ -12,9 +12,11 @@ import sys
 
 from rlfast.experiments import catalog
 from rlfast.experiments.arguments import add_console_arguments, add_wandb_arguments
+from rlfast.experiments.builtin import ENV_FAMILIES
 from rlfast.experiments.config import ConfigError
 from rlfast.experiments.device import DEVICE_HELP
 from rlfast.experiments.presets import RUNNERS
+from rlfast.experiments.registry import env_id_help
 from rlfast.utils.distributed import BACKENDS
 
 
@@ -23,13 +25,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlfast", description="High-throughput deep RL.")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train an agent from a preset",
-                           description="Train ALGO on the gymnasium environment ENV.")
+                           description="Train ALGO on the environment ENV, an id of any "
+                                       "registered env family.")
     train.add_argument("algo", help=f"algorithm: {', '.join(catalog.algorithm_names())}; or "
                                     f"an evolution strategy: "
                                     f"{', '.join(catalog.es_strategy_names())}")
-    train.add_argument("env", help="gymnasium id (CartPole-v1, Pendulum-v1, ...) or atari:<game> "
-                                   "(atari:pong) for rlfast's AtariEnv; pz:<name>, popgym:<name> and "
-                                   "minatar:<game> name the other env families")
+    catalog.load_plugins()  # the families plug-ins register are choices too
+    train.add_argument("env", help=env_id_help(ENV_FAMILIES))
     train.add_argument("--steps", type=int, default=None, help="environment steps to train for")
     train.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     train.add_argument("--n-envs", type=int, default=None, help="parallel environments (batch_B)")

@@ -26,16 +26,17 @@ from rlfast.experiments.config import (ConfigError, apply_config_values, apply_o
                                        unknown_key_error)
 from rlfast.experiments.device import device_label, device_summary, learner_device
 from rlfast.experiments.presets import (build_experiment, check_runner, default_sampler,
-                                        get_preset, run_affinity, run_params)
+                                        get_preset, learning_budget_warning, run_affinity,
+                                        run_params, step_rounding_note)
 from rlfast.experiments.run_dir import check_log_dir, existing_run_message, log_dir_for_run
 from rlfast.runners import TrainingInterrupted
 from rlfast.utils.distributed import DistEnv, launch_env
 from rlfast.utils.interrupts import signal_name
 from rlfast.utils.logging.context import ExistingRunError
 
-__all__ = ["TrainRun", "resolve_config", "train_config", "named_options", "affinity_for_run",
-           "check_env_id", "configure_train", "distributed_setup", "run_train",
-           "run_command", "config_error", "train_main"]
+__all__ = ["TrainRun", "resolve_config", "train_config", "named_options", "OPTION_FLAGS",
+           "affinity_for_run", "check_env_id", "configure_train", "budget_notes",
+           "distributed_setup", "run_train", "run_command", "config_error", "train_main"]
 
 
 @dataclasses.dataclass
@@ -51,6 +52,7 @@ class TrainRun:
     dist_env: DistEnv | None = None  # the launcher's (torchrun / srun) identity of this rank
     resume: dict | None = None  # rlfast resume: dict(itr=, cum_steps=) of the snapshot
     device: str | None = None  # where it computes, for the first console line (device_summary)
+    notes: list[str] = dataclasses.field(default_factory=list)  # lines printed after it
 
     @property
     def is_logging_rank(self) -> bool:
@@ -58,9 +60,14 @@ class TrainRun:
         return self.dist_env is None or self.dist_env.rank == 0
 
 
+# The command-line options that set a config key, as notes name them.
+OPTION_FLAGS = {"runner.n_steps": "--steps", "sampler.batch_B": "--n-envs"}
+
+
 def resolve_config(base: Mapping, named: Mapping[str, Any] | None = None,
                    config_file: str | None = None, config_values: Mapping | None = None,
-                   overrides: Sequence[str] = (), source: str = "variant") -> dict:
+                   overrides: Sequence[str] = (), source: str = "variant",
+                   notes: list[str] | None = None) -> dict:
     """The configuration of one run, in the merge order every entry point shares.
 
     ``base`` is the preset with its per-environment overrides (:func:`get_preset`), or the
@@ -69,26 +76,53 @@ def resolve_config(base: Mapping, named: Mapping[str, Any] | None = None,
     ``sampler.batch_B``); then the values of the ``--config`` file, or a launch script's
     variant (``config_values``, named by ``source`` in errors); then the ``--set``
     ``overrides``. Later ones win; every key must exist in ``base``. ``base`` is not changed.
+    With a ``notes`` list, each named option whose value a later source replaced appends
+    one line saying so (``note: --steps 5000 is overridden by runner.n_steps=20480 from
+    --config FILE``): pass it only where ``named`` holds what the user gave.
     """
     config = copy.deepcopy(dict(base))
     valid = flatten(config)
+    given = {}
     for key, value in (named or {}).items():
         if value is None:
             continue
         if key not in valid:
             raise unknown_key_error(key, valid)
+        given[key] = value
         node = config
         *parents, leaf = key.split(".")
         for part in parents:
             node = node[part]
         node[leaf] = value
+    stages = [("", config)]  # (where the values came from, the config after it)
     if config_file is not None:
         config = apply_config_values(config, load_config_file(config_file),
                                      source=f"--config {config_file}")
+        stages.append((f"--config {config_file}", config))
     if config_values is not None:  # nested like a preset, by dotted key, or both
         config = apply_config_values(config, flatten_unique(config_values, source),
                                      source=source)
-    return apply_overrides(config, list(overrides or []))
+        stages.append((source, config))
+    config = apply_overrides(config, list(overrides or []))
+    stages.append(("--set", config))
+    if notes is not None:
+        notes.extend(_override_notes(given, stages))
+    return config
+
+
+def _override_notes(given: Mapping[str, Any], stages: Sequence[tuple[str, dict]]) -> list[str]:
+    """One line per named option (``given``: dotted key -> value) whose final value differs,
+    naming the last of ``stages`` that changed it."""
+    lines = []
+    for key, value in given.items():
+        values = [flatten(config)[key] for _, config in stages]
+        if values[-1] == value:
+            continue
+        origin = next(stages[i][0] for i in range(len(stages) - 1, 0, -1)
+                      if values[i] != values[i - 1])
+        flag = OPTION_FLAGS.get(key, key)
+        lines.append(f"note: {flag} {value} is overridden by {key}={values[-1]} from {origin}")
+    return lines
 
 
 def named_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -97,12 +131,13 @@ def named_options(args: argparse.Namespace) -> dict[str, Any]:
             "sampler.batch_B": getattr(args, "n_envs", None)}
 
 
-def train_config(args: argparse.Namespace) -> dict:
+def train_config(args: argparse.Namespace, notes: list[str] | None = None) -> dict:
     """``rlfast train``'s configuration: :func:`resolve_config` over the preset for
-    (``args.algo``, ``args.env``) with the named options, ``--config`` and ``--set``."""
+    (``args.algo``, ``args.env``) with the named options, ``--config`` and ``--set``;
+    ``notes`` collects a line for each named option a later source overrides."""
     return resolve_config(get_preset(args.algo, args.env), named_options(args),
                           config_file=getattr(args, "config", None),
-                          overrides=getattr(args, "overrides", None) or [])
+                          overrides=getattr(args, "overrides", None) or [], notes=notes)
 
 
 def affinity_for_run(code: str | None, runner: str = "sync") -> dict | list | None:
@@ -152,12 +187,17 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
     (as ``ConfigError`` or ``ValueError``) before any process starts or any file is
     written. The device (``--device``, default ``auto``) follows
     :func:`rlfast.experiments.device.learner_device`; without ``--sampler`` the sampler is
-    :func:`~rlfast.experiments.presets.default_sampler`'s for that device.
+    :func:`~rlfast.experiments.presets.default_sampler`'s for that device. What the run
+    should say at start-up (a ``--steps`` or ``--n-envs`` that ``--config`` or ``--set``
+    overrides, a budget rounded up to whole iterations, one that ends before learning
+    starts: :func:`budget_notes`) is in ``TrainRun.notes``, printed once by
+    :func:`run_train` after its first line.
     """
     if args.algo in catalog.algorithm_names():  # an unknown algorithm: reported by get_preset
         check_env_id(args.env)
     runner_kind = getattr(args, "runner", "sync")
-    config = train_config(args)
+    notes: list[str] = []
+    config = train_config(args, notes)
     check_runner(args.algo, runner_kind)
     affinity = affinity_for_run(args.affinity, runner_kind)
     dist_env, world_size = distributed_setup(getattr(args, "world_size", None), affinity,
@@ -195,9 +235,34 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
         from rlfast.experiments.wandb_tracking import require_wandb
         require_wandb()
         log_params["wandb"] = tracking
+    notes += budget_notes(args.algo, runner, config, world_size, getattr(args, "steps", None))
     return TrainRun(args=args, config=config, runner=runner, log_params=log_params,
                     exp_dir=exp_dir, dist_env=dist_env,
-                    device=device_summary(affinity, args.sampler, multi_rank=multi_rank))
+                    device=device_summary(affinity, args.sampler, multi_rank=multi_rank),
+                    notes=notes)
+
+
+def budget_notes(algo: str, runner: Any, config: Mapping, world_size: int = 1,
+                 steps: int | None = None) -> list[str]:
+    """The start-up lines about a built run's step budget: that it is rounded up to whole
+    iterations (:func:`~rlfast.experiments.presets.step_rounding_note`), and a warning when
+    it ends before the algorithm's first update
+    (:func:`~rlfast.experiments.presets.learning_budget_warning`). ``steps``: the
+    ``--steps`` given, which names the budget when the configuration kept it.
+
+    Such a run is warned about, not refused: a run may be trained in sittings (``rlfast
+    train --steps 300``, then ``rlfast resume --steps 600``), and its first sitting can end
+    before learning starts on purpose."""
+    n_steps = config["runner"]["n_steps"]
+    label = f"--steps {steps}" if steps is not None and steps == n_steps else None
+    lines = []
+    rounding = step_rounding_note(runner, world_size, label)
+    if rounding is not None:
+        lines.append(f"note: {rounding}")
+    unlearned = learning_budget_warning(algo, runner, world_size, label)
+    if unlearned is not None:
+        lines.append(f"warning: {unlearned}")
+    return lines
 
 
 def log_dir_option(args: argparse.Namespace) -> str:
@@ -251,7 +316,8 @@ def distributed_setup(requested: int | None, affinity: dict | list | None,
 
 
 def run_train(run: TrainRun) -> dict:
-    """Train a configured run inside its logger context and print where the logs went and
+    """Train a configured run inside its logger context and print where the logs went, the
+    run's start-up notes (``run.notes``, after the first line and into ``debug.log``) and
     the final (and best) evaluation return. Returns the runner's result dict; errors
     raised while training propagate unchanged."""
     from rlfast.utils.logging import logger, logger_context
@@ -259,6 +325,9 @@ def run_train(run: TrainRun) -> dict:
     args = run.args
     if not run.is_logging_rank:  # rank > 0 under a launcher: rank 0 logs and prints
         return run.runner.train()
+    if "plugins" not in run.log_params:  # the plug-ins eval, watch and resume import again
+        run.log_params["plugins"] = catalog.run_plugins(
+            run.log_params["algo"], run.log_params["env"], run.log_params.get("sampler"))
     context = logger_context(run.exp_dir, 0, f"{args.algo}_{args.env}", run.log_params,
                              snapshot_mode=args.snapshot_mode, override_prefix=True,
                              overwrite=getattr(args, "overwrite", False), resume=run.resume,
@@ -269,6 +338,8 @@ def run_train(run: TrainRun) -> dict:
         where = f" on {run.device}" if run.device else ""
         logger.log(f"rlfast {verb} {args.algo} {args.env}{where}: logging to {exp_dir}",
                    console=True)
+        for note in run.notes:  # overridden options, rounded budget, a run that cannot learn
+            logger.log(note, console=True)
         result = run.runner.train()
     print(f"Logs: {exp_dir}")
     if "eval_returns" not in result:  # sampler.eval_n_envs=0: the training window's returns

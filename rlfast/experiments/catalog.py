@@ -10,13 +10,17 @@ package). ``rlfast train`` finds such a package in one of two ways:
   for example ``RLFAST_PLUGINS=my_envs rlfast train ppo myenv:Maze-v0``.
 
 Plug-ins load once, at the first lookup. A plug-in that fails to import is an error that
-names it, not a silent omission.
+names it, not a silent omission. Every registration remembers the plug-in module that made it
+(or the module that called ``register_*``), so that a run records, with :func:`run_plugins`,
+the modules its algorithm, sampler and env family came from: ``rlfast eval``, ``watch``,
+``resume`` and ``export`` import them again (see :mod:`rlfast.experiments.run_dir`).
 """
 from __future__ import annotations
 
 import functools
 import importlib
 import os
+import sys
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any
@@ -30,27 +34,37 @@ from rlfast.experiments.registry import (AlgorithmSpec, EnvFamily, EnvTraits, Es
 __all__ = ["algorithm", "algorithm_names", "sampler", "sampler_names", "env_family",
            "env_traits", "env_factory", "es_strategy", "es_strategy_names",
            "register_algorithm", "register_sampler", "register_env_family",
-           "register_es_strategy", "load_plugins", "PLUGIN_GROUP", "PLUGIN_ENV"]
+           "register_es_strategy", "load_plugins", "run_plugins", "import_root",
+           "PLUGIN_GROUP", "PLUGIN_ENV"]
 
 PLUGIN_GROUP = "rlfast.plugins"
 PLUGIN_ENV = "RLFAST_PLUGINS"
 _loaded: set[str] = set()
+# (kind, name) of a registration -> the plug-in that made it: module, call (an entry point's
+# function, or None), source (how it was loaded: RLFAST_PLUGINS, an entry point, an import).
+_origins: dict[tuple[str, str], dict] = {}
+_loading: list[dict] = []  # the plug-ins being loaded now, innermost last
 
 
 def load_plugins() -> list[str]:
     """Import the plug-ins of the ``rlfast.plugins`` entry points and of ``RLFAST_PLUGINS``
     not imported yet; returns their names. A failing one is a ``ConfigError`` naming it."""
-    found: list[tuple[str, Callable[[], Any]]] = []
+    found: list[tuple[str, Callable[[], Any], dict]] = []
     for entry in metadata.entry_points(group=PLUGIN_GROUP):
-        found.append((f"entry point {entry.name} ({entry.value})", entry.load))
+        module, _, call = entry.value.partition(":")
+        found.append((f"entry point {entry.name} ({entry.value})", entry.load,
+                      dict(module=module.strip(), call=call.strip() or None,
+                           source=f"entry point {entry.name}")))
     for module in filter(None, (m.strip() for m in os.environ.get(PLUGIN_ENV, "").split(","))):
         found.append((f"{PLUGIN_ENV} module {module}",
-                      functools.partial(importlib.import_module, module)))
+                      functools.partial(importlib.import_module, module),
+                      dict(module=module, call=None, source=PLUGIN_ENV)))
     new = []
-    for label, load in found:
+    for label, load, origin in found:
         if label in _loaded:
             continue
         _loaded.add(label)
+        _loading.append(origin)
         try:
             target = load()
             if callable(target) and not isinstance(target, type):
@@ -59,15 +73,67 @@ def load_plugins() -> list[str]:
             _loaded.discard(label)
             raise ConfigError(f"rlfast plug-in {label} failed to load: "
                               f"{type(e).__name__}: {e}") from e
+        finally:
+            _loading.pop()
         new.append(label)
     return new
+
+
+def _note_origin(kind: str, name: str, depth: int = 2) -> None:
+    """Remember which plug-in registered ``kind`` ``name``: the one :func:`load_plugins` is
+    loading, else the module that called the ``register_*`` function (``depth`` frames up),
+    unless that is a script (``__main__``), which cannot be imported again by name."""
+    if _loading:
+        _origins[(kind, name)] = dict(_loading[-1])
+        return
+    caller = sys._getframe(depth).f_globals.get("__name__")
+    if not caller or caller == "__main__" or caller.split(".")[0] == "rlfast":
+        _origins.pop((kind, name), None)
+        return
+    _origins[(kind, name)] = dict(module=caller, call=None, source="import")
+
+
+def import_root(module_name: str) -> str | None:
+    """The directory on ``sys.path`` that the imported module ``module_name`` was found in
+    (``/x`` for ``/x/pkg/mod.py`` named ``pkg.mod``), or None when it has no file (a
+    namespace package, a built-in) or is not imported."""
+    module = sys.modules.get(module_name)
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
+        return None
+    root = os.path.dirname(os.path.abspath(path))
+    for _ in range(module_name.count(".") + (1 if hasattr(module, "__path__") else 0)):
+        root = os.path.dirname(root)
+    return root
+
+
+def run_plugins(algo: str, env_id: str, sampler: str | None = None) -> list[dict]:
+    """The plug-in modules a run of ``algo`` (an algorithm or an evolution strategy) on
+    ``env_id`` with ``sampler`` needs, for its ``params.json``: one dict per module with
+    ``module``, ``path`` (the directory it was imported from, or None), ``call`` (an entry
+    point's function to call after the import, or None), ``source`` (``RLFAST_PLUGINS``,
+    ``entry point NAME`` or ``import``) and ``provides`` (what it registered, e.g.
+    ``["env family corridor"]``). Empty for rlfast's own entries."""
+    family, _ = env_family(env_id)
+    wanted = [("algorithm", algo), ("ES strategy", algo), ("env family", family.prefix),
+              ("sampler", sampler)]
+    records: dict[str, dict] = {}
+    for kind, name in wanted:
+        origin = _origins.get((kind, name)) if name else None
+        if origin is None:
+            continue
+        record = records.setdefault(origin["module"], dict(
+            module=origin["module"], path=import_root(origin["module"]), call=origin["call"],
+            source=origin["source"], provides=[]))
+        record["provides"].append(f"{kind} {name}")
+    return list(records.values())
 
 
 # ---- lookups --------------------------------------------------------------------------------
 def algorithm(name: str) -> AlgorithmSpec:
     """The registered algorithm ``name`` (``ValueError`` listing the choices)."""
     load_plugins()
-    return ALGORITHMS.get(name)
+    return ALGORITHMS.get(name, ES_STRATEGIES)  # rlfast train takes either kind
 
 
 def algorithm_names() -> list[str]:
@@ -169,10 +235,12 @@ def register_algorithm(name: str, algo_cls: Callable[..., Any], presets: Mapping
                                 f"sections {sorted(missing)}")
     if isinstance(agent_cls, type):
         agent_cls = functools.partial(_fixed_agent, agent_cls)
-    return ALGORITHMS.add(name, AlgorithmSpec(
+    spec = ALGORITHMS.add(name, AlgorithmSpec(
         name, algo_cls, dict(presets), agent_cls, replay=replay,
         default_sampler=default_sampler, defaults=dict(defaults or {}),
         search_space=search_space, multi_discrete=multi_discrete), replace=replace)
+    _note_origin("algorithm", name)  # after add: a refused registration changes nothing
+    return spec
 
 
 def _fixed_agent(cls: type, kind: str, recurrent: bool, sampler: SamplerSpec) -> type:
@@ -186,11 +254,13 @@ def register_sampler(name: str, sync_cls: type, eval_collector: type, reset_coll
                      replace: bool = False) -> SamplerSpec:
     """Register a sampler for ``--sampler NAME`` (see :class:`SamplerSpec`); without
     ``async_cls`` it cannot run under ``--runner async``."""
-    return SAMPLERS.add(name, SamplerSpec(
+    spec = SAMPLERS.add(name, SamplerSpec(
         name, sync_cls, async_cls, eval_collector, reset_collector,
         wait_reset_collector or reset_collector, worker_processes=worker_processes,
         min_workers=min_workers, alternating=alternating, action_server=action_server),
         replace=replace)
+    _note_origin("sampler", name)
+    return spec
 
 
 def register_env_family(prefix: str, make_env: Callable[..., Any] | None = None, *,
@@ -224,10 +294,12 @@ def register_env_family(prefix: str, make_env: Callable[..., Any] | None = None,
         factory = functools.partial(_gymnasium_factory, make_env)
         traits = traits or functools.partial(_gymnasium_traits, make_env)
         render_kwargs = dict(render_mode="rgb_array")
-    return ENV_FAMILIES.add(prefix, EnvFamily(
+    spec = ENV_FAMILIES.add(prefix, EnvFamily(
         prefix=prefix, factory=factory, traits=traits, check_id=check_id,
         TrajInfoCls=TrajInfoCls, preset_family=preset_family, pixels=pixels,
         render_kwargs=render_kwargs, description=description), replace=replace)
+    _note_origin("env family", prefix)
+    return spec
 
 
 def _gymnasium_factory(make_env: Callable[..., Any], name: str, env_cfg: dict
@@ -252,5 +324,7 @@ def register_es_strategy(name: str, strategy_cls: Callable[..., Any],
     """Register an evolution strategy for ``rlfast train NAME ENV`` (an ``rlfast.es.BaseES``:
     ``strategy_cls(x0, seed=, **config["strategy"])``), with its presets for the
     ``discrete`` and ``continuous`` action families."""
-    return ES_STRATEGIES.add(name, EsStrategySpec(name, strategy_cls, dict(presets)),
+    spec = ES_STRATEGIES.add(name, EsStrategySpec(name, strategy_cls, dict(presets)),
                              replace=replace)
+    _note_origin("ES strategy", name)
+    return spec

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import difflib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -56,10 +57,33 @@ def convert_value(text: str, default: Any, key: str) -> Any:
                           f"{type(default).__name__} ({e})") from None
 
 
+def _close_keys(key: str, valid: Iterable[str], n: int = 3) -> list[str]:
+    """Up to ``n`` valid keys that ``key`` was most likely meant to be, best first: scored by
+    how alike their last parts are (``difflib``), so a key in the wrong section
+    (``sampler.learning_rate`` -> ``algo.learning_rate``) or without one (``batch_T``) is found,
+    with a small bonus for the same section; only those nearly as close as the best."""
+    section, _, leaf = key.rpartition(".")
+    scores = {}
+    for candidate in valid:
+        cand_section, _, cand_leaf = candidate.rpartition(".")
+        score = difflib.SequenceMatcher(None, leaf, cand_leaf).ratio()
+        scores[candidate] = score + (0.05 if section and section == cand_section else 0.0)
+    ranked = sorted((k for k in scores if scores[k] >= 0.75 and k != key),
+                    key=lambda k: (-scores[k], k))
+    return [k for k in ranked if scores[k] >= scores[ranked[0]] - 0.1][:n]
+
+
 def unknown_key_error(key: str, valid: Mapping[str, Any]) -> ConfigError:
-    """The error for a key that is not in the config, listing the valid keys."""
-    listing = "\n  ".join(sorted(valid))
-    return ConfigError(f"unknown config key {key!r}. Valid keys:\n  {listing}")
+    """The error for a key that is not in the config: its first line names the closest
+    valid keys (the line a launcher's failure report and a reader's eye catch), the second
+    lists every valid key on one line, so a typo costs two lines of output, not forty."""
+    close = _close_keys(key, valid)
+    if close:
+        hint = "did you mean " + " or ".join(repr(k) for k in close) + "?"
+    else:
+        hint = "no valid key is close to it."
+    return ConfigError(f"unknown config key {key!r}; {hint}\n"
+                       f"Valid keys: {', '.join(sorted(valid))}")
 
 
 # Other names for keys: the memory core is a model setting that the agent section carries.

@@ -12,15 +12,23 @@ ONNX files go through ``torch.onnx.export`` (the ``onnx`` package: ``pip install
 when it is installed, against the PyTorch policy on a batch of the environment's own
 observations. TorchScript files come from ``torch.jit.trace`` and are checked the same way
 after loading them back; ``torch::jit::load`` runs them from C++.
+
+An export prints only its result line: the exporter's log lines about optional operator
+libraries (torchvision's detection operators, which a policy never uses) and torch's
+deprecation notices about its own internals are dropped around the export call, while its
+other warnings and every error still show. The output file's directory is checked before
+any work, and a failed export leaves no partial file behind.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import io
+import logging
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -66,6 +74,65 @@ def record_observations(agent: Any, make_env: Any, n: int, seed: int = 0) -> tor
         env.close()
 
 
+# Log lines torch.onnx's exporter writes at every export and that say nothing about this
+# export: (logger, message start). It registers torchvision's detection operators (nms,
+# roi_align, roi_pool, deform_conv2d) and warns once per operator when torchvision is absent.
+_HARMLESS_EXPORT_LOGS = (
+    ("torch.onnx._internal.exporter._registration", "torchvision is not installed"),
+)
+# Warnings (UserWarning; regular expressions matched at the message's start) every export of
+# a recurrent policy draws, about what the exporter does by design: torch.export sees an RNN
+# module (re)assign its flattened weight list while tracing, and the inputs that share the
+# one "batch" dimension (observation, previous action and reward, state) leave its name
+# unused on all but one axis. The written file is checked against the policy either way.
+_HARMLESS_EXPORT_WARNINGS = (
+    r"The tensor attributes (?:[\w.]+\._flat_weights\[\d+\](?:, )?)+ were assigned during "
+    r"export",
+    r"# The axis name: batch will not be used, since it shares the same shape constraints "
+    r"with another axis: batch",
+)
+
+
+class _DropMessages(logging.Filter):
+    """Drops a logger's records whose message starts with ``prefix``; passes the others."""
+
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+@contextlib.contextmanager
+def _quiet_onnx_exporter() -> Iterator[io.StringIO]:
+    """Around ``torch.onnx.export`` only: drop :data:`_HARMLESS_EXPORT_LOGS`,
+    :data:`_HARMLESS_EXPORT_WARNINGS`, torch's ``FutureWarning`` and ``DeprecationWarning``
+    notices (about torch's internal use of its own APIs, which no caller can act on) and
+    the exporter's progress lines on stdout
+    (yielded; re-printed on stderr when the export raises, as the error's context). Other
+    warnings, log lines and the error itself pass."""
+    filters = [(logging.getLogger(name), _DropMessages(prefix))
+               for name, prefix in _HARMLESS_EXPORT_LOGS]
+    for log, drop in filters:
+        log.addFilter(drop)
+    captured = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(captured):
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for message in _HARMLESS_EXPORT_WARNINGS:
+                warnings.filterwarnings("ignore", message=message, category=UserWarning)
+            yield captured
+    except BaseException:
+        if captured.getvalue():
+            sys.stderr.write(captured.getvalue())
+        raise
+    finally:
+        for log, drop in filters:
+            log.removeFilter(drop)
+
+
 def _write_onnx(graph: Any, inputs: tuple, path: str) -> None:
     try:
         import onnx  # noqa: F401  (the exporter needs it)
@@ -75,12 +142,12 @@ def _write_onnx(graph: Any, inputs: tuple, path: str) -> None:
     batch = torch.export.Dim("batch")
     dims = [{1: batch} if name.startswith("state_") else {0: batch} for name in graph.input_names]
     dynamic = (dims[0], tuple(dims[1:])) if len(dims) > 1 else (dims[0],)  # (observation, *rest)
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")  # the exporter reports its steps on stdout
+    graph.eval()  # the agent's model is in eval mode already; this is the wrapper's flag
+    with _quiet_onnx_exporter():
         program = torch.onnx.export(graph, inputs, None, input_names=graph.input_names,
                                     output_names=graph.output_names, dynamo=True,
                                     dynamic_shapes=dynamic, verbose=False)
-    program.save(path)
+        program.save(path)
 
 
 def _write_torchscript(graph: Any, inputs: tuple, path: str) -> None:
@@ -106,11 +173,15 @@ def _run_file(fmt: str, path: str, inputs: tuple, input_names: list) -> list | N
     return session.run(None, feed)
 
 
-def check_exported(graph: Any, fmt: str, path: str, observations: torch.Tensor) -> bool:
+def check_exported(graph: Any, fmt: str, path: str, observations: torch.Tensor,
+                   name: str | None = None) -> bool:
     """Compare the file with the PyTorch policy on ``observations``: integer outputs equal,
     float outputs within 1e-5 (absolute and relative). Returns False when there was nothing
-    to check with (onnxruntime missing); raises :class:`ExportFailed` on a mismatch."""
+    to check with (onnxruntime missing); raises :class:`ExportFailed` on a mismatch, naming
+    the file ``name`` (default ``path``: a file written under a temporary name is named as
+    the user knows it)."""
     inputs = graph.example_inputs(observations)
+    shown = path if name is None else name
     got = _run_file(fmt, path, inputs, graph.input_names)
     if got is None:
         return False
@@ -118,14 +189,14 @@ def check_exported(graph: Any, fmt: str, path: str, observations: torch.Tensor) 
         want = [w.numpy() for w in graph(*inputs)]
     for name, w, g in zip(graph.output_names, want, got):
         if w.shape != g.shape:
-            raise ExportFailed(f"{path}: output {name} has shape {g.shape}, the policy's "
+            raise ExportFailed(f"{shown}: output {name} has shape {g.shape}, the policy's "
                                f"{w.shape}")
         if np.issubdtype(w.dtype, np.integer):
             if not np.array_equal(w, g):
-                raise ExportFailed(f"{path}: {int((w != g).sum())} of {w.size} actions differ "
+                raise ExportFailed(f"{shown}: {int((w != g).sum())} of {w.size} actions differ "
                                    f"from the PyTorch policy's")
         elif not np.allclose(w, g, atol=_CHECK_ATOL, rtol=_CHECK_ATOL):
-            raise ExportFailed(f"{path}: output {name} differs from the policy's by up to "
+            raise ExportFailed(f"{shown}: output {name} differs from the policy's by up to "
                                f"{float(np.abs(w - g).max()):.3g}")
     return True
 
@@ -142,20 +213,48 @@ def export_policy(run_dir: str | os.PathLike, fmt: str = "onnx", output: str | N
 
     if fmt not in FORMATS:
         raise ValueError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+    if output is not None:  # before the seconds of loading, recording and exporting
+        _check_output_path(output)
     params, agent, make_env = load_trained_agent(run_dir, _snapshot_path(run_dir, snapshot),
                                                  device="cpu")
     if params.get("es"):
         raise ValueError("evolution-strategies runs have no agent graph to export")
+    path = output or os.path.join(os.fspath(run_dir), "policy" + _SUFFIX[fmt])
+    _check_output_path(path)
     graph = PolicyGraph(agent, stochastic=stochastic)
     observations = record_observations(agent, make_env, max(2, check_observations))
     agent.eval_mode(1)
-    path = output or os.path.join(os.fspath(run_dir), "policy" + _SUFFIX[fmt])
     tmp = path + ".tmp"
     inputs = graph.example_inputs(observations[:2])
-    (_write_onnx if fmt == "onnx" else _write_torchscript)(graph, inputs, tmp)
-    checked = check_exported(graph, fmt, tmp, observations)
-    os.replace(tmp, path)
+    try:
+        (_write_onnx if fmt == "onnx" else _write_torchscript)(graph, inputs, tmp)
+        checked = check_exported(graph, fmt, tmp, observations, name=path)
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)  # no partial or mismatching file left beside the output
+        if isinstance(e, OSError):  # e.g. a full disk: named as the user gave the path
+            reason = e.strerror or str(e).replace(tmp, path)
+            raise OSError(f"cannot write {path}: {reason}") from e
+        raise
     return path, checked
+
+
+def _check_output_path(path: str | os.PathLike) -> None:
+    """Refuse, before any work, an output file that cannot be written: its directory is
+    missing or not a directory, ``path`` is itself a directory, or the directory is not
+    writable. Raises ``FileNotFoundError`` or ``ValueError`` naming ``path`` as given."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(folder):
+        raise FileNotFoundError(f"cannot write {path}: the directory {folder} does not exist")
+    if not os.path.isdir(folder):
+        raise ValueError(f"cannot write {path}: {folder} is not a directory")
+    if os.path.isdir(path):
+        raise ValueError(f"cannot write {path}: it is a directory (-o names the file to "
+                         f"write)")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"cannot write {path}: the directory {folder} is not writable")
 
 
 def _snapshot_path(run_dir: Any, snapshot: str | None) -> str | None:
@@ -202,8 +301,7 @@ def export_main(args: argparse.Namespace) -> int:
     try:
         path, checked = export_policy(args.run_dir, args.format, args.output, args.snapshot,
                                       args.stochastic)
-    except (ExportError, ExportFailed, RunDirError, FileNotFoundError, ImportError,
-            ValueError) as e:
+    except (ExportError, ExportFailed, RunDirError, OSError, ImportError, ValueError) as e:
         print(f"rlfast export: error: {e}", file=sys.stderr)
         return 2
     how = ("checked against the PyTorch policy" if checked

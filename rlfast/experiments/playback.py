@@ -28,7 +28,8 @@ import torch
 from rlfast.envs.base import Env, trajectory_done
 from rlfast.envs.traj_info import TrajInfo
 from rlfast.experiments.device import device_label, resolve_device
-from rlfast.experiments.run_dir import RunDirError, latest_snapshot, read_run_params
+from rlfast.experiments.run_dir import (RunDirError, latest_snapshot, read_run_params,
+                                        reopens_run)
 from rlfast.experiments.video import (_VIDEO_EXTRA, VIDEO_FORMATS, PlaybackError,  # noqa: F401
                                       VideoWriter,
                                       _import_video_writer, _video_format, _Window,
@@ -76,6 +77,7 @@ class EnvFactory:
         return env
 
 
+@reopens_run  # imports the run's plug-ins; a missing module is one PluginImportError line
 def load_trained_agent(run_dir: str | os.PathLike, snapshot: str | os.PathLike | None = None,
                        device: str | torch.device | None = None
                        ) -> tuple[dict, Any, EnvFactory]:

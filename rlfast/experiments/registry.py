@@ -18,7 +18,7 @@ import numpy as np
 from gymnasium import spaces as gym_spaces
 
 __all__ = ["Registry", "AlgorithmSpec", "SamplerSpec", "EnvFamily", "EsStrategySpec",
-           "EnvTraits", "RegistryError", "action_kind"]
+           "EnvTraits", "RegistryError", "action_kind", "env_id_help"]
 
 EnvTraits = namedtuple("EnvTraits", ["kind", "action_space", "observation_space", "horizon"],
                        defaults=(None,))
@@ -174,13 +174,25 @@ class Registry(Generic[T]):
         """Unregister ``name`` (tests and plug-ins undoing themselves); returns its spec."""
         return self._entries.pop(name)
 
-    def get(self, name: str) -> T:
-        """The spec registered as ``name``; a ``ValueError`` naming the choices otherwise."""
+    def get(self, name: str, *also: Registry) -> T:
+        """The spec registered as ``name``; a ``ValueError`` naming the choices otherwise,
+        this registry's and those of the ``also`` registries that a caller accepts too
+        (``rlfast train`` takes algorithms and evolution strategies)."""
         try:
             return self._entries[name]
         except KeyError:
-            raise ValueError(f"unknown {self.kind} {name!r}; choose from "
-                             f"{self.names()}") from None
+            raise self.unknown(name, *also) from None
+
+    def unknown(self, name: str, *also: Registry) -> ValueError:
+        """The error for a name not registered here: the choices, with those of ``also``;
+        a name one of ``also`` holds is named as what it is."""
+        for other in also:
+            if name in other:
+                return ValueError(f"{name!r} is {_article(other.kind)}, not "
+                                  f"{_article(self.kind)}; choose {_article(self.kind)} from "
+                                  f"{self.names()}")
+        extra = "".join(f" or {_article(other.kind)} from {other.names()}" for other in also)
+        return ValueError(f"unknown {self.kind} {name!r}; choose from {self.names()}{extra}")
 
     def names(self) -> list[str]:
         """The registered names, in registration order."""
@@ -194,3 +206,20 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _article(kind: str) -> str:
+    """``kind`` with its indefinite article: "an algorithm", "a sampler"."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+
+
+def env_id_help(families: Registry[EnvFamily]) -> str:
+    """What an ENV argument takes, one clause per registered env family in registration
+    order (``atari:<name>, rlfast's own AtariEnv (atari:pong)``): written from the registry,
+    so the help of a command names the families plug-ins added as well as rlfast's own."""
+    parts = []
+    for key in families:
+        family = families.get(key)
+        what = family.description or "an env family registered by a plug-in"
+        parts.append(what if family.prefix is None else f"{family.prefix}:<name>, {what}")
+    return "environment id: " + "; ".join(parts)

@@ -13,6 +13,10 @@ Changing the configuration on resume (``--set``, ``--n-envs``, ``--sampler``,
 ``--affinity``, the number of ranks) is refused unless ``--force``; forced changes are
 recorded in that resume's entry in ``params.json``.
 
+A run whose env family, algorithm or sampler came from a plug-in recorded its modules in
+``params.json``; they are imported again before anything is rebuilt (``RLFAST_PLUGINS`` need
+not be set again), and one that cannot be imported is a one-line error naming it.
+
 The device is not part of the configuration: ``--device`` (default ``auto``) is resolved
 again on every resume, as ``rlfast train`` does (the run's affinity code, when it has one,
 decides), so a run trained on a GPU continues on the CPU and the other way round. Snapshots
@@ -43,7 +47,7 @@ from rlfast.experiments.config import ConfigError
 from rlfast.experiments.device import device_label, device_summary, learner_device
 from rlfast.experiments.presets import RUNNERS, build_experiment, run_affinity
 from rlfast.experiments.resume_changes import checked_changes, config_changes, resume_record
-from rlfast.experiments.run_dir import latest_snapshot, read_run_params
+from rlfast.experiments.run_dir import latest_snapshot, reopening
 from rlfast.runners.snapshots import check_resumable
 from rlfast.utils.distributed import launch_env
 from rlfast.utils.logging.snapshot import load_snapshot
@@ -95,9 +99,17 @@ def configure_resume(args: argparse.Namespace) -> Any:
     """Rebuild the run in ``args.run_dir``, load its snapshot into the runner, and return
     a ``TrainRun`` that :func:`rlfast.experiments.assembly.run_train` continues. Raises
     ``ConfigError`` for a directory that holds no resumable run, a snapshot that does not
-    load, an unforced configuration change, or a total that is already reached."""
+    load, an unforced configuration change, or a total that is already reached, and
+    :class:`~rlfast.experiments.run_dir.PluginImportError` (one line) for a plug-in module
+    the run recorded, or a module it names, that cannot be imported."""
     run_dir = os.path.abspath(args.run_dir)
-    params = read_run_params(run_dir)
+    with reopening(run_dir) as params:  # the run's plug-ins are imported again first
+        return _rebuild_run(args, run_dir, params)
+
+
+def _rebuild_run(args: argparse.Namespace, run_dir: str, params: dict) -> Any:
+    """:func:`configure_resume` once the run's ``params.json`` is read and its plug-ins are
+    imported."""
     runner_kind = params.get("runner") or "sync"
     if runner_kind not in RUNNERS:
         raise ConfigError(f"{run_dir}: params.json names runner {runner_kind!r}; expected one "

@@ -50,6 +50,12 @@ Settings and why:
   trial's sampled values plus the settings this command changed from the preset (``--set``,
   ``--config``, ``--steps``), nested as ``rlfast train --config`` takes them. The log
   interval picked here for pruning is left out: it changes only when evaluations happen.
+* A trial that would end before its algorithm's first update (a replay-based algorithm
+  whose sampled ``algo.min_steps_learn``, or batch shape, leaves the budget no update) is
+  PRUNED before it trains: it would complete with evaluation returns of an untrained
+  policy, and could become the best trial. TPE ranks such a trial (no intermediate value)
+  below every trial that reported one. A search whose fixed settings leave no trial an
+  update, with a space that draws none of the keys that decide it, is refused (exit 2).
 * ``--search-space FILE`` replaces the space and ``--enqueue FILE`` has the first trials
   evaluate given values (Optuna's ``enqueue_trial``): for custom searches and warm starts,
   and what makes the pruning test deterministic (tests/experiments/test_tune.py).
@@ -75,8 +81,9 @@ from rlfast.experiments.arguments import add_wandb_arguments
 from rlfast.experiments.assembly import affinity_for_run, check_env_id, resolve_config
 from rlfast.experiments.config import (ConfigError, apply_overrides, flatten, load_config_file,
                                        nest, read_json)
-from rlfast.experiments.presets import get_preset
-from rlfast.experiments.run_dir import check_log_dir
+from rlfast.experiments.presets import (build_experiment, get_preset, learning_budget_warning,
+                                        learning_start_keys)
+from rlfast.experiments.run_dir import check_log_dir, safe_dir_name
 from rlfast.experiments.search_spaces import enqueue_params, space_from_json
 from rlfast.experiments.tune_trials import (ProgressReader, Search, TuneSetup, finished_trials,
                                             override_text, process_alive, stop_orphan)
@@ -226,8 +233,10 @@ def prepare(args: argparse.Namespace) -> TuneSetup:
     if args.config is not None:
         file_values = load_config_file(args.config)
         fixed.update(file_values)
+    notes: list[str] = []  # --steps replaced by --config or --set: said once, at the start
     config = resolve_config(preset, {"runner.n_steps": steps}, config_values=file_values,
-                            source=f"--config {args.config}", overrides=args.overrides)
+                            source=f"--config {args.config}", overrides=args.overrides,
+                            notes=notes if args.steps is not None else None)
     fixed.update(item.split("=", 1)[0].strip() for item in args.overrides)
     flat = flatten(config)
     steps = flat["runner.n_steps"]  # --config or --set may have changed it
@@ -249,6 +258,9 @@ def prepare(args: argparse.Namespace) -> TuneSetup:
     for key, spec in space.items():  # every value must be settable with --set
         for value in _spec_examples(spec):
             apply_overrides(config, [f"{key}={override_text(value)}"])
+
+    check_trials_can_learn(algo, env, config, space, steps,
+                           f"--steps {steps}" if args.steps == steps else None)
 
     log_interval = flat["runner.log_interval_steps"]
     if "runner.log_interval_steps" not in fixed:
@@ -277,7 +289,8 @@ def prepare(args: argparse.Namespace) -> TuneSetup:
         from rlfast.utils.logging.context import get_data_dir
         now = datetime.datetime.now()
         log_dir = os.path.abspath(os.path.join(get_data_dir(), "local", now.strftime("%Y%m%d"),
-                                               now.strftime("%H%M%S"), f"tune_{algo}_{env}"))
+                                               now.strftime("%H%M%S"),
+                                               safe_dir_name(f"tune_{algo}_{env}")))
     check_log_dir(log_dir, "--log-dir")
     os.makedirs(log_dir, exist_ok=True)
     if getattr(args, "wandb", None) is not None:  # each trial a W&B run, the study its group
@@ -289,7 +302,24 @@ def prepare(args: argparse.Namespace) -> TuneSetup:
                      seed=args.seed, log_dir=log_dir, space=space, base_config=base,
                      user_changes=user_changes, train_args=train_args,
                      log_interval=log_interval, slot_codes=slot_codes, enqueue=enqueue,
-                     trial_env=trial_env)
+                     trial_env=trial_env, config=config, notes=notes)
+
+
+def check_trials_can_learn(algo: str, env: str, config: dict, space: dict, steps: int,
+                           steps_label: str | None = None) -> None:
+    """Refuse (``ConfigError``) a search none of whose trials could learn: the fixed
+    configuration ends before the algorithm's first update and the space draws nothing
+    that moves it (:func:`~rlfast.experiments.presets.learning_start_keys`). Where the
+    space does, each trial is checked as it is sampled (a trial that cannot learn is
+    pruned before it trains, see :func:`rlfast.experiments.tune_trials.trial_learning_problem`)."""
+    if not catalog.algorithm(algo).replay:
+        return
+    runner = build_experiment(algo, env, config, sampler="serial", device="cpu")
+    if any(key in space for key in learning_start_keys(runner.algo)):
+        return
+    problem = learning_budget_warning(algo, runner, steps_label=steps_label)
+    if problem is not None:
+        raise ConfigError(f"no trial could learn: {problem}")
 
 
 def _spec_examples(spec: Any) -> list:

@@ -6,10 +6,11 @@ ALGO ENV`` as a subprocess in ``<log-dir>/trial_<n>``, pinned to its slot's affi
 the parent reads the child's ``progress.csv`` as it grows (every ``POLL_S``, with
 ``ProgressReader``) and reports each evaluation row to Optuna; a trial that falls below the
 median of the completed ones is pruned: its child gets SIGTERM (then SIGKILL after a grace
-period) and the trial ends PRUNED. Also here: ``TuneSetup`` (the checked search the trials
-run), the trial's value, stopping every child on SIGINT / SIGTERM, and finding and stopping
-a child that a killed search left running. The settings and why are in the docstring of
-:mod:`rlfast.experiments.tune`.
+period) and the trial ends PRUNED. A trial whose sampled values leave its budget no update
+(``trial_learning_problem``) is PRUNED before its child starts. Also here: ``TuneSetup``
+(the checked search the trials run), the trial's value, stopping every child on SIGINT /
+SIGTERM, and finding and stopping a child that a killed search left running. The settings
+and why are in the docstring of :mod:`rlfast.experiments.tune`.
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ import psutil
 from rlfast.experiments.search_spaces import space_to_json, suggest
 
 __all__ = ["TuneSetup", "Search", "TrialFailed", "SearchInterrupted", "ProgressReader",
-           "POLL_S", "INTERRUPT_WAIT_S", "finished_trials", "override_text", "process_alive",
-           "stop_orphan"]
+           "POLL_S", "INTERRUPT_WAIT_S", "finished_trials", "trial_learning_problem",
+           "override_text", "process_alive", "stop_orphan"]
 
 POLL_S = 0.5
 INTERRUPT_WAIT_S = 2.0  # a child ended by SIGINT/SIGTERM: wait this long for our own signal
@@ -67,6 +68,10 @@ class TuneSetup:
     slot_codes: list
     enqueue: list
     trial_env: dict = dataclasses.field(default_factory=dict)  # extra env vars of the trials
+    # The trials' resolved config before sampling (nested, the space's keys at their preset
+    # values): what trial_learning_problem builds a sampled trial from ({}: not checked).
+    config: dict = dataclasses.field(default_factory=dict)
+    notes: list = dataclasses.field(default_factory=list)  # start-up lines (overridden --steps)
 
     @property
     def parallel(self) -> int:
@@ -77,6 +82,29 @@ class TuneSetup:
         return dict(algo=self.algo, env=self.env, seed=self.seed,
                     space=space_to_json(self.space),
                     config=json.loads(json.dumps(self.base_config, default=str)))
+
+
+def trial_learning_problem(setup: TuneSetup, params: dict) -> str | None:
+    """Why a trial of ``setup`` with the sampled ``params`` would end before its algorithm's
+    first update (e.g. SAC drawing ``algo.min_steps_learn`` 5000 on a 3000-step budget), or
+    None. The trial's run is built, not started, from ``setup.config`` with ``params`` set
+    as its ``rlfast train`` gets them (``--set``), and checked by
+    :func:`rlfast.experiments.presets.learning_budget_warning`. A configuration that does
+    not build is None here: the trial's ``rlfast train`` reports it."""
+    from rlfast.experiments import catalog
+    from rlfast.experiments.config import apply_overrides
+    from rlfast.experiments.presets import build_experiment, learning_budget_warning
+
+    if not setup.config or not catalog.algorithm(setup.algo).replay:
+        return None  # on-policy algorithms learn from their first batch
+    try:
+        config = apply_overrides(setup.config, [f"{key}={override_text(value)}"
+                                                for key, value in params.items()])
+        runner = build_experiment(setup.algo, setup.env, config, sampler="serial",
+                                  device="cpu")
+    except (ValueError, TypeError):
+        return None
+    return learning_budget_warning(setup.algo, runner, steps_label=f"--steps {setup.steps}")
 
 
 def finished_trials(study: Any) -> int:
@@ -118,6 +146,8 @@ class Search:
         self.say(f"rlfast tune {self.setup.algo} {self.setup.env}: {remaining} trial(s) of "
                  f"{self.setup.steps} steps, {self.setup.parallel} at a time; logging to "
                  f"{self.setup.log_dir}")
+        for note in self.setup.notes:
+            self.say(note)
         previous = self._install_handlers()
         try:
             self.study.optimize(self.objective, n_trials=remaining,
@@ -154,6 +184,11 @@ class Search:
         if self.stop.is_set():
             raise SearchInterrupted()
         params = {key: suggest(trial, key, spec) for key, spec in self.setup.space.items()}
+        unlearned = trial_learning_problem(self.setup, params)
+        if unlearned is not None:  # it would finish, logging returns, without learning
+            trial.set_user_attr("unlearned", unlearned)
+            self.say(f"[trial {trial.number}] PRUNED before training: {unlearned}")
+            raise optuna.TrialPruned(unlearned)
         slot = self.slots.get()
         try:
             trial_dir = os.path.join(self.setup.log_dir, f"trial_{trial.number}")

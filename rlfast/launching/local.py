@@ -9,6 +9,7 @@ directory so a sweep can be watched from another terminal.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections import deque
@@ -17,11 +18,46 @@ from rlfast.launching.children import ChildWatcher, stop_children
 from rlfast.launching.command import experiment_command, launch_experiment
 from rlfast.launching.plan import PlannedRun, SweepPlan
 from rlfast.launching.report import RunResult, print_failures
-from rlfast.launching.run_files import (NUM_LAUNCHED_FILE, stderr_tail, write_atomic,
+from rlfast.launching.run_files import (NUM_LAUNCHED_FILE, run_output_stem, write_atomic,
                                         write_tree_file)
 from rlfast.utils.launching.affinity import prepend_run_slot
 
-__all__ = ["run_local_sweep", "print_local_plan", "LocalSweep"]
+__all__ = ["run_local_sweep", "print_local_plan", "LocalSweep", "stderr_excerpt",
+           "is_error_line"]
+
+# A line that states an error: a Python exception line (``ValueError: ...``,
+# ``rlfast.experiments.config.ConfigError: ...``, a bare ``KeyboardInterrupt``) or a program's
+# ``error:`` line (``rlfast: error: ...``, ``Fatal Python error: ...``).
+_ERROR_LINE = re.compile(r"^\s*[\w.]*(Error|Exception|Interrupt|Exit)\w*(:|$)|(?i:\berror:)")
+_MAX_LINE = 500  # characters of one stderr line shown in a failure report
+
+
+def is_error_line(line: str) -> bool:
+    """Whether a line of a run's stderr states an error (an exception line, or an
+    ``error:`` line): the line a failure report must show even when more output follows."""
+    return bool(_ERROR_LINE.search(line))
+
+
+def stderr_excerpt(log_dir: str, run_ID: int, n_lines: int = 5) -> str:
+    """The end of a failure report: the last ``n_lines`` of the run's stderr file, preceded
+    by its last error line (see :func:`is_error_line`) when that lies further up, each on its
+    own indented ``| `` line (empty when the file cannot be read). A bad ``--set`` key's
+    error is followed by the list of valid keys, and a traceback by whatever the run printed
+    while shutting down: the tail alone would hide what went wrong."""
+    try:
+        with open(f"{run_output_stem(log_dir, run_ID)}.stderr.txt", "r", encoding="utf-8",
+                  errors="replace") as f:
+            lines = f.read().rstrip().splitlines()
+    except OSError:
+        return ""
+    start = max(len(lines) - n_lines, 0)
+    shown = lines[start:]
+    errors = [k for k, line in enumerate(lines) if is_error_line(line)]
+    if errors and errors[-1] < start:
+        gap = start - errors[-1] - 1
+        shown = [lines[errors[-1]]] + ([f"... ({gap} more lines)"] if gap else []) + shown
+    return "".join(f"\n    | {line if len(line) <= _MAX_LINE else line[:_MAX_LINE] + ' ...'}"
+                   for line in shown)
 
 
 def run_local_sweep(plan: SweepPlan, capture_output: bool = True,
@@ -58,8 +94,9 @@ def print_local_plan(plan: SweepPlan) -> list[RunResult]:
 class LocalSweep:
     """The runs of a plan as child processes, at most one per run slot at a time.
 
-    A run exiting non-zero is reported on stderr (log dir, run_ID, slot, exit code and the
-    end of its stderr file) and the others go on. On KeyboardInterrupt (or any error) every
+    A run exiting non-zero is reported on stderr (log dir, run_ID, slot, exit code, the
+    last error line and the end of its stderr file: :func:`stderr_excerpt`) and the others
+    go on. On KeyboardInterrupt (or any error) every
     running child and its descendants are stopped and the exception re-raised.
     """
 
@@ -113,7 +150,7 @@ class LocalSweep:
         self.results[self.launch_index[proc.pid]] = result
         if proc.returncode != 0:
             self.failed.append(result)
-            tail = stderr_tail(run.log_dir, run.run_ID) if self.capture_output else ""
+            tail = stderr_excerpt(run.log_dir, run.run_ID) if self.capture_output else ""
             print(f"[FAILED] run_ID {run.run_ID} in slot {slot} exited with code "
                   f"{proc.returncode}; log dir {run.log_dir}{tail}", file=sys.stderr,
                   flush=True)

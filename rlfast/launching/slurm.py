@@ -26,10 +26,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rlfast.launching.local import stderr_excerpt
 from rlfast.launching.plan import SweepPlan
 from rlfast.launching.report import RunResult, print_failures
-from rlfast.launching.run_files import (NUM_LAUNCHED_FILE, stderr_tail, write_atomic,
-                                        write_tree_file)
+from rlfast.launching.run_files import NUM_LAUNCHED_FILE, write_atomic, write_tree_file
 from rlfast.launching.slurm_job import RunFailedError, SweepRun
 from rlfast.utils.checks import check_choice, check_int, check_positive
 from rlfast.utils.launching.affinity import prepend_run_slot
@@ -325,6 +325,6 @@ def _wait_for_jobs(submitit: Any, jobs: Sequence[Any], runs: Sequence[SweepRun],
         except Exception as e:
             returncodes[k] = 1
             print(f"[FAILED] job {job.job_id}: run_ID {run.run_ID}; log dir {run.log_dir}"
-                  f"{stderr_tail(run.log_dir, run.run_ID)}\n    {_error_line(e)} "
+                  f"{stderr_excerpt(run.log_dir, run.run_ID)}\n    {_error_line(e)} "
                   f"(submitit log: {job.paths.stderr})", file=sys.stderr, flush=True)
         record_progress()

@@ -45,12 +45,15 @@ class Diagnostics:
         self.cum_completed_trajs = 0
         self.lags: list[tuple[int, int]] = []  # overlap: (iterations, gradient steps) per itr
         self._last_time = time.time()
+        self._row_itr: int | None = None  # the iteration the last row (or start) followed
         self._pbar: ProgBarCounter | None = None
 
     # ---- between rows ------------------------------------------------------------------------
     def store(self, itr: int, traj_infos: TrajInfos, opt_info: Any) -> None:
         """Keep iteration ``itr``'s completed trajectories and optimizer infos until the next
         row, and advance the progress bar."""
+        if self._row_itr is None:  # the first iteration since start-up (or a resume)
+            self._row_itr = itr - 1
         self.add_trajs(traj_infos)
         self.add_opt_info(opt_info)
         if self._pbar is not None:
@@ -91,8 +94,7 @@ class Diagnostics:
         itr_time = now - self._last_time - eval_time
         self.cum_time += itr_time
         steps = cadence.steps_after(itr)
-        steps_since = (cadence.log_interval_itrs * cadence.itr_batch_size if itr > 0
-                       else cadence.itr_batch_size)
+        steps_since = self._steps_since_row(itr)
         with logger.tabular_prefix(prefix):
             logger.record_tabular("Iteration", itr)
             logger.record_tabular("CumSteps", steps)
@@ -111,6 +113,7 @@ class Diagnostics:
         self._record_stats(traj_infos)
         logger.dump_tabular(with_prefix=False)
         self._last_time = time.time()
+        self._row_itr = itr
         self._pbar = None
         if itr < cadence.n_itr - 1:
             self.start_progress()
@@ -128,6 +131,18 @@ class Diagnostics:
         self._record_stats(traj_infos)
         logger.dump_tabular(with_prefix=False)
         self._last_time = time.time()
+        self._row_itr = -1
+
+    def _steps_since_row(self, itr: int) -> int:
+        """Environment steps of the iterations since the last row, up to ``itr``: the
+        speed's numerator. Counted from the iteration the last row followed (the start of
+        the run, or of a resumed run, before the first row), so that a short last interval
+        (``n_steps`` not a multiple of the log interval) is not credited with a whole
+        interval's steps in the time of a few iterations."""
+        cadence = self.cadence
+        if self._row_itr is None:  # a row before any stored iteration: one interval's worth
+            return min(cadence.log_interval_itrs, itr + 1) * cadence.itr_batch_size
+        return max(itr - self._row_itr, 0) * cadence.itr_batch_size
 
     def _record_stats(self, traj_infos: Iterable[Mapping[str, Any]]) -> None:
         traj_infos = list(traj_infos)

@@ -86,15 +86,15 @@ def test_truncated_snapshot_is_an_error(tmp_path, keep):
     data = open(path, "rb").read()
     with open(path, "wb") as f:
         f.write(data[:int(len(data) * keep)])
-    with pytest.raises(SnapshotCorruptError, match=r"params\.pkl is truncated, corrupt or not a "
-                                                   r"snapshot that loads safely"):
+    with pytest.raises(SnapshotCorruptError, match=r"params\.pkl is not a valid rlfast snapshot: "
+                                                   r"it is truncated, corrupt"):
         load_snapshot(path)
 
 
 def test_garbage_and_non_dict_files_are_errors(tmp_path):
     garbage = tmp_path / "garbage.pkl"
     garbage.write_bytes(b"not a snapshot at all")
-    with pytest.raises(SnapshotCorruptError, match="garbage.pkl is truncated"):
+    with pytest.raises(SnapshotCorruptError, match="garbage.pkl is not a valid rlfast snapshot"):
         load_snapshot(garbage)
     listed = tmp_path / "list.pkl"
     torch.save([torch.ones(2)], listed)

@@ -20,6 +20,7 @@ import codecs
 import errno
 import hashlib
 import os
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -145,12 +146,24 @@ def _numpy_safe_globals() -> list[Any]:
     return names + [type(np.dtype(code)) for code in "?bBhHiIlLqQefdgFDGSUV"]
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _reason(error: BaseException) -> str:
-    """The informative line of a ``torch.load`` error (its messages run to paragraphs)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    for line in lines:
-        if "WeightsUnpickler error" in line:
-            return line
+    """The informative part of a ``torch.load`` error, as one short line.
+
+    torch's messages run to paragraphs of advice meant for its own users (re-run with
+    ``weights_only=False``, "Please file an issue", ...): of a weights-only unpickler error
+    only what follows ``WeightsUnpickler error:`` is kept (e.g. ``Unsupported operand 144``
+    or ``Unsupported global: GLOBAL print was not an allowed global by default``), and of
+    any other error the first sentence of its first line, after the exception's name."""
+    text = _ANSI.sub("", str(error))
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        after = [line.strip() for line in text.split(marker, 1)[1].splitlines()]
+        detail = next((line for line in after if line), "")
+        return detail.split(". ")[0].rstrip(".") or "unsupported content"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     first = lines[0].split(". ")[0].rstrip(".") if lines else ""
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
@@ -177,15 +190,19 @@ def load_snapshot(path: str | os.PathLike,
     if not os.path.exists(path):
         raise FileNotFoundError(errno.ENOENT, "no snapshot file", path)
     try:
-        with safe_globals(_numpy_safe_globals()):
+        with safe_globals(_numpy_safe_globals()), warnings.catch_warnings():
+            # A pickle that torch.save did not write (protocol 4 or 5) draws a warning
+            # before it fails or loads: the error below, or the digest check, says more.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol",
+                                    category=UserWarning)
             snapshot = torch.load(path, map_location=map_location, weights_only=True)
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
     except Exception as e:  # A damaged file surfaces as RuntimeError, OSError or pickle errors.
         raise SnapshotCorruptError(
-            f"snapshot {path} is truncated, corrupt or not a snapshot that loads safely "
-            f"(weights_only=True): {_reason(e)}. Use an intact snapshot (an earlier "
-            f"itr_<n>.pkl, or rerun the training)") from e
+            f"{path} is not a valid rlfast snapshot: it is truncated, corrupt, or holds "
+            f"content that does not load safely (weights_only=True): {_reason(e)}. Use an "
+            f"intact snapshot (an earlier itr_<n>.pkl, or rerun the training)") from e
     if not isinstance(snapshot, dict):
         raise SnapshotCorruptError(f"snapshot {path} holds a {type(snapshot).__name__}, not "
                                    f"the dict of entries that save_itr_params writes")
