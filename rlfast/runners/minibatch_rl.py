@@ -358,11 +358,13 @@ class MinibatchRlEval(MinibatchRlBase):
         returns)."""
         return EvalReturns(self.log_traj_window)
 
-    def evaluate_agent(self, itr: int) -> tuple[list, float]:
+    def evaluate_agent(self, itr: int, trained: bool = True) -> tuple[list, float]:
         """Run the sampler's evaluation with the agent in eval mode; return the completed
         trajectory infos and the seconds it took. The average return (NaN when no episode
-        completed) is recorded, with the environment steps so far, in the tracking."""
-        if itr > 0:
+        completed) is recorded, with the environment steps so far, in the tracking: those
+        of iterations ``0..itr`` when ``trained``, none for the untrained agent (whose
+        evaluation also has ``itr`` 0: iteration 0's own row is after its steps)."""
+        if trained:
             self.diagnostics.stop_progress()
         logger.log("Evaluating agent...")
         self.sampling_agent.eval_mode(itr)
@@ -370,12 +372,12 @@ class MinibatchRlEval(MinibatchRlBase):
         traj_infos = self.sampler.evaluate_agent(itr)
         eval_time = time.time() - start
         logger.log(f"Evaluation: {len(traj_infos)} trajectories in {eval_time:.2f} s")
-        self.tracking.record(self.cadence.steps_after(itr) if itr > 0 else 0, traj_infos)
+        self.tracking.record(self.cadence.steps_after(itr) if trained else 0, traj_infos)
         return traj_infos, eval_time
 
     def before_loop(self) -> None:
         """Evaluate the untrained agent and log it as the first row (no steps yet)."""
-        traj_infos, eval_time = self.evaluate_agent(0)
+        traj_infos, eval_time = self.evaluate_agent(0, trained=False)
         self.tracking.record_columns(traj_infos)
         self.diagnostics.log_first_row(traj_infos, eval_time)
 

@@ -12,14 +12,15 @@ from rlfast.samplers import SerialSampler
 from rlfast.utils.logging import load_snapshot, logger_context
 
 
-def _runner(RunnerCls=MinibatchRlEval, seed=3, n_steps=1024, algo=None, **kw):
+def _runner(RunnerCls=MinibatchRlEval, seed=3, n_steps=1024, algo=None, log_interval_steps=256,
+            **kw):
     sampler = SerialSampler(EnvCls=make, env_kwargs=dict(id="CartPole-v1"), batch_T=32,
                             batch_B=4, max_decorrelation_steps=20, eval_n_envs=2,
                             eval_max_steps=400, eval_max_trajectories=4)
     agent = CategoricalPgAgent(model_kwargs=dict(hidden_sizes=[16]))
     algo = algo or PPO(learning_rate=1e-3, minibatches=2, epochs=2)
     return RunnerCls(algo=algo, agent=agent, sampler=sampler, n_steps=n_steps, seed=seed,
-                     log_interval_steps=256, progress_bar=False, **kw)
+                     log_interval_steps=log_interval_steps, progress_bar=False, **kw)
 
 
 def _returns(path):
@@ -66,6 +67,17 @@ def test_log_schedule_and_snapshot(tmp_path):
     for k, v in runner.agent.state_dict().items():
         assert torch.equal(v, agent.state_dict()[k])
     assert "state" in snap["optimizer_state_dict"]
+
+
+def test_a_row_after_the_first_iteration_counts_its_steps(tmp_path):
+    # log_interval_steps of one iteration (128 steps): iteration 0's own evaluation row comes
+    # after 128 steps, not at 0 like the untrained agent's (the final line's "best ... at").
+    runner = _runner(n_steps=256, log_interval_steps=128)
+    with logger_context(str(tmp_path / "one"), 0, "one", {}, override_prefix=True):
+        result = runner.train()
+    assert [s for s, _ in result["eval_returns"]] == [0, 128, 256]
+    rows = _returns(tmp_path / "one" / "progress.csv")
+    assert [int(r[0]) for r in rows] == [0, 128, 256]
 
 
 def test_a2c_runs(tmp_path):
