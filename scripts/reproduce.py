@@ -90,7 +90,8 @@ def _rows(*rows: Row) -> dict[str, Row]:
     return {row.name: row for row in rows}
 
 
-CLEANRL_PPO = ("CleanRL, ppo_atari.py on PongNoFrameskip-v4 at 10M frames: 20.36 ± 0.20 "
+CLEANRL_PPO = ("CleanRL, ppo_atari.py on PongNoFrameskip-v4 at 10M agent steps (40M frames, "
+               "4 times this row's budget): 20.36 ± 0.20 "
                "(mean ± std of 3 seeds; openai/baselines' PPO2: 20.512 ± 0.50); "
                "https://docs.cleanrl.dev/rl-algorithms/ppo/#ppo_ataripy")
 MINATAR = ("MinAtar (Young & Tian 2019, arXiv:1903.03176), DQN with replay and a target "
@@ -106,8 +107,8 @@ _MINATAR_SMOKE = ("algo.min_steps_learn=400", "algo.replay_size=1000",
 ROWS = _rows(
     Row("pong_ppo", "ppo", "atari:pong", 2_500_000, threshold=18.0, metric="train",
         published=20.36, source=CLEANRL_PPO,
-        note="10M frames; threshold: mean training return of the last 32 episodes; the "
-             "zoo's PPO reaches 20.99 at 40M frames"),
+        note="10M frames, a quarter of the published runs' 40M; threshold: mean training "
+             "return of the last 32 episodes; the zoo's PPO reaches 20.99 at 40M frames"),
     Row("halfcheetah_ppo", "ppo", "HalfCheetah-v5", 1_000_000, threshold=5237.0,
         metric="eval", published=5819.0, source=ZOO + "; PPO HalfCheetah-v3 at 1M steps",
         note="threshold: 0.9 of the zoo's figure"),
@@ -209,6 +210,23 @@ def read_rows(path: str) -> list[dict[str, float]]:
             return out
     except OSError:
         return []
+
+
+def interval_rates(rows: list[dict[str, float]]) -> list[float]:
+    """Steps/s of each row's interval, from the run's own ``CumSteps`` and ``CumTime``
+    (training time) against the row before; the row's ``StepsPerSecond`` column where either
+    time is missing, and NaN for the first row or an interval without time (a resume's
+    boundary). Not the column alone: rlfast before 305033d divided a short last interval's
+    steps by the time of its one iteration, which made the last figure of a run 5-30x too high."""
+    out = []
+    for k, r in enumerate(rows):
+        prev = rows[k - 1] if k else None
+        if prev is None or math.isnan(r["train_time"]) or math.isnan(prev["train_time"]):
+            out.append(r["sps"] if prev is not None else math.nan)
+            continue
+        dt, dn = r["train_time"] - prev["train_time"], r["steps"] - prev["steps"]
+        out.append(dn / dt if dt > 0 and dn > 0 else math.nan)
+    return out
 
 
 @dataclass
@@ -389,8 +407,8 @@ def build_record(out_dir: str) -> dict:
     # the model built and the first update done), not the interpreter starting up.
     first_wall = next((w for r, w in zip(rows, walls) if r["train_time"] > 0), None)
     after = [s for s in samples if first_wall is not None and s["wall_s"] >= first_wall]
-    sps = [dict(steps=int(r["steps"]), wall_s=w, sps=round(r["sps"], 1))
-           for r, w in zip(rows, walls) if not math.isnan(r["sps"])]
+    sps = [dict(steps=int(r["steps"]), wall_s=w, sps=round(v, 1))
+           for r, w, v in zip(rows, walls, interval_rates(rows)) if not math.isnan(v)]
     loads = [s["load1"] for s in samples]
     record = dict(
         row=row.name, algo=row.algo, env=row.env, sets=list(row.sets), seed=info["seed"],

@@ -65,8 +65,10 @@ def _synthetic_run(folder: Path, row: str = "pong_ppo") -> None:
     rows = [[0, 0, "", "", 4, -21.0],
             [100, 10, 10.0, -20.0, 0, ""],
             [200, 20, 12.0, 18.5, 4, 5.0],   # first at or above 18: steps 200
-            [300, 30, 14.0, 17.0, 4, 19.0],  # best eval
-            [400, 40, 9.0, 19.0, 4, 19.0]]   # ties the best eval later: the earlier one counts
+            [300, 25, 14.0, 17.0, 4, 19.0],  # best eval
+            # ties the best eval later: the earlier one counts; its StepsPerSecond column is
+            # the old runner's short-last-interval figure (steps / one iteration's time)
+            [400, 45, 90.0, 19.0, 4, 19.0]]
     with open(folder / "run" / "progress.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(header)
@@ -88,7 +90,10 @@ def test_record_of_a_synthetic_run(rep, tmp_path):
     assert r["reached"] and r["steps_to_threshold"] == 200 and r["wall_s_to_threshold"] == 21.0
     assert (r["final_eval"], r["best_eval"], r["best_eval_steps"]) == (19.0, 19.0, 300)
     assert (r["final_train"], r["best_train"], r["best_train_steps"]) == (19.0, 19.0, 400)
-    assert r["sps_start"] == 12.0 and r["sps_end"] == 9.0  # the first rate skips the warm-up row
+    # Rates from CumSteps / CumTime per interval (10, 10, 20, 5 steps/s), not the column; the
+    # first rate skips the warm-up row.
+    assert r["sps_start"] == 10.0 and r["sps_end"] == 5.0
+    assert [p["sps"] for p in r["sps_over_time"]] == [10.0, 10.0, 20.0, 5.0]
     # RSS at the start: the first sample at or after the first row with training time (11 s).
     assert (r["rss_start_mb"], r["rss_end_mb"], r["rss_peak_mb"]) == (300, 310, 500)
     assert r["load1_median"] == 1.75 and r["load1_max"] == 3.0  # median of 0.5 1 1.5 2 2 3
