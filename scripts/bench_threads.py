@@ -36,13 +36,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bench_common import child_env, machine, stop_group  # noqa: E402
 
 CODE = "0slt_2cpu_0gpu_2cpr_0hto"
-# algorithm -> (env, settings that make learning start early and evaluation cheap)
+# workload -> (algorithm, env, sampler, settings that make learning start early and evaluation
+# cheap, the step from which the rate is counted). The serial-sampler algorithms of the
+# issue, with their MLPs, and PPO on Pong with the cpu sampler (a convolutional learner,
+# whose updates use every core of the run), not run by default.
 WORKLOADS = {
-    "sac": ("Pendulum-v1", ("algo.min_steps_learn=500",)),
-    "td3": ("Pendulum-v1", ("algo.min_steps_learn=500",)),
-    "ddpg": ("Pendulum-v1", ("algo.min_steps_learn=500",)),
-    "dqn": ("CartPole-v1", ("algo.min_steps_learn=500",)),
+    "sac": ("sac", "Pendulum-v1", "serial", ("algo.min_steps_learn=500",), 500),
+    "td3": ("td3", "Pendulum-v1", "serial", ("algo.min_steps_learn=500",), 500),
+    "ddpg": ("ddpg", "Pendulum-v1", "serial", ("algo.min_steps_learn=500",), 500),
+    "dqn": ("dqn", "CartPole-v1", "serial", ("algo.min_steps_learn=500",), 500),
+    "ppo-pong": ("ppo", "atari:pong", "cpu", ("sampler.max_decorrelation_steps=100",
+                                              "sampler.eval_max_steps=500"), 1),
 }
+DEFAULT_WORKLOADS = ["sac", "td3", "ddpg", "dqn"]
 EVAL = ("sampler.eval_n_envs=1", "sampler.eval_max_trajectories=1")
 
 
@@ -63,16 +69,18 @@ def learning_rate_of(progress: str, learn_from: int) -> float:
 
 def busy_processes(n: int) -> list[subprocess.Popen]:
     """``n`` processes that each keep one core busy until stopped."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    # SIGINT (how stop_group stops a child first) ends the loop without a traceback.
+    code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_DFL)\nwhile True:\n    pass"
+    return [subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
             for _ in range(n)]
 
 
 def run_case(algo: str, code: bool, policy: str, steps: int, interval: int,
              timeout: float) -> float:
-    env_id, sets = WORKLOADS[algo]
+    algo_name, env_id, sampler, sets, learn_from = WORKLOADS[algo]
     with tempfile.TemporaryDirectory(prefix="rlfast_bench_threads_") as tmp:
         log_dir = os.path.join(tmp, "run")
-        cmd = [sys.executable, "-m", "rlfast", "train", algo, env_id, "--sampler", "serial",
+        cmd = [sys.executable, "-m", "rlfast", "train", algo_name, env_id, "--sampler", sampler,
                "--steps", str(steps), "--seed", "0", "--log-dir", log_dir, "--no-progress",
                "--set", f"runner.log_interval_steps={interval}"]
         for item in sets + EVAL:
@@ -89,13 +97,13 @@ def run_case(algo: str, code: bool, policy: str, steps: int, interval: int,
             raise RuntimeError(f"{' '.join(cmd)} ran past {timeout:.0f} s")
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {err[-2000:]}")
-        learn_from = 500
         return learning_rate_of(os.path.join(log_dir, "progress.csv"), learn_from)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--algos", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--algos", nargs="+", choices=list(WORKLOADS), default=DEFAULT_WORKLOADS,
+                        help=f"workloads (default {' '.join(DEFAULT_WORKLOADS)})")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3000, help="steps per run (default 3000)")
     parser.add_argument("--interval", type=int, default=None,

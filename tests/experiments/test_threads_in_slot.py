@@ -1,0 +1,43 @@
+"""An affinity code's slot keeps the preset's choice of master torch threads (issue 52: the
+2-core code gave a 64-wide SAC learner two pinned threads, which crawled beside any other busy
+process)."""
+from __future__ import annotations
+
+import argparse
+
+from rlfast.experiments.assembly import affinity_for_run
+from rlfast.experiments.presets import run_affinity, threads_in_slot
+
+CODE = "0slt_2cpu_0gpu_2cpr_0hto"
+
+
+def test_a_preset_of_one_thread_keeps_one_inside_a_two_core_slot():
+    slot = affinity_for_run(CODE)
+    assert slot["master_torch_threads"] == 2 and slot["master_cpus"] == [0, 1]
+    fitted = threads_in_slot(slot, {"affinity": {"master_torch_threads": 1}})
+    assert fitted["master_torch_threads"] == 1
+    assert {k: v for k, v in fitted.items() if k != "master_torch_threads"} == \
+        {k: v for k, v in slot.items() if k != "master_torch_threads"}
+    assert slot["master_torch_threads"] == 2  # the decoded code is not changed in place
+
+
+def test_every_core_and_caps_and_no_key():
+    slot = affinity_for_run(CODE)
+    assert threads_in_slot(slot, {"affinity": {"master_torch_threads": 0}})["master_torch_threads"] == 2
+    assert threads_in_slot(slot, {"affinity": {"master_torch_threads": 8}})["master_torch_threads"] == 2
+    assert threads_in_slot(slot, {}) is slot
+    ranks = [dict(slot), dict(slot)]
+    assert [a["master_torch_threads"] for a in
+            threads_in_slot(ranks, {"affinity": {"master_torch_threads": 1}})] == [1, 1]
+    async_affinity = {"optimizer": [dict(slot)], "sampler": dict(slot)}
+    assert threads_in_slot(async_affinity, {"affinity": {"master_torch_threads": 1}}) is async_affinity
+
+
+def test_sac_on_pendulum_with_the_code_trains_on_one_thread():
+    from rlfast.experiments.assembly import train_config
+    config = train_config(argparse.Namespace(
+        algo="sac", env="Pendulum-v1", steps=None, n_envs=None, seed=0, config=None, set=None,
+        sampler=None, runner="sync", world_size=None, affinity=CODE, device="cpu"))
+    affinity = run_affinity(config, "serial", affinity=affinity_for_run(CODE), device="cpu",
+                            code=CODE)
+    assert affinity["master_torch_threads"] == 1
