@@ -300,22 +300,25 @@ def run_affinity(config: dict, sampler: str, runner: str = "sync",
 
 def threads_in_slot(affinity: dict | list, config: dict) -> dict | list:
     """``affinity`` (decoded from an affinity code) with the master's optimizing torch threads
-    that the config's ``affinity.master_torch_threads`` asks for, within the slot's cores: 0
-    is every core of ``master_cpus``, N at most that many. A code gives the master one thread
-    per core of its slot; a preset that trains an MLP on one thread (threads follow the work:
-    its operations last microseconds, and each extra thread waits at a barrier) keeps one
-    inside a slot too. Measured (``scripts/bench_threads.py``): SAC and TD3 on Pendulum-v1
-    with ``0slt_2cpu_0gpu_2cpr_0hto`` beside one busy process made 99 and 149 steps/s on two
-    pinned, spinning threads, against 260 and 466 without the code. Async affinities (their
-    own optimizer and sampler parts) and configs without the key are returned as they are."""
+    chosen as without a code, within the slot's cores. A code gives the master one thread per
+    core of its slot; instead, the config's ``affinity.master_torch_threads`` applies (0:
+    every core of ``master_cpus``, N: at most N), and without that key the master decides by
+    its model on the CPU, as it does without a code (:class:`rlfast.runners.master_affinity.
+    MasterAffinity`: a convolutional model on every core of the slot, an MLP on one, since its
+    operations last microseconds and each extra thread waits at a barrier). Measured
+    (``scripts/bench_threads.py``, 2 cores, ``0slt_2cpu_0gpu_2cpr_0hto`` beside one busy
+    process): SAC, TD3 and DDPG on Pendulum-v1 made 99, 149 and 105 steps/s on the code's two
+    pinned threads against 260-466 without the code, and DQN on CartPole 1,106-1,426 against
+    4,360-4,733. Async affinities and GPU learners are returned as they are."""
     threads = config.get("affinity", {}).get("master_torch_threads")
-    if threads is None:
-        return affinity
 
     def fit(part: dict) -> dict:
-        if "optimizer" in part or not part.get("master_cpus"):
+        if "optimizer" in part or not part.get("master_cpus") or \
+                part.get("cuda_idx") is not None:
             return part
         cores = len(part["master_cpus"])
+        if threads is None:
+            return dict(part, master_torch_threads=None)
         return dict(part, master_torch_threads=cores if threads == 0 else min(int(threads), cores))
 
     return [fit(part) for part in affinity] if isinstance(affinity, list) else fit(affinity)

@@ -25,7 +25,10 @@ def test_every_core_and_caps_and_no_key():
     slot = affinity_for_run(CODE)
     assert threads_in_slot(slot, {"affinity": {"master_torch_threads": 0}})["master_torch_threads"] == 2
     assert threads_in_slot(slot, {"affinity": {"master_torch_threads": 8}})["master_torch_threads"] == 2
-    assert threads_in_slot(slot, {}) is slot
+    # No key: the master decides by its model, as without a code (MasterAffinity).
+    assert threads_in_slot(slot, {})["master_torch_threads"] is None
+    on_gpu = dict(slot, cuda_idx=0)
+    assert threads_in_slot(on_gpu, {}) is on_gpu
     ranks = [dict(slot), dict(slot)]
     assert [a["master_torch_threads"] for a in
             threads_in_slot(ranks, {"affinity": {"master_torch_threads": 1}})] == [1, 1]
@@ -41,3 +44,25 @@ def test_sac_on_pendulum_with_the_code_trains_on_one_thread():
     affinity = run_affinity(config, "serial", affinity=affinity_for_run(CODE), device="cpu",
                             code=CODE)
     assert affinity["master_torch_threads"] == 1
+
+
+def test_without_the_key_an_mlp_optimizes_on_one_thread_and_a_cnn_on_the_slot():
+    import torch
+
+    from rlfast.agents import AtariFfAgent, DqnAgent
+    from rlfast.runners.master_affinity import MasterAffinity
+    from tests.agents._spaces import spaces_of
+    slot = threads_in_slot(affinity_for_run(CODE), {})
+    before = torch.get_num_threads()
+    for agent, env_id, expected in ((DqnAgent(model_kwargs=dict(hidden_sizes=[8])),
+                                     "cartpole", 1),
+                                    (AtariFfAgent(), "pong", 2)):
+        agent.initialize(spaces_of(env_id))
+        master = MasterAffinity(dict(slot, set_affinity=False))
+        master.pin()
+        try:
+            master.choose_optimize_threads(agent)
+            assert master.optimize_threads == expected, env_id
+        finally:
+            master.restore()
+    assert torch.get_num_threads() == before
