@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     med = {name: statistics.median(v) for name, v in figures.items()}
     print(f"\nmedian steps/s over {args.rounds} round(s); code = --affinity {CODE}; "
           f"loaded = beside {args.load} busy process(es)")
-    print(f"{'algo':<6}{'load':<8}{'policy':<9}{'no code':>10}{'code':>10}{'code/none':>11}"
+    print(f"{'algo':<10}{'load':<8}{'policy':<9}{'no code':>10}{'code':>10}{'code/none':>11}"
           f"{'PASSIVE/ACTIVE (code)':>23}")
     for algo, loaded in itertools.product(args.algos, loads):
         for policy in args.policies:
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             versus = ""
             if policy == "PASSIVE" and "ACTIVE" in args.policies:
                 versus = f"{code / med[case_name(algo, True, 'ACTIVE', loaded)]:.2f}x"
-            print(f"{algo:<6}{'loaded' if loaded else 'idle':<8}{policy:<9}{none:>10.1f}"
+            print(f"{algo:<10}{'loaded' if loaded else 'idle':<8}{policy:<9}{none:>10.1f}"
                   f"{code:>10.1f}{code / none:>10.2f}x{versus:>23}")
     if args.json:
         with open(args.json, "w") as f:

@@ -52,7 +52,7 @@ def test_one_idle_round_prints_the_table_and_writes_json(bench, tmp_path, capsys
     assert bench.main(["--algos", "dqn", "--rounds", "1", "--steps", "700", "--interval", "100",
                        "--quick", "--policies", "PASSIVE", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "dqn   idle    PASSIVE" in printed and "code/none" in printed
+    assert "dqn       idle    PASSIVE" in printed and "code/none" in printed
     record = json.loads(out.read_text())
     assert set(record["medians"]) == {"dqn none PASSIVE idle", "dqn code PASSIVE idle"}
     assert all(v > 0 for v in record["medians"].values())
