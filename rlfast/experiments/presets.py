@@ -317,8 +317,9 @@ def threads_in_slot(affinity: dict | list, config: dict) -> dict | list:
                 part.get("cuda_idx") is not None:
             return part
         cores = len(part["master_cpus"])
-        if threads is None:
-            return dict(part, master_torch_threads=None)
+        if threads is None:  # the model decides (None), unless nothing is set already
+            return part if part.get("master_torch_threads") is None else \
+                dict(part, master_torch_threads=None)
         return dict(part, master_torch_threads=cores if threads == 0 else min(int(threads), cores))
 
     return [fit(part) for part in affinity] if isinstance(affinity, list) else fit(affinity)
