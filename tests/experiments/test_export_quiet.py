@@ -16,18 +16,14 @@ import pytest
 
 from rlfast.cli import main
 from rlfast.experiments import export as export_module
+from tests._tiny_run import train_tiny_run
 
 _REGISTRATION_LOGGER = "torch.onnx._internal.exporter._registration"
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("run")
-    assert main(["train", "ppo", "CartPole-v1", "--steps", "256", "--sampler", "serial",
-                 "--n-envs", "2", "--log-dir", str(run_dir), "--overwrite", "--no-progress",
-                 "--set", "sampler.batch_T=64", "--set", "runner.log_interval_steps=128",
-                 "--set", "sampler.eval_max_steps=200"]) == 0
-    return run_dir
+    return train_tiny_run(tmp_path_factory.mktemp("run"))
 
 
 def test_onnx_export_prints_only_its_result(run_dir, tmp_path):

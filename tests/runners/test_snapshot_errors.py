@@ -17,6 +17,7 @@ import torch
 
 from rlfast.cli import main
 from rlfast.utils.logging import SnapshotCorruptError, load_snapshot
+from tests._tiny_run import train_tiny_run
 
 BAD_FILES = {
     "text": b"not a snapshot at all\n",
@@ -62,12 +63,7 @@ def test_refused_code_keeps_torchs_reason(tmp_path):
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("run")
-    assert main(["train", "ppo", "CartPole-v1", "--steps", "256", "--sampler", "serial",
-                 "--n-envs", "2", "--log-dir", str(run_dir), "--overwrite", "--no-progress",
-                 "--set", "sampler.batch_T=64", "--set", "runner.log_interval_steps=128",
-                 "--set", "sampler.eval_max_steps=200"]) == 0
-    return run_dir
+    return train_tiny_run(tmp_path_factory.mktemp("run"))
 
 
 @pytest.mark.parametrize("command", [["eval"], ["export", "--format", "torchscript"]])
