@@ -97,6 +97,16 @@ class RLAlgorithm(abc.ABC):
         reaches the weights, on values already on the host (no extra device sync)."""
         check_scalars_finite(values, type(self).__name__, itr)
 
+    @property
+    def compiled_loss(self) -> Any:
+        """``loss`` under ``torch.compile`` when the algorithm's ``compile`` is on (compiled
+        once, at first use), else ``loss`` itself."""
+        if not getattr(self, "compile", False):
+            return self.loss
+        if getattr(self, "_compiled_loss", None) is None:
+            self._compiled_loss = torch.compile(self.loss, dynamic=False)
+        return self._compiled_loss
+
     def clipped_step(self, itr: int, loss: torch.Tensor, parameters: Iterable[torch.Tensor],
                      max_grad_norm: float) -> tuple[float, float]:
         """One guarded gradient step: backward, clip the gradient norm to ``max_grad_norm``,

@@ -17,8 +17,8 @@ raises for the first bad step.
 (an operation that cannot be captured, an optimizer without a capturable step) makes
 :class:`GraphStep` fall back to running the same body eagerly, and say why once. On the CPU the
 body runs eagerly: the CPU tests check the data flow through the static buffers against the
-plain learner, and the fallback. PPO's program (:mod:`rlfast.algos.pg.step_program`) is built
-from the same pieces.
+plain learner, and the fallback. PPO and A2C use it too: their step's input is a minibatch's
+indices into the iteration's batch, copied into static buffers once per call.
 """
 from __future__ import annotations
 
@@ -134,15 +134,19 @@ class GraphStep:
     returns ``(scalars, extra, priorities)``: named 0-d diagnostics (losses, gradient norms),
     a 1-d tensor of further diagnostics, and the per-sample priorities (or None). ``checked``
     names the scalars that must be finite for the step to be taken. ``batch``: a first batch
-    (the shapes every later one will have). ``capture``: :func:`capture_for`'s choice.
-    ``path`` says what runs: ``"cuda-graph"``, ``"eager"`` or ``"eager (fallback: why)"``.
+    (the shapes every later one will have): a replayed batch, or a policy-gradient
+    minibatch's indices into a batch the caller keeps in static buffers itself (None when
+    the step takes that whole batch; ``device`` then says where the program runs).
+    ``capture``: :func:`capture_for`'s choice. ``path`` says what runs: ``"cuda-graph"``,
+    ``"eager"`` or ``"eager (fallback: why)"``.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, terms: Callable, checked: Sequence[str],
-                 batch: Any, capture: Callable, owner: str = "compile"):
+                 batch: Any, capture: Callable, owner: str = "compile",
+                 device: torch.device | None = None):
         self.optimizer, self.terms, self.owner = optimizer, terms, owner
         self.checked = tuple(checked)
-        device = _first_tensor(batch).device
+        device = _first_tensor(batch).device if device is None else torch.device(device)
         self.batch = static_copy(batch)
         self.failed = torch.zeros((), dtype=torch.bool, device=device)
         self.found_inf = torch.zeros((), dtype=torch.float32, device=device)

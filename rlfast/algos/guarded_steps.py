@@ -129,6 +129,15 @@ class _Offsets:
         return item.names, np.concatenate([scalars[:n_named], finite, tail]), n_extra
 
 
+def _kept_value(item: Any, name: str) -> torch.Tensor:
+    """The device tensor of the scalar ``name`` of a step kept on the device (a lazy step, or
+    a program's ``(names, row, n_extra)``)."""
+    if isinstance(item, tuple):
+        names, row, _ = item
+        return row[names.index(name)]
+    return item.values[item.names.index(name)]
+
+
 class GuardedSteps:
     """The guarded gradient steps of one ``optimize_agent`` call (see the module docstring).
 
@@ -148,6 +157,8 @@ class GuardedSteps:
         self.check_finite = check_finite
         self._pending: list = []
         self._failed: torch.Tensor | None = None
+        self._also: dict[str, torch.Tensor] = {}
+        self.also_values: dict[str, float] | None = None
         self.steps_applied = 0  # after end(): steps before the first non-finite one
         self._slices: dict = {}
 
@@ -156,10 +167,43 @@ class GuardedSteps:
         """Whether steps are refused on the device (see :func:`skips_on_device`)."""
         return skips_on_device(self.optimizer)
 
-    def begin(self) -> None:
-        """Start a call: no step recorded, none failed."""
+    def begin(self, failed: torch.Tensor | None = None,
+              also: Mapping[str, torch.Tensor] | None = None) -> None:
+        """Start a call: no step recorded, none failed. ``failed``: a 0-d bool device flag
+        to share (a :class:`~rlfast.algos.graph_step.GraphStep`'s, so that its steps and the
+        eager ones of the same call stop together), else one is made at the first step.
+        ``also``: further named 0-d diagnostics of the whole call, read with its first host
+        read (a host-checked step's, or :meth:`end`'s) into :attr:`also_values` (name ->
+        float)."""
         self._pending = []
-        self._failed = None
+        self._failed = failed
+        self._also = dict(also or {})
+        self.also_values = None
+
+    def _also_part(self, device: torch.device) -> list[torch.Tensor]:
+        """The ``also`` diagnostics as a float64 row for the next host read, while unread."""
+        if not self._also or self.also_values is not None:
+            return []
+        return [stack_scalars(self._also.values()).to(device)]
+
+    def _take_also(self, values: np.ndarray, parts: list) -> np.ndarray:
+        """Split the ``also`` values off the end of a read that carried them."""
+        if not parts:
+            return values
+        n = len(self._also)
+        self.also_values = dict(zip(self._also, values[len(values) - n:].tolist()))
+        return values[:len(values) - n]
+
+    def mean_of_last(self, name: str, n: int) -> float:
+        """The mean of the scalar ``name`` over the last ``n`` steps recorded in this call:
+        one host read, none when every one of them was read already (host-checked steps)."""
+        items = self._pending[-n:]
+        if all(isinstance(item, StepRecord) for item in items):
+            return float(np.mean([item.scalars[name] for item in items]))
+        kept = [_kept_value(item, name) for item in items if not isinstance(item, StepRecord)]
+        values = [torch.tensor(item.scalars[name], dtype=torch.float64, device=kept[0].device)
+                  if isinstance(item, StepRecord) else _kept_value(item, name) for item in items]
+        return float(stack_scalars(values).mean())
 
     def step(self, itr: int, scalars: Mapping[str, torch.Tensor], checked: Sequence[str],
              extra: torch.Tensor | None = None,
@@ -187,7 +231,9 @@ class GuardedSteps:
             if read_now is not None:
                 parts.append(read_now.detach().reshape(-1).to(device=head.device,
                                                               dtype=torch.float64))
-            values = np.asarray(torch.cat(parts).tolist(), dtype=np.float64)  # the one read
+            also = self._also_part(head.device)
+            values = np.asarray(torch.cat(parts + also).tolist(), dtype=np.float64)  # one read
+            values = self._take_also(values, also)
             record = self._record(names, values[:len(names) + 1 + n_extra], n_extra)
             if values[len(names)] != 1.0:
                 self.check_finite(itr, record.scalars)
@@ -219,8 +265,10 @@ class GuardedSteps:
         if read_now is None:
             self._pending.append((names, row, n_extra))
             return None
+        also = self._also_part(row.device)
         values = np.asarray(torch.cat([row, read_now.detach().reshape(-1).to(
-            device=row.device, dtype=torch.float64)]).tolist(), dtype=np.float64)
+            device=row.device, dtype=torch.float64)] + also).tolist(), dtype=np.float64)
+        values = self._take_also(values, also)
         record = self._record(names, values[:row.numel()], n_extra)
         if values[len(names)] != 1.0:
             self.check_finite(itr, record.scalars)
@@ -247,6 +295,9 @@ class GuardedSteps:
             self._slices[key] = found
         return found
 
+    def _also_device(self) -> torch.device:
+        return next(iter(self._also.values())).device if self._also else torch.device("cpu")
+
     @staticmethod
     def _record(names: tuple, values: np.ndarray, n_extra: int) -> StepRecord:
         scalars = dict(zip(names, values[:len(names)].tolist()))
@@ -266,7 +317,11 @@ class GuardedSteps:
             parts.append(torch.stack([p.finite for p in lazy]).to(torch.float64))
             extras = [as_row(p.extra) for p in lazy if p.extra is not None]
             parts.extend(extras)
-        flat = np.asarray(torch.cat(parts).tolist(), dtype=np.float64) if parts else None
+        also = self._also_part(parts[0].device if parts else self._also_device())
+        flat = None
+        if parts or also:
+            flat = self._take_also(np.asarray(torch.cat(parts + also).tolist(),
+                                              dtype=np.float64), also)
         offsets = _Offsets(flat, rows, lazy)
         records = []
         for item in pending:

@@ -274,16 +274,6 @@ class DQN(RLAlgorithm):
         return dict(loss=loss.detach(), gradNorm=grad_norm), td_abs_errors.reshape(-1)[::8], \
             td_abs_errors
 
-    @property
-    def compiled_loss(self) -> Any:
-        """``loss`` under ``torch.compile`` when ``compile`` is on (compiled once), else
-        ``loss`` itself."""
-        if not self.compile:
-            return self.loss
-        if self._compiled_loss is None:
-            self._compiled_loss = torch.compile(self.loss, dynamic=False)
-        return self._compiled_loss
-
     def graph_step(self, batch: Any) -> GraphStep | None:
         """The step program for ``compile=True`` (or a test's ``program_capture``), built at
         the first batch; None for the plain step, also when the optimizer cannot refuse a

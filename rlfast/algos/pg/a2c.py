@@ -5,13 +5,9 @@ from typing import Any
 
 import torch
 
-from rlfast.agents.base import AgentInputs
 from rlfast.algos.graph_step import check_compile
 from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_kl,
-                                  diagnostic_row, explained_variance_tensor,
                                   pg_hyperparameters)
-from rlfast.algos.utils import episode_starts
-from rlfast.utils.buffer import buffer_func, buffer_to
 from rlfast.utils.distributed import pooled_valid_mean, rank_loss_count
 
 
@@ -19,8 +15,10 @@ class A2C(PolicyGradientAlgo):
     """A2C: ``loss = -E[log pi(a|s) A] + c_v E[0.5 (V(s) - R)^2] - c_H E[H(pi(.|s))]``.
 
     One gradient step on the whole ``[T, B]`` batch per iteration, with returns and
-    advantages from :meth:`process_returns`. ``compile=True`` runs the loss under
-    ``torch.compile``. The other arguments are those of :class:`PolicyGradientAlgo`.
+    advantages from :meth:`process_returns`. ``compile=True`` runs the step as a
+    :class:`~rlfast.algos.graph_step.GraphStep`: the loss under ``torch.compile`` and, on
+    CUDA, the whole step in one CUDA graph. The other arguments are those of
+    :class:`PolicyGradientAlgo`.
     """
 
     def __init__(self, discount: float = 0.99, learning_rate: float = 0.001,
@@ -35,51 +33,40 @@ class A2C(PolicyGradientAlgo):
 
     def optimize_agent(self, itr: int, samples: Any = None,
                        sampler_itr: int | None = None) -> OptInfo:
-        """One gradient step on the batch; returns its loss, gradient norm and diagnostics.
+        """One gradient step on the whole batch; returns its loss, gradient norm and
+        diagnostics, and the critic's explained variance.
 
-        The observation statistics (if the model normalizes) are updated from the batch
-        first, as the sampler's agent will use them next. The loss, gradient norm and
-        diagnostics are read on the host once, together, between the backward pass and the
-        optimizer step: the finite check needs them there, and it is the call's only host
-        synchronisation, whatever the optimizer.
+        The step is guarded like every other (:meth:`~PolicyGradientAlgo.gradient_step`):
+        its diagnostics and the explained variance come back in the call's one host read,
+        before the step with an optimizer that cannot refuse it on the device, after it with
+        one that can.
         """
-        self.agent.update_obs_rms(samples.env.observation)
-        return_, advantage, valid = buffer_to(self.process_returns(samples), self.agent.device)
-        loss, info = self.compiled_loss(samples, return_, advantage, valid)
-        grad_norm = self._clip_gradients(loss)
-        value = samples.agent.agent_info.value
-        values = diagnostic_row(loss, grad_norm, info.entropy, info.perplexity, info.approxKl,
-                                explained_variance_tensor(return_, value, valid)).tolist()
-        self.check_finite(itr, {"loss": values[0], "gradNorm": values[1]})
-        self.optimizer.step()
+        batch = self.loss_batch(samples, flatten=False)
+        step = self.gradient_step(batch, None)
+        counter_at_begin = self.update_counter
+        step(itr, None)
         self.update_counter += 1
-        return OptInfo(loss=[values[0]], gradNorm=[values[1]], entropy=[values[2]],
-                       perplexity=[values[3]], approxKl=[values[4]],
-                       explainedVariance=[values[5]])
+        records = self.guarded_steps.end_counted(itr, self, counter_at_begin)
+        return self.opt_info(records)
 
-    def loss(self, samples: Any, return_: torch.Tensor, advantage: torch.Tensor,
-             valid: torch.Tensor) -> tuple[torch.Tensor, LossInfo]:
+    def loss(self, agent_inputs: Any, action: torch.Tensor, return_: torch.Tensor,
+             advantage: torch.Tensor, valid: torch.Tensor, old_dist_info: Any,
+             init_rnn_state: Any = None,
+             reset: torch.Tensor | None = None) -> tuple[torch.Tensor, LossInfo]:
         """The A2C loss of a batch and its detached terms.
 
-        The agent is evaluated on the whole batch (recurrent agents from the state the
-        sampler had at its start); ``return_``, ``advantage`` and ``valid`` are
-        :meth:`process_returns`' output on the agent's device. ``approxKl`` compares the
-        sampler's action distribution with the current one (A2C trains on fresh samples, so
-        it is ~0 unless the observation normalization moved).
+        The arguments are the fields of :class:`~rlfast.algos.pg.base.LossInputs` on the
+        agent's device (:meth:`~PolicyGradientAlgo.loss_batch`); recurrent agents also pass
+        the state the sampler had at the batch start (``init_rnn_state``, ``[N, B, H]``) and
+        where episodes start (``reset``). ``approxKl`` compares the sampler's action
+        distribution with the current one (A2C trains on fresh samples, so it is ~0 unless
+        the observation normalization moved).
         """
-        agent_inputs = AgentInputs(observation=samples.env.observation,
-                                   prev_action=samples.agent.prev_action,
-                                   prev_reward=samples.env.prev_reward)
-        agent_inputs = buffer_to(agent_inputs, device=self.agent.device)
-        if self.agent.recurrent:
-            init_rnn_state = samples.agent.agent_info.prev_rnn_state[0]  # [B, N, H]
-            init_rnn_state = buffer_func(init_rnn_state, lambda s: s.transpose(0, 1).contiguous())
-            reset = episode_starts(samples.env.done).to(self.agent.device)
+        if init_rnn_state is not None:
             dist_info, value, _ = self.agent(*agent_inputs, init_rnn_state, reset)
         else:
             dist_info, value = self.agent(*agent_inputs)
         dist = self.agent.distribution
-        action = samples.agent.action.to(self.agent.device)
         # Policy loss: -E[log pi(a|s) * A]
         n = rank_loss_count(valid)  # under SyncRl: means over every rank's valid steps
         pi_loss = -pooled_valid_mean(dist.log_likelihood(action, dist_info) * advantage, valid, n)
@@ -90,7 +77,6 @@ class A2C(PolicyGradientAlgo):
         entropy = pooled_valid_mean(dist.entropy(dist_info), valid, n)
         loss = pi_loss + value_loss - self.entropy_loss_coeff * entropy
         with torch.no_grad():
-            old_dist_info = buffer_to(samples.agent.agent_info.dist_info, self.agent.device)
             ratio = dist.likelihood_ratio(action, old_dist_info=old_dist_info,
                                           new_dist_info=dist_info)
             info = LossInfo(piLoss=pi_loss.detach(), valueLoss=value_loss.detach(),

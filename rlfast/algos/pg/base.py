@@ -3,22 +3,45 @@ processing and the diagnostics A2C and PPO share."""
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 
+from rlfast.agents.base import AgentInputs
 from rlfast.algos.base import RLAlgorithm
-from rlfast.algos.guarded_steps import skips_on_device, step_unless_failed
+from rlfast.algos.graph_step import GraphStep, capture_for, copy_into, static_copy
+from rlfast.algos.guarded_steps import GuardedSteps
 from rlfast.algos.pg.reward_norm import RewardNormalizer
-from rlfast.algos.utils import (build_optimizer, discount_return,
+from rlfast.algos.utils import (build_optimizer, discount_return, episode_starts,
                                 generalized_advantage_estimation, valid_from_done)
+from rlfast.utils.buffer import buffer_func, buffer_to
+from rlfast.utils.collections import namedarraytuple
 from rlfast.utils.distributed import global_mean_std
 from rlfast.utils.tensor import valid_mean
 
-OptInfo = namedtuple("OptInfo", ["loss", "gradNorm", "entropy", "perplexity", "approxKl",
-                                 "explainedVariance"])
+# The diagnostics of one gradient step, by name (A2C's; PPO adds clipFrac), and of a call.
+STEP_FIELDS = ("loss", "gradNorm", "entropy", "perplexity", "approxKl")
+OptInfo = namedtuple("OptInfo", STEP_FIELDS + ("explainedVariance",))
 # The terms of one loss evaluation, detached: what the diagnostics (and tests) read.
 LossInfo = namedtuple("LossInfo", ["piLoss", "valueLoss", "entropy", "perplexity", "approxKl"])
+CHECKED = ("loss", "gradNorm")  # a step is refused unless these are finite
+# What the loss reads, on the learner's device: one entry per step ([T, B] or flattened).
+LossInputs = namedarraytuple("LossInputs", ["agent_inputs", "action", "return_", "advantage",
+                                           "valid", "old_dist_info"])
+# Recurrent batches also carry where episodes start inside each column.
+RnnLossInputs = namedarraytuple("RnnLossInputs", LossInputs._fields + ("reset",))
+
+
+class LossBatch(NamedTuple):
+    """One ``optimize_agent`` call's batch on the device (:meth:`PolicyGradientAlgo.loss_batch`):
+    the loss inputs, the recurrent state at the batch start (``[B, N, H]``, or None for a
+    feedforward agent), how many items minibatches are drawn from (steps, or columns when
+    recurrent), and the critic's explained variance on the batch (a 0-d device tensor)."""
+    inputs: Any
+    rnn: Any
+    n_items: int
+    explained: torch.Tensor
 
 
 PG_HYPERPARAMETERS = ("discount", "learning_rate", "value_loss_coeff", "entropy_loss_coeff",
@@ -49,7 +72,10 @@ class PolicyGradientAlgo(RLAlgorithm):
 
     bootstrap_value = True
     on_policy = True
+    OptInfo = OptInfo
     opt_info_fields = tuple(OptInfo._fields)
+    step_fields = STEP_FIELDS  # the per-step diagnostics, in the order they are logged
+    program_capture = None  # how a compile=True program captures (None: by device; tests set it)
 
     def __init__(self, *, discount: float, learning_rate: float, value_loss_coeff: float,
                  entropy_loss_coeff: float, OptimCls: type, optim_kwargs: dict | None,
@@ -91,6 +117,8 @@ class PolicyGradientAlgo(RLAlgorithm):
                                          lr=self.learning_rate, **self.optim_kwargs)
         if self.initial_optim_state_dict is not None:
             self.optimizer.load_state_dict(self.initial_optim_state_dict)
+        self.guarded_steps = GuardedSteps(self.optimizer, self.check_finite)
+        self._program = None  # the compile=True step program, built at the first call
 
     def process_returns(self, samples: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(return_, advantage, valid) as float tensors shaped like the rewards ``[T, B]``.
@@ -143,73 +171,127 @@ class PolicyGradientAlgo(RLAlgorithm):
         if self.reward_normalizer is not None and "reward_normalizer" in state:
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
 
-    # ---- gradient steps without host reads ------------------------------------------------
-    def _clip_gradients(self, loss: torch.Tensor) -> torch.Tensor:
-        """Backward ``loss`` and clip the gradient norm to ``clip_grad_norm``; returns the
-        norm before clipping as a device tensor (nothing is read on the host)."""
-        self.optimizer.zero_grad(set_to_none=True)
+    # ---- the update: a batch on the device, and one guarded gradient step ------------------
+    def loss_batch(self, samples: Any, flatten: bool) -> LossBatch:
+        """The batch as the loss reads it, on the agent's device (crossed once; uint8 frames
+        stay uint8): agent inputs, actions, returns, advantages, the validity mask and the
+        sampler's action distribution, plus the critic's explained variance (a device
+        tensor). The observation statistics, if the model normalizes, are updated first, as
+        the sampler's agent will use them next. Feedforward batches are flattened from
+        ``[T, B]`` to ``[T*B]`` when ``flatten`` (minibatches of single steps); recurrent
+        ones keep ``[T, B]`` with where episodes start (``reset``) and the recurrent state
+        the sampler had at the batch start."""
+        device = self.agent.device
+        agent_inputs = buffer_to(AgentInputs(observation=samples.env.observation,
+                                             prev_action=samples.agent.prev_action,
+                                             prev_reward=samples.env.prev_reward), device)
+        self.agent.update_obs_rms(agent_inputs.observation)
+        return_, advantage, valid = buffer_to(self.process_returns(samples), device)
+        inputs = LossInputs(agent_inputs=agent_inputs, action=samples.agent.action.to(device),
+                            return_=return_, advantage=advantage, valid=valid,
+                            old_dist_info=buffer_to(samples.agent.agent_info.dist_info, device))
+        explained = explained_variance_tensor(return_, samples.agent.agent_info.value.to(device),
+                                              valid)
+        T, B = return_.shape[:2]
+        if self.agent.recurrent:
+            inputs = RnnLossInputs(*inputs, reset=episode_starts(samples.env.done).to(device))
+            rnn = buffer_to(samples.agent.agent_info.prev_rnn_state[0], device)  # [B, N, H]
+            return LossBatch(inputs, rnn, B, explained)
+        if flatten:
+            inputs = buffer_func(inputs, lambda x: x.reshape(T * B, *x.shape[2:]))
+        return LossBatch(inputs, None, T * B, explained)
+
+    def minibatch_loss(self, batch: LossBatch, idxs: torch.Tensor | None) -> tuple:
+        """``(loss, info)`` of the minibatch ``idxs`` (None: the whole batch): single steps of
+        a flattened feedforward batch, or whole columns of a recurrent one, replayed from the
+        sampler's recurrent state."""
+        if batch.rnn is None:
+            return self.compiled_loss(*(batch.inputs if idxs is None else batch.inputs[idxs]))
+        inputs = batch.inputs if idxs is None else batch.inputs[:, idxs]
+        rnn = batch.rnn if idxs is None else buffer_func(batch.rnn, lambda s: s[idxs])
+        init_rnn_state = buffer_func(rnn, lambda s: s.transpose(0, 1).contiguous())  # [N, B, H]
+        return self.compiled_loss(*tuple(inputs)[:len(LossInputs._fields)],
+                                  init_rnn_state=init_rnn_state, reset=inputs.reset)
+
+    def step_terms(self, loss: torch.Tensor, info: Any,
+                   set_to_none: bool = True) -> dict[str, torch.Tensor]:
+        """Backward ``loss`` and clip the gradient norm to ``clip_grad_norm`` (no optimizer
+        step); returns the step's diagnostics named by :attr:`step_fields`, device tensors
+        (nothing is read). ``set_to_none=False`` keeps the gradients' addresses (a program)."""
+        self.optimizer.zero_grad(set_to_none=set_to_none)
         loss.backward()
-        return torch.nn.utils.clip_grad_norm_(self.agent.parameters(), self.clip_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.agent.parameters(), self.clip_grad_norm)
+        terms = dict(info._asdict(), loss=loss.detach(), gradNorm=grad_norm)
+        return {name: terms[name] for name in self.step_fields}
+
+    def gradient_step(self, batch: LossBatch, mb_size: int | None) -> Callable[[int, Any], None]:
+        """Start the guarded steps of one ``optimize_agent`` call and return the step the
+        update loop takes per minibatch, ``step(itr, idxs)`` (``idxs`` None: the whole batch).
+
+        Every step goes through :class:`~rlfast.algos.guarded_steps.GuardedSteps`: a
+        non-finite loss or gradient norm never reaches the weights, and with a fused
+        optimizer nothing is read on the host until the call ends (the batch's explained
+        variance comes back in that read). With ``compile`` on a feedforward batch, each
+        step of ``mb_size`` items runs as one :class:`~rlfast.algos.graph_step.GraphStep`
+        (a CUDA graph on CUDA); a smaller remainder minibatch runs eagerly, under the same
+        sticky failure flag."""
+        guard = self.guarded_steps
+        program = self._program_for(batch, mb_size)
+        guard.begin(failed=None if program is None else program.failed,
+                    also=dict(explainedVariance=batch.explained))
+
+        def eager(itr: int, idxs: Any) -> None:
+            guard.step(itr, self.step_terms(*self.minibatch_loss(batch, idxs)), CHECKED)
+
+        def replayed(itr: int, idxs: Any) -> None:
+            if idxs is not None and len(idxs) != mb_size:
+                return eager(itr, idxs)
+            names, row, _ = program.step(idxs)
+            guard.record(itr, names, row, program.n_extra)
+
+        return eager if program is None else replayed
+
+    def _program_for(self, batch: LossBatch, mb_size: int | None) -> GraphStep | None:
+        """The step program for ``compile=True`` (or a test's ``program_capture``): built at
+        the first call and whenever the batch's shape changes, with the batch copied into its
+        static buffers. None for the plain step: ``compile`` off, a recurrent agent, or an
+        optimizer that cannot refuse a step on the device (a program needs it)."""
+        if not (self.compile or self.program_capture is not None):
+            return None
+        if batch.rnn is not None or not self.skips_on_device:
+            return None
+        key = (tuple(batch.inputs.return_.shape), mb_size)
+        if self._program is None or self._program_key != key:
+            self._program_inputs = static_copy(batch.inputs)
+            whole = LossBatch(self._program_inputs, None, batch.n_items, batch.explained)
+            device = self.agent.device
+            idxs = None if mb_size is None else torch.zeros(mb_size, dtype=torch.long,
+                                                             device=device)
+            self._program = GraphStep(
+                self.optimizer,
+                lambda i: (self.step_terms(*self.minibatch_loss(whole, i), set_to_none=False),
+                           None, None),
+                CHECKED, idxs, capture_for(device, self.program_capture),
+                owner=type(self).__name__, device=device)
+            self._program_key = key
+        copy_into(self._program_inputs, batch.inputs, type(self).__name__)
+        self._program.begin()
+        return self._program
+
+    def opt_info(self, records: list) -> Any:
+        """The call's diagnostics by name: each of :attr:`step_fields` as the list of its
+        per-step values, and the batch's explained variance (once)."""
+        columns = {name: [record.scalars[name] for record in records]
+                   for name in self.step_fields}
+        once = {name: [value] for name, value in self.guarded_steps.also_values.items()}
+        return self.OptInfo(**columns, **once)
 
     @property
     def skips_on_device(self) -> bool:
-        """Whether a non-finite step can be refused on the device, without reading a value on
-        the host: the optimizer is a fused one (Adam, AdamW, SGD with ``fused=True``), whose
-        kernel leaves the parameters, moments and step count untouched while its
-        ``found_inf`` tensor is nonzero (the mechanism ``torch.amp.GradScaler`` drives)."""
-        return skips_on_device(self.optimizer)
-
-    def _begin_steps(self, failed: torch.Tensor | None = None) -> None:
-        """Start the gradient steps of one ``optimize_agent`` call: no step has failed yet.
-        ``failed``: a 0-d bool device tensor, False, to keep the call's sticky failure flag in
-        (a compiled step program shares its own), else one is made at the first step."""
-        self._failed = failed  # device flag: some step of this call was not finite
-
-    def _guarded_step(self, itr: int, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One clipped gradient step of ``loss``; returns ``(gradient norm, finite)`` as device
-        tensors (``finite``: 1.0 when the loss and norm were finite, else 0.0).
-
-        With an optimizer that :attr:`skips_on_device`, nothing is read on the host: from the
-        first non-finite step of the call on, every step is refused by the optimizer's own
-        kernel, so the weights stay as they were before it, and :meth:`_end_steps` raises once
-        the call's diagnostics are read. Other optimizers read the loss and norm on the host
-        before each step and raise at once (one synchronisation per step).
-        """
-        grad_norm = self._clip_gradients(loss)
-        finite = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
-        if not self.skips_on_device:
-            values = torch.stack([loss.detach().to(grad_norm.dtype), grad_norm]).tolist()
-            self.check_finite(itr, dict(zip(("loss", "gradNorm"), values)))
-            self.optimizer.step()
-            self.update_counter += 1
-            return grad_norm, finite.to(grad_norm.dtype)
-        if self._failed is None:
-            self._failed = torch.zeros((), dtype=torch.bool, device=finite.device)
-        step_unless_failed(self.optimizer, self._failed, finite)
-        return grad_norm, finite.to(grad_norm.dtype)
-
-    @property
-    def compiled_loss(self) -> Any:
-        """``loss`` under ``torch.compile`` when ``compile`` is on (compiled once), else
-        ``loss`` itself."""
-        if not getattr(self, "compile", False):
-            return self.loss
-        if getattr(self, "_compiled_loss", None) is None:
-            self._compiled_loss = torch.compile(self.loss, dynamic=False)
-        return self._compiled_loss
-
-    def _end_steps(self, itr: int, steps: list[list[float]], loss_col: int = 0,
-                   grad_norm_col: int = 1, finite_col: int = -1) -> None:
-        """After the call's one host read: raise ``NonFiniteError`` for the first step whose
-        loss or gradient norm was not finite (the optimizer refused it and every later one),
-        naming the value as a per-step check would have; else count the steps taken.
-        ``steps``: one row of host values per gradient step."""
-        if not self.skips_on_device:
-            return  # checked and counted step by step
-        for row in steps:
-            if row[finite_col] != 1.0:
-                self.check_finite(itr, {"loss": row[loss_col], "gradNorm": row[grad_norm_col]})
-            self.update_counter += 1
+        """Whether a non-finite step is refused on the device, without reading a value on the
+        host: the optimizer is a fused one (see
+        :func:`~rlfast.algos.guarded_steps.skips_on_device`)."""
+        return self.guarded_steps.skips_on_device
 
 
 # ---- diagnostics (computed under no_grad; they never feed a loss) ----------------------------
@@ -220,12 +302,6 @@ def approx_kl(ratio: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
     never negative; the estimator CleanRL logs)."""
     with torch.no_grad():
         return valid_mean((ratio - 1) - ratio.log(), valid)
-
-
-def diagnostic_row(*values: torch.Tensor) -> torch.Tensor:
-    """0-d tensors (detached) stacked into one float64 row on their device: a gradient
-    step's diagnostics, kept there until the call's one host read."""
-    return torch.stack([v.detach().reshape(()).to(torch.float64) for v in values])
 
 
 def explained_variance_tensor(return_: torch.Tensor, value: torch.Tensor,

@@ -6,25 +6,19 @@ from typing import Any
 
 import torch
 
-from rlfast.agents.base import AgentInputs
 from rlfast.algos.graph_step import check_compile
-from rlfast.algos.pg.base import (LossInfo, OptInfo, PolicyGradientAlgo, approx_kl,
-                                  diagnostic_row, explained_variance_tensor,
+from rlfast.algos.pg.base import (STEP_FIELDS, LossBatch, LossInfo, LossInputs, OptInfo,
+                                  PolicyGradientAlgo, RnnLossInputs, approx_kl,
                                   pg_hyperparameters)
-from rlfast.algos.pg.step_program import StepProgram, capture_cuda_graph, eager_program
-from rlfast.algos.utils import episode_starts
-from rlfast.utils.buffer import buffer_func, buffer_to
 from rlfast.utils.checks import check_int
-from rlfast.utils.collections import namedarraytuple
 from rlfast.utils.distributed import pooled_valid_mean, rank_loss_count
 from rlfast.utils.tensor import valid_mean
 
-LossInputs = namedarraytuple("LossInputs", ["agent_inputs", "action", "return_", "advantage",
-                                           "valid", "old_dist_info"])
-# Recurrent minibatches also carry where episodes start inside each column.
-RnnLossInputs = namedarraytuple("RnnLossInputs", LossInputs._fields + ("reset",))
+__all__ = ["PPO", "PpoOptInfo", "PpoLossInfo", "LossInputs", "RnnLossInputs"]
+
 MINIBATCH_SEED_OFFSET = 0x5EED_0B  # the minibatch generator's seed: the run's plus this
-PpoOptInfo = namedtuple("PpoOptInfo", OptInfo._fields + ("clipFrac",))
+PPO_STEP_FIELDS = STEP_FIELDS + ("clipFrac",)
+PpoOptInfo = namedtuple("PpoOptInfo", OptInfo._fields + ("clipFrac",))  # the logged order
 PpoLossInfo = namedtuple("PpoLossInfo", LossInfo._fields + ("clipFrac",))
 
 
@@ -35,14 +29,16 @@ class PPO(PolicyGradientAlgo):
     recurrent agents draw minibatches of whole environment columns (sequences of length T)
     starting from the recurrent state the sampler had. ``linear_lr_schedule`` anneals the
     learning rate linearly to zero over the run. ``compile=True`` runs each feedforward
-    gradient step as a :class:`~rlfast.algos.pg.step_program.StepProgram`: the loss under
+    gradient step as a :class:`~rlfast.algos.graph_step.GraphStep`: the loss under
     ``torch.compile`` and, on CUDA, the whole step captured in one CUDA graph (LeanRL's
     approach); recurrent agents get the compiled loss only. ``target_kl`` stops the epochs
     of an iteration early once an epoch's mean approximate KL exceeds it (one host read per
     epoch; off by default). The other arguments are those of :class:`PolicyGradientAlgo`.
     """
 
+    OptInfo = PpoOptInfo
     opt_info_fields = tuple(PpoOptInfo._fields)
+    step_fields = PPO_STEP_FIELDS
 
     def __init__(self, discount: float = 0.99, learning_rate: float = 0.001,
                  value_loss_coeff: float = 1.0, entropy_loss_coeff: float = 0.01,
@@ -60,8 +56,6 @@ class PPO(PolicyGradientAlgo):
                              f"got {target_kl!r}")
         self.target_kl = None if target_kl is None else float(target_kl)
         self.compile = check_compile(compile, "PPO")
-        self.program_capture = None  # how StepProgram captures (None: by device; tests set it)
-        self._program = None
         self.minibatches = check_int(minibatches, "minibatches", minimum=1, owner="PPO")
         self.epochs = check_int(epochs, "epochs", minimum=1, owner="PPO")
         self.ratio_clip = ratio_clip
@@ -71,7 +65,6 @@ class PPO(PolicyGradientAlgo):
         """As :meth:`PolicyGradientAlgo.initialize`, plus the learning-rate schedule, which
         reaches zero after ``n_itr`` iterations."""
         super().initialize(*args, **kwargs)
-        self._program = None  # built for the new optimizer at the first optimize_agent
         # The minibatch order's own generator, on the learner's device: the global one is
         # shared with the sampler, which may draw from it in another thread at the same time
         # (runner.overlap), and the order must not depend on that interleaving. Seeded from
@@ -91,70 +84,29 @@ class PPO(PolicyGradientAlgo):
         Returns the per-minibatch loss, gradient norm, entropy, perplexity, approximate KL
         and clip fraction, and the critic's explained variance on the batch (once).
 
-        The batch crosses to the agent's device once (observations as stored, uint8 frames
-        stay uint8); minibatch indices are drawn there (``torch.randperm`` on the device);
-        every diagnostic stays a device tensor until one read at the end of the call. With a
-        fused optimizer (the default for Adam) nothing else is read on the host, so the GPU
-        is never stalled inside the epochs; non-finite steps are refused on the device and
-        reported after the read (see :meth:`PolicyGradientAlgo._guarded_step`).
+        The batch crosses to the agent's device once; minibatch indices are drawn there
+        (``torch.randperm`` on the device); every diagnostic stays a device tensor until one
+        read at the end of the call. With a fused optimizer (the default for Adam) nothing
+        else is read on the host, so the GPU is never stalled inside the epochs; non-finite
+        steps are refused on the device and reported after the read (see
+        :meth:`~PolicyGradientAlgo.gradient_step`).
         """
-        device = self.agent.device
-        agent_inputs = AgentInputs(observation=samples.env.observation,
-                                   prev_action=samples.agent.prev_action,
-                                   prev_reward=samples.env.prev_reward)
-        agent_inputs = buffer_to(agent_inputs, device=device)
-        self.agent.update_obs_rms(agent_inputs.observation)
-        return_, advantage, valid = buffer_to(self.process_returns(samples), device)
-        loss_inputs = LossInputs(agent_inputs=agent_inputs, action=samples.agent.action.to(device),
-                                 return_=return_, advantage=advantage, valid=valid,
-                                 old_dist_info=buffer_to(samples.agent.agent_info.dist_info, device))
-        T, B = samples.env.reward.shape[:2]
-        explained = explained_variance_tensor(return_, samples.agent.agent_info.value.to(device),
-                                              valid)
-        if self.agent.recurrent:
-            loss_inputs = RnnLossInputs(*loss_inputs,
-                                        reset=episode_starts(samples.env.done).to(device))
-            rnn = samples.agent.agent_info.prev_rnn_state[0]  # [B, N, H] at the batch start
-            rnn = buffer_to(rnn, device)
-            n_items = B
-        else:
-            # Flatten [T, B] -> [T*B] once, so minibatches are plain index selections.
-            loss_inputs = buffer_func(loss_inputs, lambda x: x.reshape(T * B, *x.shape[2:]))
-            n_items = T * B
-        mb_size = max(n_items // self.minibatches, 1)
-        n_epoch_steps = -(-n_items // mb_size)  # gradient steps per epoch
-        rows = []  # per gradient step: loss, gradNorm, entropy, perplexity, approxKl, clipFrac, finite
-        program = self._step_program(loss_inputs, mb_size)
-        self._begin_steps(program.failed if program is not None else None)
+        batch = self.loss_batch(samples, flatten=True)  # feedforward: [T*B] steps
+        mb_size = max(batch.n_items // self.minibatches, 1)
+        step = self.gradient_step(batch, mb_size)  # eager, recurrent or compiled: one call
+        counter_at_begin = self.update_counter
         for epoch in range(self.epochs):
-            if epoch and self._kl_stop(rows, n_epoch_steps):
+            if epoch and self._kl_exceeded(batch, mb_size):
                 break
-            order = torch.randperm(n_items, device=device, generator=self.minibatch_rng)
+            order = torch.randperm(batch.n_items, device=self.agent.device,
+                                   generator=self.minibatch_rng)
             for idxs in order.split(mb_size):
-                if program is not None and len(idxs) == mb_size:
-                    rows.append(program.step(idxs))
-                    continue
-                if self.agent.recurrent:
-                    mb = loss_inputs[:, idxs]
-                    init_rnn_state = buffer_func(rnn, lambda s: s[idxs].transpose(0, 1).contiguous())
-                    loss, info = self.compiled_loss(*tuple(mb)[:len(LossInputs._fields)],
-                                                    init_rnn_state=init_rnn_state, reset=mb.reset)
-                else:
-                    loss, info = self.compiled_loss(*loss_inputs[idxs])
-                grad_norm, finite = self._guarded_step(itr, loss)
-                rows.append(diagnostic_row(loss, grad_norm, info.entropy, info.perplexity,
-                                           info.approxKl, info.clipFrac, finite))
-        # The call's one host read: every step's diagnostics and the explained variance.
-        values = torch.cat([torch.stack(rows).flatten(), explained.reshape(1)]).tolist()
-        steps = [values[i:i + 7] for i in range(0, len(values) - 1, 7)]
-        self._end_steps(itr, steps)
+                step(itr, idxs)
+                self.update_counter += 1
+        records = self.guarded_steps.end_counted(itr, self, counter_at_begin)
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
-        columns = list(zip(*steps))
-        return PpoOptInfo(loss=list(columns[0]), gradNorm=list(columns[1]),
-                          entropy=list(columns[2]), perplexity=list(columns[3]),
-                          approxKl=list(columns[4]), clipFrac=list(columns[5]),
-                          explainedVariance=[values[-1]])
+        return self.opt_info(records)
 
     def state_dict(self) -> dict:
         """Also the minibatch generator's state (exact resume of a serial run)."""
@@ -168,32 +120,13 @@ class PPO(PolicyGradientAlgo):
         if getattr(self, "minibatch_rng", None) is not None and "minibatch_rng" in state:
             self.minibatch_rng.set_state(state["minibatch_rng"].cpu())
 
-    def _kl_stop(self, rows: list, n_epoch_steps: int) -> bool:
+    def _kl_exceeded(self, batch: LossBatch, mb_size: int) -> bool:
         """With ``target_kl``: whether the last epoch's mean approximate KL exceeded it (the
         one host read an epoch may make)."""
         if self.target_kl is None:
             return False
-        kl = torch.stack(rows[-n_epoch_steps:])[:, 4].mean()
-        return float(kl) > self.target_kl
-
-    def _step_program(self, loss_inputs: Any, mb_size: int) -> StepProgram | None:
-        """The compiled step program for this batch shape (built at the first call, rebuilt
-        when the shape changes), or None: ``compile`` off, a recurrent agent, or an optimizer
-        that cannot refuse a step on the device."""
-        wanted = self.compile or self.program_capture is not None
-        if not wanted or self.agent.recurrent or not self.skips_on_device:
-            return None
-        program = self._program
-        shape = (tuple(loss_inputs.return_.shape), mb_size)
-        if program is None or program.shape != shape:
-            capture = self.program_capture
-            if capture is None:
-                capture = (capture_cuda_graph if self.agent.device.type == "cuda"
-                           else eager_program)
-            program = StepProgram(self, loss_inputs, mb_size, capture)
-            self._program = program
-        program.load(loss_inputs)
-        return program
+        steps_per_epoch = -(-batch.n_items // mb_size)
+        return self.guarded_steps.mean_of_last("approxKl", steps_per_epoch) > self.target_kl
 
     def loss(self, agent_inputs: Any, action: torch.Tensor, return_: torch.Tensor,
              advantage: torch.Tensor, valid: torch.Tensor, old_dist_info: Any,

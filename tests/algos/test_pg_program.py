@@ -1,4 +1,6 @@
-"""PPO's compiled step program (``compile=True``): the same updates as the plain learner.
+"""PPO's and A2C's compiled step program (``compile=True``, a
+:class:`~rlfast.algos.graph_step.GraphStep` over the minibatch indices): the same updates as the
+plain learner.
 
 The CUDA graph itself needs a GPU; what is checked here is everything around it, on the CPU:
 the data flow through the program's static buffers (batch, minibatch index, diagnostics row,
@@ -15,8 +17,8 @@ import shutil
 import pytest
 import torch
 
-from rlfast.algos import PPO
-from rlfast.algos.pg import step_program
+from rlfast.algos import A2C, PPO
+from rlfast.algos import graph_step
 from rlfast.utils.finite import NonFiniteError
 from rlfast.utils.host_sync import HostSyncCounter
 
@@ -42,7 +44,7 @@ def _weights(agent):
 
 def test_the_program_gives_the_plain_learners_updates_bit_for_bit():
     _, plain_agent, plain = _run()
-    algo, agent, program = _run(capture=step_program.eager_program)
+    algo, agent, program = _run(capture=graph_step.eager_program)
     assert algo._program is not None and algo._program.path == "eager"
     assert program == plain  # every diagnostic of every step, and the explained variance
     for name, tensor in _weights(agent).items():
@@ -54,7 +56,7 @@ def _replaying_capture(calls):
     """A stand-in for capture_cuda_graph: runs the body for warm-up and 'capture' as the
     real one does, then replays by running it."""
     def capture(body):
-        for _ in range(step_program.WARMUP_STEPS + 1):
+        for _ in range(graph_step.WARMUP_STEPS + 1):
             body()
         calls.append("captured")
         return body
@@ -67,30 +69,33 @@ def test_warm_up_and_capture_never_move_a_weight():
     algo.program_capture = _replaying_capture(calls)
     agent, samples = _pg_batch.setup(algo, "categorical")
     before = _weights(agent)
-    inputs = algo_inputs(algo, samples)
-    program = step_program.StepProgram(algo, inputs, 5, algo.program_capture)
+    program = algo._program_for(algo.loss_batch(samples, flatten=True), 5)
     assert calls == ["captured"] and program.path == "cuda-graph"
     for name, tensor in _weights(agent).items():
         assert torch.equal(tensor, before[name]), f"{name} moved during warm-up"
     # the learning rate became a device tensor the schedule fills in place
     assert all(isinstance(group["lr"], torch.Tensor) for group in algo.optimizer.param_groups)
     algo.optimizer.param_groups[0]["lr"] = 0.5  # a scheduler that assigns a float
-    program.sync_learning_rate()
-    assert program.lr[0].item() == 0.5 and algo.optimizer.param_groups[0]["lr"] is program.lr[0]
+    program.begin()
+    rate = program.rates.rates[0]
+    assert rate.item() == 0.5 and algo.optimizer.param_groups[0]["lr"] is rate
 
 
-def algo_inputs(algo, samples):
-    """The flattened LossInputs PPO builds for a batch."""
-    from rlfast.agents.base import AgentInputs
-    from rlfast.algos.pg.ppo import LossInputs
-    from rlfast.utils.buffer import buffer_func
-    agent_inputs = AgentInputs(samples.env.observation, samples.agent.prev_action,
-                               samples.env.prev_reward)
-    return_, advantage, valid = algo.process_returns(samples)
-    inputs = LossInputs(agent_inputs, samples.agent.action, return_, advantage, valid,
-                        samples.agent.agent_info.dist_info)
-    T, B = return_.shape
-    return buffer_func(inputs, lambda x: x.reshape(T * B, *x.shape[2:]))
+@pytest.mark.parametrize("kind", ["categorical", "gaussian"])
+def test_a2c_through_the_program_gives_the_plain_updates_bit_for_bit(kind):
+    def run(capture):
+        algo = A2C()
+        algo.program_capture = capture
+        agent, samples = _pg_batch.setup(algo, kind, T=7, B=3)
+        infos = [algo.optimize_agent(itr, samples) for itr in range(3)]
+        return algo, agent, infos
+
+    _, plain_agent, plain = run(None)
+    algo, agent, programmed = run(graph_step.eager_program)
+    assert algo._program is not None and algo._program.path == "eager"
+    assert programmed == plain
+    for name, tensor in _weights(agent).items():
+        assert torch.equal(tensor, _weights(plain_agent)[name]), name
 
 
 def test_a_capture_that_fails_falls_back_to_the_eager_body(caplog):
@@ -98,7 +103,7 @@ def test_a_capture_that_fails_falls_back_to_the_eager_body(caplog):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     _, plain_agent, plain = _run()
-    with caplog.at_level(logging.WARNING, logger=step_program.__name__):
+    with caplog.at_level(logging.WARNING, logger=graph_step.__name__):
         algo, agent, infos = _run(capture=failing)
     assert algo._program.path.startswith("eager (fallback: RuntimeError: operation not")
     assert "could not be captured" in caplog.text
@@ -114,10 +119,10 @@ def test_a_nonfinite_step_inside_the_program_stops_every_later_step():
     and every later step; the call raises naming it, and the weights are one step's."""
     from tests.algos.test_nonfinite import _nan_grad_from_call
 
-    _, one_step_agent, _ = _run(capture=step_program.eager_program, itrs=1, epochs=1,
+    _, one_step_agent, _ = _run(capture=graph_step.eager_program, itrs=1, epochs=1,
                                 minibatches=1)
     algo = PPO(minibatches=1, epochs=3)
-    algo.program_capture = step_program.eager_program
+    algo.program_capture = graph_step.eager_program
     agent, samples = _pg_batch.setup(algo, "categorical")
     _nan_grad_from_call(agent.model, first_bad=2)
     torch.manual_seed(11)
@@ -129,7 +134,7 @@ def test_a_nonfinite_step_inside_the_program_stops_every_later_step():
 
 
 def test_the_program_reads_the_host_once_per_call():
-    algo, agent, _ = _run(capture=step_program.eager_program, itrs=1)
+    algo, agent, _ = _run(capture=graph_step.eager_program, itrs=1)
     samples = _pg_batch.make_samples(agent, "categorical", 7, 3)
     with HostSyncCounter() as syncs:
         algo.optimize_agent(5, samples)
