@@ -4,5 +4,6 @@ from rlfast.utils.interrupts import TrainingInterrupted
 from rlfast.runners.minibatch_rl import MinibatchRl, MinibatchRlBase, MinibatchRlEval
 from rlfast.runners.sync_rl import RankFailedError, SyncRl, SyncRlEval
 
-__all__ = ["AsyncRlBase", "AsyncRl", "AsyncRlEval", "AsyncRunError", "MinibatchRlBase", "MinibatchRl",
-           "MinibatchRlEval", "RankFailedError", "SyncRl", "SyncRlEval", "TrainingInterrupted"]
+__all__ = ["AsyncRlBase", "AsyncRl", "AsyncRlEval", "AsyncRunError", "MinibatchRlBase",
+           "MinibatchRl", "MinibatchRlEval", "RankFailedError", "SyncRl", "SyncRlEval",
+           "TrainingInterrupted"]

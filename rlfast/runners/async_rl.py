@@ -11,7 +11,8 @@ writes the async columns of each log row). Every ``updates_per_sync`` updates it
 its parameters to shared CPU memory, and the sampler copies them before its next batch when
 they changed (see ``rlfast.agents.param_sharing``).
 
-The runner owns the loop and composes the rest (see ``rlfast.runners.minibatch_rl``);
+The runner owns the loop and composes the rest (see ``rlfast.runners.minibatch_rl``); what
+it has alike with the synchronous runners is written once in ``rlfast.runners.common``.
 ``AsyncRl`` and ``AsyncRlEval`` differ only in how they track performance.
 
 Faults: a sampler, worker or copier that raises or dies ends the run at once with its
@@ -21,11 +22,11 @@ terminates any sampler worker left behind, so no process or shared memory outliv
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
 from typing import Any
 
 from rlfast.agents.param_sharing import AsyncParams
 from rlfast.algos.replay_choice import close_replay
+from rlfast.runners import common
 from rlfast.runners.async_processes import AsyncChildren, AsyncRunError
 from rlfast.runners.cadence import LogCadence
 from rlfast.runners.diagnostics import Diagnostics, TrajInfos
@@ -61,13 +62,19 @@ class AsyncRlBase(abc.ABC):
     synchronous runner while sampling and training still overlap. Off (default), the sampler
     runs at full speed and the replay ratio falls below ``replay_ratio`` whenever the
     optimizer cannot keep up.
+
+    Subclasses decide how performance is tracked (``tracking_cls``, ``on_batch``,
+    ``finish``); ``log_traj_window`` and ``stop_return`` are as in ``MinibatchRlBase``.
     """
+
+    tracking_cls: type[TrainTrajWindow] | type[EvalReturns] | None = None  # a subclass's
 
     def __init__(self, algo: Any, agent: Any, sampler: Any, n_steps: int,
                  seed: int | None = None, affinity: dict | None = None,
                  log_interval_steps: int = 100_000, copier: str = "optimizer",
                  sampler_throttle: bool = False, progress_bar: bool = True,
-                 backend: str | None = None, dist_timeout: float = DEFAULT_DIST_TIMEOUT_S):
+                 backend: str | None = None, dist_timeout: float = DEFAULT_DIST_TIMEOUT_S, *,
+                 log_traj_window: int = 100, stop_return: float | None = None):
         owner = type(self).__name__
         check_copier(copier, sampler_throttle)
         if not getattr(sampler, "is_async", False):
@@ -106,6 +113,7 @@ class AsyncRlBase(abc.ABC):
         self.replay_buffer: Any = None
         self._start_itr = 0
         self._published = 0
+        common.check_tracking_settings(self, log_traj_window, stop_return)
 
     @property
     def shares_replay(self) -> bool:
@@ -115,31 +123,22 @@ class AsyncRlBase(abc.ABC):
         replay where ``replay_device`` says (on its GPU, by default)."""
         return self.copier == "process" or self.n_optimizers > 1
 
-    @property
-    def n_itr(self) -> int:
-        """Sampler iterations of the run (set at start-up)."""
-        return self.cadence.n_itr
-
-    @property
-    def itr_batch_size(self) -> int:
-        """Environment steps per sampler iteration (set at start-up)."""
-        return self.cadence.itr_batch_size
+    n_itr = common.n_itr
+    itr_batch_size = common.itr_batch_size
 
     # ---- a run -------------------------------------------------------------------------------
     def train(self) -> dict:
         """Run a whole experiment: startup, the optimizer loop, shutdown (on every exit path,
         with SIGTERM and Ctrl-C handled as ``MinibatchRl.train`` does); return
-        ``final_result()``."""
-        self.itrs_done = self.snapshots.covered_itrs = 0
-        self.diagnostics = None
-        self.interrupts.run(self, self._run)
+        ``final_result()``. The loop is :meth:`_optimize_loop`: the optimizer's updates,
+        paced by the batches the sampler process sends."""
+        with self.interrupts.guarding(self):  # shutdown() on leaving
+            n_itr = self.startup()
+            self.itrs_done = self.snapshots.covered_itrs = self._start_itr
+            self.diagnostics.start_progress()
+            with blame_failed_rank(self.opt_ranks):  # an optimizer rank's failure named
+                self._optimize_loop(n_itr)
         return self.final_result()
-
-    def _run(self) -> None:
-        n_itr = self.startup()
-        self.itrs_done = self.snapshots.covered_itrs = self._start_itr
-        self.diagnostics.start_progress()
-        self._run_loop(n_itr)
 
     def startup(self) -> int:
         """Seed, build the agent and double buffer (``sampler.async_initialize``) and the
@@ -237,10 +236,6 @@ class AsyncRlBase(abc.ABC):
             self.master.restore()
 
     # ---- the optimizer loop ------------------------------------------------------------------
-    def _run_loop(self, n_itr: int) -> None:
-        with blame_failed_rank(self.opt_ranks):
-            self._optimize_loop(n_itr)
-
     def _optimize_loop(self, n_itr: int) -> None:
         messages, self.children.early = self.children.early, []
         self._handle(messages)
@@ -305,9 +300,13 @@ class AsyncRlBase(abc.ABC):
         return self.pace.updates_allowed()
 
     # ---- diagnostics, rows and snapshots -----------------------------------------------------
-    def get_traj_info_kwargs(self) -> dict:
-        """Keyword arguments for the sampler's trajectory infos: the algorithm's discount."""
-        return dict(discount=getattr(self.algo, "discount", 1.0))
+    get_traj_info_kwargs = common.get_traj_info_kwargs
+    new_tracking = common.new_tracking
+    save_itr_snapshot = common.save_itr_snapshot
+    resume_from = common.resume_from
+    runner_state = common.runner_state
+    load_runner_state = common.load_runner_state
+    final_result = common.final_result
 
     def sampler_seed(self) -> int:
         """The seed the sampler process gets: ``seed + 1`` (plus ``RESUME_SEED_STRIDE`` per
@@ -323,36 +322,10 @@ class AsyncRlBase(abc.ABC):
         next row, and advance the progress bar."""
         self.diagnostics.store(itr, traj_infos, opt_info)
 
-    def save_itr_snapshot(self, itr: int) -> None:
-        """Hand the snapshot of iteration ``itr`` to the logger (see ``Snapshots.save``)."""
-        self.snapshots.save(self, itr)
-
-    def resume_from(self, snapshot: Mapping[str, Any], snapshot_dir: str | None = None) -> None:
-        """Make the next ``train()`` continue the run ``snapshot`` was taken from (see
-        ``MinibatchRl.resume_from``); the sampler process starts at the next iteration."""
-        self.snapshots.resume_from(snapshot, snapshot_dir)
-
-    def runner_state(self) -> dict:
-        """What the log rows are computed from, saved in snapshots."""
-        return self.diagnostics.state()
-
-    def load_runner_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`runner_state`'s output (at start-up)."""
-        self.diagnostics.load_state(state)
-
-    def final_result(self) -> dict:
-        """The summary ``train`` returns: ``final_return``, ``n_itr`` and ``cum_steps`` (and
-        ``eval_returns`` for ``AsyncRlEval``)."""
-        return self.diagnostics.result(self.itrs_done)
-
     def on_eval(self, itr: int, traj_infos: list, eval_time: float) -> None:
         """An evaluation arrived from the sampler process (``AsyncRlEval`` only)."""
 
     # ---- what subclasses decide --------------------------------------------------------------
-    @abc.abstractmethod
-    def new_tracking(self) -> Any:
-        """The performance tracking of a run (made at each start-up)."""
-
     @abc.abstractmethod
     def on_batch(self, itr: int, traj_infos: list) -> None:
         """A batch arrived: keep its trajectories (and log on interval)."""
@@ -366,14 +339,8 @@ class AsyncRl(AsyncRlBase):
     """Asynchronous RL with online performance tracking: every ``log_interval_steps``
     sampler steps, the window of recent training trajectories is logged."""
 
-    def __init__(self, *args: Any, log_traj_window: int = 100, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.log_traj_window = check_int(log_traj_window, "log_traj_window", minimum=1,
-                                         owner=type(self).__name__)
-
-    def new_tracking(self) -> TrainTrajWindow:
-        """The window of recent training trajectories."""
-        return TrainTrajWindow(self.log_traj_window)
+    tracking_cls = TrainTrajWindow
+    log_and_snapshot = common.write_window_row
 
     def on_batch(self, itr: int, traj_infos: list) -> None:
         """Add the batch's trajectories to the window; log at each interval."""
@@ -388,11 +355,6 @@ class AsyncRl(AsyncRlBase):
         self.pace.record_columns()
         self.log_and_snapshot(n_itr - 1)
 
-    def log_and_snapshot(self, itr: int) -> None:
-        """Log the window of recent training trajectories, then save the snapshot."""
-        self.diagnostics.log_row(itr, self.tracking.row_trajs())
-        self.save_itr_snapshot(itr)
-
 
 class AsyncRlEval(AsyncRlBase):
     """Asynchronous RL with offline evaluation: the sampler process evaluates the agent
@@ -400,17 +362,7 @@ class AsyncRlEval(AsyncRlBase):
     end; each evaluation makes one log row. ``stop_return`` ends training early as in
     ``MinibatchRlEval``."""
 
-    def __init__(self, *args: Any, stop_return: float | None = None,
-                 log_traj_window: int = 100, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.stop_return = None if stop_return is None else float(stop_return)
-        self.log_traj_window = check_int(log_traj_window, "log_traj_window", minimum=1,
-                                         owner=type(self).__name__)
-
-    def new_tracking(self) -> EvalReturns:
-        """The record of evaluation returns (and of the last ``log_traj_window`` training
-        returns)."""
-        return EvalReturns(self.log_traj_window)
+    tracking_cls = EvalReturns
 
     def eval_itrs(self) -> int:
         """Evaluate every log interval (in sampler iterations)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 from rlfast.utils.interrupts import SigtermGuard, TrainingInterrupted, signal_name
@@ -33,13 +33,13 @@ def describe_interrupt(interrupt: KeyboardInterrupt) -> str:
 
 
 class TrainingGuard:
-    """Runs a runner's training body under a :class:`SigtermGuard` (see the module
-    docstring).
+    """Guards a runner's training under a :class:`SigtermGuard` (see the module docstring).
 
-    :meth:`run` calls ``body()``, then ``runner.shutdown()`` on success or error; on SIGTERM
-    or Ctrl-C it logs the interrupt, saves the final snapshot when one is due
-    (``runner.snapshots.final_due``, ``runner.save_itr_snapshot``) and shuts down. The
-    exception propagates; "Training complete." is logged only when the body finished.
+    ``with guard.guarding(runner):`` around start-up and the loop: on leaving the block,
+    ``runner.shutdown()`` runs on success or error; on SIGTERM or Ctrl-C the run first logs
+    the interrupt and saves the final snapshot when one is due
+    (``runner.snapshots.final_due``, ``runner.save_itr_snapshot``). The exception
+    propagates; "Training complete." is logged only when the block finished.
     """
 
     def __init__(self) -> None:
@@ -47,19 +47,24 @@ class TrainingGuard:
 
     def held(self) -> Any:
         """SIGTERM and Ctrl-C wait until the block ends (see ``SigtermGuard.held``): an
-        interrupt never separates a log row from its snapshot. Outside :meth:`run`, nothing
-        is held."""
+        interrupt never separates a log row from its snapshot. Outside :meth:`guarding`,
+        nothing is held."""
         guard = self._sigterm
         return guard.held() if guard is not None else contextlib.nullcontext()
 
-    def run(self, runner: Any, body: Callable[[], None]) -> None:
-        """Run ``body`` and shut ``runner`` down (see the class docstring); raise
-        ``TrainingInterrupted`` after a successful shutdown when SIGTERM arrived after the
-        body had finished."""
+    @contextlib.contextmanager
+    def guarding(self, runner: Any) -> Iterator[None]:
+        """Run the block with SIGTERM raising ``TrainingInterrupted``, then shut ``runner``
+        down (see the class docstring); raise ``TrainingInterrupted`` after a successful
+        shutdown when SIGTERM arrived after the block had finished. On entry the run's
+        progress starts afresh (``itrs_done`` 0, no snapshot covering it, no diagnostics), so
+        that an interrupt during start-up neither logs nor saves the previous run's."""
+        runner.itrs_done = runner.snapshots.covered_itrs = 0
+        runner.diagnostics = None
         with SigtermGuard() as sigterm:
             self._sigterm = sigterm
             try:
-                body()
+                yield
                 sigterm.defer()  # the loop is over: SIGTERM must not cut the shutdown short
             except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM as TrainingInterrupted
                 sigterm.defer()

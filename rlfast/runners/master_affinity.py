@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 import torch
 
-from rlfast.utils.launching.affinity import validate_affinity
+from rlfast.utils.affinity import validate_affinity
 from rlfast.utils.misc import available_cpus
 
 __all__ = ["MasterAffinity", "model_modules", "set_cuda_device"]

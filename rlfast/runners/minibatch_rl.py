@@ -5,8 +5,9 @@ master's cores and threads (``master_affinity``), the log schedule (``cadence``)
 rows (``diagnostics``), performance tracking (``tracking``), snapshots and resume
 (``snapshots``), SIGTERM and Ctrl-C (``interrupts``), sampling while learning (``overlap``)
 and the ranks of a multi-process run (``rank_group``, which :class:`~rlfast.runners.SyncRl`
-installs). ``MinibatchRl`` and ``MinibatchRlEval`` differ only in how they track
-performance.
+installs). What the asynchronous runners have alike with these is written once in
+``rlfast.runners.common``. ``MinibatchRl`` and ``MinibatchRlEval`` differ only in how they
+track performance.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlfast.agents.param_sharing import training_twin
 from rlfast.algos.replay_choice import close_replay
+from rlfast.runners import common
 from rlfast.runners.cadence import LogCadence
 from rlfast.runners.diagnostics import Diagnostics, TrajInfos
 from rlfast.runners.interrupts import TrainingGuard
@@ -30,8 +32,6 @@ from rlfast.utils.logging import logger
 from rlfast.utils.seed import make_seed, set_seed
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from rlfast.agents import BaseAgent
     from rlfast.algos import RLAlgorithm
     from rlfast.samplers.base import BaseSampler
@@ -47,8 +47,10 @@ class MinibatchRlBase(abc.ABC):
     reads the worker entries, :class:`~rlfast.runners.master_affinity.MasterAffinity` the
     master's (threads follow the work: one while the workers sample, the optimizing count
     while they are idle). ``shutdown`` runs on every exit path, so no worker process outlives
-    the run. Subclasses decide how performance is tracked (``new_tracking``, ``before_loop``,
-    ``write_row``).
+    the run. Subclasses decide how performance is tracked (``tracking_cls``, ``before_loop``,
+    ``write_row``); ``log_traj_window`` training returns are kept for the rows, and
+    ``stop_return`` (evaluating runners only) ends training at the first evaluation that
+    reaches it.
 
     ``overlap=True`` (on-policy algorithms: PPO, A2C) samples batch k+1 in a background
     thread while the learner trains on batch k (see ``rlfast.runners.overlap``); the
@@ -60,10 +62,13 @@ class MinibatchRlBase(abc.ABC):
     makes the next ``train()`` continue from a snapshot instead of starting afresh.
     """
 
+    tracking_cls: type[TrainTrajWindow] | type[EvalReturns] | None = None  # a subclass's
+
     def __init__(self, algo: RLAlgorithm, agent: BaseAgent, sampler: BaseSampler,
                  n_steps: int, seed: int | None = None, affinity: dict | None = None,
                  log_interval_steps: int = 100_000, progress_bar: bool = True,
-                 overlap: bool = False, snapshot_replay: bool = False):
+                 overlap: bool = False, snapshot_replay: bool = False, *,
+                 log_traj_window: int = 100, stop_return: float | None = None):
         owner = type(self).__name__
         if not isinstance(overlap, bool):
             raise TypeError(f"{owner}: overlap must be True or False; got {overlap!r}")
@@ -88,6 +93,7 @@ class MinibatchRlBase(abc.ABC):
         self.tracking: Any = None  # new_tracking()'s, made at start-up
         self._start_itr = 0
         self._batches: SerialBatches | OverlappedBatches | None = None
+        common.check_tracking_settings(self, log_traj_window, stop_return)
 
     # ---- what the components hold ------------------------------------------------------------
     @property
@@ -100,43 +106,47 @@ class MinibatchRlBase(abc.ABC):
         """The number of ranks training together (1 in a single-process run)."""
         return self.ranks.world_size
 
-    @property
-    def n_itr(self) -> int:
-        """Iterations of the run (set at start-up)."""
-        return self.cadence.n_itr
-
-    @property
-    def itr_batch_size(self) -> int:
-        """Environment steps per iteration, every rank's together (set at start-up)."""
-        return self.cadence.itr_batch_size
+    n_itr = common.n_itr
+    itr_batch_size = common.itr_batch_size
 
     # ---- a run -------------------------------------------------------------------------------
     def train(self) -> dict:
-        """Run a whole experiment: startup, the training loop, shutdown; return
+        """Run a whole experiment: start-up, the training loop, shutdown; return
         ``final_result()``.
 
         ``shutdown`` also runs when the loop raises (an error or an interrupt), and the
         exception propagates. SIGTERM raises ``TrainingInterrupted`` while training; on it,
         or on Ctrl-C, the run saves a final snapshot when iterations finished since the last
         one (so a preempted run loses at most the iterations of one log interval), stops the
-        sampler and re-raises (see ``rlfast.runners.interrupts``).
+        sampler and re-raises (see ``rlfast.runners.interrupts``). A multi-rank run with no
+        launcher forks its ranks here and returns rank 0's result (see ``rank_group``).
         """
-        return self.ranks.train(self, self._train)
-
-    def _train(self) -> dict:
-        self.itrs_done = self.snapshots.covered_itrs = 0
-        self.diagnostics = None
-        self.interrupts.run(self, self._run)
-        return self.final_result()
-
-    def _run(self) -> None:
-        with self.ranks.failure_clock():
+        if self.ranks.spawns():  # this process forks the ranks and supervises them
+            return self.ranks.spawn(self)
+        with self.interrupts.guarding(self), self.ranks.as_rank(self):  # shutdown() on leaving
             n_itr = self.startup()
             self.itrs_done = self.snapshots.covered_itrs = self._start_itr
-            if self._start_itr == 0 and self.rank == 0:  # a resumed run logged them already
+            if self._start_itr == 0 and self.rank == 0:  # a resumed run logged it already
                 self.before_loop()
             self.diagnostics.start_progress()
-            self._run_loop(n_itr)
+            batches = self._batches = self._new_batches()
+            for itr in range(self._start_itr, n_itr):
+                with logger.prefix(f"itr #{itr} "):
+                    samples = batches.begin(itr, n_itr)
+                    self.agent.train_mode(itr)
+                    opt_info = self.optimize(itr, samples)
+                    traj_infos = batches.end(itr, n_itr)
+                    self.store_diagnostics(itr, traj_infos, opt_info)
+                    self.itrs_done = itr + 1
+                    if self.cadence.logs_after(itr):
+                        with self.interrupts.held():  # the row and its snapshot go together
+                            self.log_and_snapshot(itr)
+                            self.stop_requested = self.ranks.agree(self.stop_requested)
+                        if self.stop_requested:
+                            break
+            batches.stop()
+            self._batches = None
+        return self.final_result()
 
     def startup(self) -> int:
         """Prepare a run and return its number of iterations.
@@ -204,20 +214,7 @@ class MinibatchRlBase(abc.ABC):
         finally:
             self.ranks.leave(self.agent)
 
-    # ---- the loop ----------------------------------------------------------------------------
-    def _run_loop(self, n_itr: int) -> None:
-        batches = self._batches = self._new_batches()
-        for itr in range(self._start_itr, n_itr):
-            with logger.prefix(f"itr #{itr} "):
-                samples = batches.begin(itr, n_itr)
-                self.agent.train_mode(itr)
-                opt_info = self.optimize(itr, samples)
-                traj_infos = batches.end(itr, n_itr)
-                if self._end_itr(itr, traj_infos, opt_info):
-                    break
-        batches.stop()
-        self._batches = None
-
+    # ---- the loop's parts ------------------------------------------------------------------------
     def _new_batches(self) -> SerialBatches | OverlappedBatches:
         """Where the loop's batches come from (see ``rlfast.runners.overlap``). Overlapped,
         one thread count, the optimizing one, serves the whole loop: torch's count is a
@@ -228,19 +225,6 @@ class MinibatchRlBase(abc.ABC):
         return OverlappedBatches(self.sampler, self.sampling_agent, self.agent, self.algo,
                                  self.diagnostics.lags)
 
-    def _end_itr(self, itr: int, traj_infos: TrajInfos, opt_info: Any) -> bool:
-        """Keep iteration ``itr``'s diagnostics; at a log interval write the row and its
-        snapshot, an interrupt held meanwhile, and agree with the other ranks whether to
-        stop. Returns whether to stop."""
-        self.store_diagnostics(itr, traj_infos, opt_info)
-        self.itrs_done = itr + 1
-        if not self.cadence.logs_after(itr):
-            return False
-        with self.interrupts.held():  # the row and its snapshot go together
-            self.log_and_snapshot(itr)
-            self.stop_requested = self.ranks.agree(self.stop_requested)
-        return self.stop_requested
-
     def optimize(self, itr: int, samples: Any) -> Any:
         """``algo.optimize_agent(itr, samples)`` with the master's optimizing threads (the
         sampling thread count is restored after)."""
@@ -248,10 +232,13 @@ class MinibatchRlBase(abc.ABC):
             return self.algo.optimize_agent(itr, samples)
 
     # ---- diagnostics, rows and snapshots -----------------------------------------------------
-    def get_traj_info_kwargs(self) -> dict:
-        """Keyword arguments for the sampler's trajectory infos: the algorithm's discount,
-        so that ``DiscountedReturn`` matches what the algorithm optimizes."""
-        return dict(discount=getattr(self.algo, "discount", 1.0))
+    get_traj_info_kwargs = common.get_traj_info_kwargs
+    new_tracking = common.new_tracking
+    save_itr_snapshot = common.save_itr_snapshot
+    resume_from = common.resume_from
+    runner_state = common.runner_state
+    load_runner_state = common.load_runner_state
+    final_result = common.final_result
 
     def sampler_seed(self) -> int:
         """The seed the sampler gets: ``seed + 1`` (a resumed run whose environments start
@@ -272,39 +259,7 @@ class MinibatchRlBase(abc.ABC):
         if self.rank == 0:
             self.write_row(itr)
 
-    def save_itr_snapshot(self, itr: int) -> None:
-        """Hand the snapshot of iteration ``itr`` (and the replay buffer, with
-        ``snapshot_replay``) to the logger, which saves it (or not) according to the run's
-        snapshot mode. Rank 0 alone saves (every rank holds the same parameters)."""
-        if self.rank == 0:
-            self.snapshots.save(self, itr)
-
-    def resume_from(self, snapshot: Mapping[str, Any], snapshot_dir: str | None = None) -> None:
-        """Make the next ``train()`` continue the run ``snapshot`` was taken from (a dict from
-        ``load_snapshot``; ``snapshot_dir``: where its sidecar files, such as the replay
-        buffer, lie). The runner must be built as the run was (same algorithm, agent,
-        sampler and batch shape); ``n_steps`` may be larger, to train on."""
-        self.snapshots.resume_from(snapshot, snapshot_dir)
-
-    def runner_state(self) -> dict:
-        """What the log rows are computed from, saved in snapshots (see
-        ``Diagnostics.state``)."""
-        return self.diagnostics.state()
-
-    def load_runner_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`runner_state`'s output (at start-up)."""
-        self.diagnostics.load_state(state)
-
-    def final_result(self) -> dict:
-        """The summary ``train`` returns: ``final_return``, ``n_itr`` and ``cum_steps`` (and
-        ``eval_returns`` for the evaluating runners)."""
-        return self.diagnostics.result(self.itrs_done)
-
     # ---- what subclasses decide --------------------------------------------------------------
-    @abc.abstractmethod
-    def new_tracking(self) -> Any:
-        """The performance tracking of a run (made at each start-up)."""
-
     @abc.abstractmethod
     def before_loop(self) -> None:
         """Work before the first iteration (e.g. the pre-training evaluation); rank 0 only."""
@@ -319,23 +274,11 @@ class MinibatchRl(MinibatchRlBase):
     """Tracks performance online: statistics of the last ``log_traj_window`` training
     trajectories are logged at each interval, which costs no extra environment steps."""
 
-    def __init__(self, log_traj_window: int = 100, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.log_traj_window = check_int(log_traj_window, "log_traj_window", minimum=1,
-                                         owner=type(self).__name__)
-
-    def new_tracking(self) -> TrainTrajWindow:
-        """The window of recent training trajectories."""
-        return TrainTrajWindow(self.log_traj_window)
+    tracking_cls = TrainTrajWindow
+    write_row = common.write_window_row
 
     def before_loop(self) -> None:
         """Nothing: online tracking needs no evaluation before training."""
-
-    def write_row(self, itr: int) -> None:
-        """Log the window of recent training trajectories, then save the snapshot (a run
-        killed between the two resumes from the previous snapshot and redoes this row)."""
-        self.diagnostics.log_row(itr, self.tracking.row_trajs())
-        self.save_itr_snapshot(itr)
 
 
 class MinibatchRlEval(MinibatchRlBase):
@@ -346,17 +289,7 @@ class MinibatchRlEval(MinibatchRlBase):
     average return reaches it, e.g. for "reach score X within N steps" checks and sweeps.
     """
 
-    def __init__(self, *args: Any, stop_return: float | None = None,
-                 log_traj_window: int = 100, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.stop_return = None if stop_return is None else float(stop_return)
-        self.log_traj_window = check_int(log_traj_window, "log_traj_window", minimum=1,
-                                         owner=type(self).__name__)
-
-    def new_tracking(self) -> EvalReturns:
-        """The record of evaluation returns (and of the last ``log_traj_window`` training
-        returns)."""
-        return EvalReturns(self.log_traj_window)
+    tracking_cls = EvalReturns
 
     def evaluate_agent(self, itr: int, trained: bool = True) -> tuple[list, float]:
         """Run the sampler's evaluation with the agent in eval mode; return the completed

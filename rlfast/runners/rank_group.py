@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -44,9 +44,19 @@ class SingleProcess:
     rank = 0
     world_size = 1
 
-    def train(self, runner: Any, run: Callable[[], dict]) -> dict:
-        """Run the training (``run()``) in this process."""
-        return run()
+    def spawns(self) -> bool:
+        """False: this process trains as the one rank."""
+        return False
+
+    def spawn(self, runner: Any) -> dict:
+        """Refused: a single-process run has no ranks to fork (see :meth:`spawns`)."""
+        raise RuntimeError(f"{type(runner).__name__} runs in a single process: there are no "
+                           f"ranks to spawn (SyncRl and SyncRlEval spawn them)")
+
+    @contextlib.contextmanager
+    def as_rank(self, runner: Any) -> Iterator[None]:
+        """Train as the one rank: it logs, and there is no failure to time."""
+        yield
 
     def join(self, runner: Any) -> None:
         """Nothing to join."""
@@ -76,11 +86,6 @@ class SingleProcess:
 
     def leave(self, agent: Any) -> None:
         """Nothing to leave."""
-
-    @contextlib.contextmanager
-    def failure_clock(self) -> Iterator[None]:
-        """Nothing to time."""
-        yield
 
 
 class RankGroup:
@@ -114,35 +119,53 @@ class RankGroup:
         self.failed_at: float | None = None  # when this rank's failure began
         self._local_trajs: list = []
 
-    def train(self, runner: Any, run: Callable[[], dict]) -> dict:
-        """Train as this rank (``run()``), or, when this process launches the ranks
-        (``world_size`` > 1 and no launcher), fork them all and supervise them. Every rank
-        returns ``final_result()``; rank 0's holds the logged returns. The ranks but rank 0
-        log nothing and draw no progress bar."""
-        env = self.env if self.env is not None else self._resolve_env()
-        self.env = env
-        if env.launcher == "spawn" and env.world_size > 1 and not self.spawned:
-            return spawn_ranks(runner, env, self.dist_timeout)
-        if env.rank != 0:
+    def spawns(self) -> bool:
+        """Whether this process forks the ranks and supervises them instead of training as
+        one: ``world_size`` > 1 and no launcher set the variables (a rank it forked trains).
+        Reads the launcher's variables (or picks a free port) once per runner."""
+        env = self._env()
+        return env.launcher == "spawn" and env.world_size > 1 and not self.spawned
+
+    def spawn(self, runner: Any) -> dict:
+        """Fork every rank (each trains a copy of ``runner`` as its rank), supervise them and
+        return rank 0's ``final_result()`` (see ``rlfast.runners.rank_spawning``)."""
+        return spawn_ranks(runner, self._env(), self.dist_timeout)
+
+    @contextlib.contextmanager
+    def as_rank(self, runner: Any) -> Iterator[None]:
+        """Train as this rank inside the block: the ranks but rank 0 log nothing and draw no
+        progress bar (the logger speaks again when the rank leaves the group, at shutdown).
+        A failure's time is recorded before the runner's shutdown (which the interrupt guard
+        around this block runs): the spawning process reports the rank that failed first."""
+        if self._env().rank != 0:
             logger.set_muted(True)
             runner.progress_bar = False
-        return run()
+        try:
+            yield
+        except BaseException:
+            if self.failed_at is None:
+                self.failed_at = time.time()
+            raise
 
-    def _resolve_env(self) -> DistEnv:
-        env = distributed.launch_env()
-        if env is None:
-            n = self.requested_world_size
-            env = DistEnv(rank=0, local_rank=0, world_size=n, local_world_size=n,
-                          master_addr="127.0.0.1",
-                          master_port=distributed.free_port() if n > 1 else 0,
-                          launcher="spawn")
-        return env
+    def _env(self) -> DistEnv:
+        """This rank's place in the run, resolved on first use and kept: the launcher's
+        variables, or (none set) rank 0 of the ranks this process spawns."""
+        if self.env is None:
+            env = distributed.launch_env()
+            if env is None:
+                n = self.requested_world_size
+                env = DistEnv(rank=0, local_rank=0, world_size=n, local_world_size=n,
+                              master_addr="127.0.0.1",
+                              master_port=distributed.free_port() if n > 1 else 0,
+                              launcher="spawn")
+            self.env = env
+        return self.env
 
     def join(self, runner: Any) -> None:
         """Before the runner starts: take this rank's affinity (``runner.affinity``) and
         GPU, join the process group, and take rank 0's seed when none was given (the ranks
         must build the same model)."""
-        env = self.env
+        env = self._env()
         self.rank, self.world_size = env.rank, env.world_size
         runner.affinity = rank_affinity(self.affinities, env)
         cuda_idx = runner.affinity.get("cuda_idx")
@@ -215,17 +238,6 @@ class RankGroup:
             distributed.destroy_process_group()
             if self.rank != 0:
                 logger.set_muted(False)
-
-    @contextlib.contextmanager
-    def failure_clock(self) -> Iterator[None]:
-        """Record when this rank's failure began (before its shutdown): the spawning process
-        reports the rank that failed first."""
-        try:
-            yield
-        except BaseException:
-            if self.failed_at is None:
-                self.failed_at = time.time()
-            raise
 
 
 def rank_affinity(affinity: dict | list | None, env: DistEnv,

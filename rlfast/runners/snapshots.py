@@ -33,8 +33,8 @@ from rlfast.replays.state import load_replay_file, save_replay_file
 from rlfast.utils.logging import logger
 from rlfast.utils.seed import get_rng_state, set_rng_state
 
-__all__ = ["Snapshots", "SnapshotRunner", "build_snapshot", "fresh_episode_seed", "log_resumed", "replay_sidecars",
-           "restore_snapshot", "check_resumable", "restore_models_and_replay",
+__all__ = ["Snapshots", "SnapshotRunner", "build_snapshot", "fresh_episode_seed", "log_resumed",
+           "replay_sidecars", "restore_snapshot", "check_resumable", "restore_models_and_replay",
            "restore_training_state", "resume_start_itr", "REPLAY_SUFFIX", "RESUME_SEED_STRIDE"]
 
 REPLAY_SUFFIX = "replay.npz"

@@ -129,7 +129,8 @@ def _check_short_run(runner, result, tmp_path) -> list[dict]:
     rows = read_progress(tmp_path)
     algo = runner.algo
     assert result["cum_steps"] == runner.n_steps == 3_200
-    assert runner.pace.copied == runner.pace.received == runner.n_itr == 100  # every batch in replay
+    # every batch reached replay
+    assert runner.pace.copied == runner.pace.received == runner.n_itr == 100
     # The shared replay's cursor (rows of batch_B steps) moved by every batch: 3200 / 8 rows.
     assert runner.replay_buffer.t == runner.n_steps // runner.sampler.batch_spec.B == 400
     expected_updates = (runner.n_itr - algo.min_itr_learn) * algo.updates_per_optimize

@@ -230,7 +230,8 @@ class _GuardedRunner:
         from rlfast.runners.snapshots import Snapshots
 
         self.itrs_done = itrs_done
-        self.diagnostics = self.cadence = None
+        self.cadence = None
+        self.diagnostics = "a previous run's"  # a new run starts without it
         self.snapshots = Snapshots()
         self.snapshots.final_due = lambda itrs: due
         self.calls = []
@@ -252,8 +253,12 @@ def test_guard_installs_the_sigterm_handler_for_the_body_only(tmp_path):
     try:
         runner, guard, seen = _GuardedRunner(), TrainingGuard(), []
         with logger_context(str(tmp_path), 0, "guard", {}, override_prefix=True):
-            guard.run(runner, lambda: seen.append(signal.getsignal(signal.SIGTERM)))
-        assert seen and seen[0] is not marker and seen[0] not in (signal.SIG_DFL, None)
+            with guard.guarding(runner):
+                seen.append(signal.getsignal(signal.SIGTERM))
+                seen.append((runner.itrs_done, runner.snapshots.covered_itrs,
+                             runner.diagnostics))  # a run starts afresh
+        assert seen[0] is not marker and seen[0] not in (signal.SIG_DFL, None)
+        assert seen[1] == (0, 0, None)
         assert signal.getsignal(signal.SIGTERM) is marker
         assert runner.calls == [("shutdown",)]
         assert "Training complete." in (tmp_path / "debug.log").read_text()
@@ -266,17 +271,16 @@ def test_guard_turns_sigterm_into_training_interrupted_and_saves_when_due(tmp_pa
     from rlfast.runners.interrupts import TrainingGuard
 
     before = signal.getsignal(signal.SIGTERM)
-    runner, guard = _GuardedRunner(itrs_done=3, due=due), TrainingGuard()
-
-    def body():
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(1000):  # the handler raises before this loop ends
-            pass
-        raise AssertionError("SIGTERM did not interrupt the body")
+    runner, guard = _GuardedRunner(due=due), TrainingGuard()
 
     with logger_context(str(tmp_path), 0, "guard", {}, override_prefix=True):
         with pytest.raises(TrainingInterrupted) as caught:
-            guard.run(runner, body)
+            with guard.guarding(runner):
+                runner.itrs_done = 3
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):  # the handler raises before this loop ends
+                    pass
+                raise AssertionError("SIGTERM did not interrupt the body")
     assert caught.value.signum == signal.SIGTERM
     kinds = [c[0] for c in runner.calls]
     assert kinds == (["save", "shutdown"] if due else ["shutdown"])
@@ -292,15 +296,13 @@ def test_guard_shuts_down_on_an_error_and_holds_nothing_outside_a_run(tmp_path):
     from rlfast.runners.interrupts import TrainingGuard, describe_interrupt
 
     runner, guard = _GuardedRunner(due=True), TrainingGuard()
-    with guard.held():  # outside run(): a plain block
+    with guard.held():  # outside guarding(): a plain block
         pass
-
-    def body():
-        raise RuntimeError("planted")
 
     with logger_context(str(tmp_path), 0, "guard", {}, override_prefix=True):
         with pytest.raises(RuntimeError, match="planted"):
-            guard.run(runner, body)
+            with guard.guarding(runner):
+                raise RuntimeError("planted")
     assert runner.calls == [("shutdown",)]  # an error is no interrupt: no final snapshot
     assert describe_interrupt(KeyboardInterrupt()) == "Ctrl-C (SIGINT)"
     assert describe_interrupt(TrainingInterrupted(signal.SIGTERM)) == "SIGTERM"

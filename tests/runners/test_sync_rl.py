@@ -58,7 +58,7 @@ def _column(rows, name):
     return [row[name] for row in rows]
 
 
-# ---- PPO runs shared by several tests ---------------------------------------------------------
+# ---- PPO runs shared by several tests ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ppo_runs(tmp_path_factory):
     """Three PPO runs of 4 iterations (log every 2): "a" and "b" with seed 5, "c" with seed
@@ -147,7 +147,7 @@ def test_ranks_end_with_identical_parameters(ppo_runs):
     assert all(np.array_equal(saved[k], rank0["final"][k]) for k in saved)
 
 
-# ---- early stop ---------------------------------------------------------------------------------
+# ---- early stop ----------------------------------------------------------------------------------
 def test_stop_return_stops_every_rank(tmp_path, watchdog):  # noqa: F811
     watchdog(RUN_LIMIT_S)
     children_before = set(live_children())
@@ -162,7 +162,7 @@ def test_stop_return_stops_every_rank(tmp_path, watchdog):  # noqa: F811
     assert set(live_children()) <= children_before
 
 
-# ---- replay ---------------------------------------------------------------------------------------
+# ---- replay --------------------------------------------------------------------------------------
 def test_dqn_run_updates_on_every_rank_with_half_the_replay(tmp_path, watchdog):  # noqa: F811
     """4 envs x 4 steps per rank: 32 steps per iteration globally. Learning starts after 64
     steps (iteration 2) and runs 8 * 32 / 16 = 16 updates per iteration: 8 x 16 = 128."""
@@ -189,7 +189,7 @@ def test_dqn_run_updates_on_every_rank_with_half_the_replay(tmp_path, watchdog):
     assert set(live_children()) <= children_before
 
 
-# ---- a failing rank -------------------------------------------------------------------------------
+# ---- a failing rank ------------------------------------------------------------------------------
 @pytest.mark.parametrize("fail_at,sampler", [("log_and_snapshot", "cpu"), ("startup", "serial")])
 def test_failing_rank_raises_its_traceback_and_leaves_nothing(tmp_path, watchdog, fail_at,  # noqa: F811
                                                               sampler):
@@ -212,7 +212,7 @@ def test_failing_rank_raises_its_traceback_and_leaves_nothing(tmp_path, watchdog
     assert h.new_shm_entries(shm_before) == []
 
 
-# ---- rank_affinity --------------------------------------------------------------------------------
+# ---- rank_affinity -------------------------------------------------------------------------------
 def _env(local_rank, local_world_size=2, launcher="spawn"):
     return DistEnv(rank=local_rank, local_rank=local_rank, world_size=local_world_size,
                    local_world_size=local_world_size, master_addr="127.0.0.1",
@@ -267,7 +267,7 @@ def test_rank_affinity_refuses_an_async_affinity():
         rank_affinity(async_affinity, _env(0))
 
 
-# ---- constructor --------------------------------------------------------------------------------
+# ---- constructor ---------------------------------------------------------------------------------
 def _parts():
     sampler = SerialSampler(EnvCls=make, env_kwargs=dict(id="CartPole-v1"), batch_T=4,
                             batch_B=2, max_decorrelation_steps=0)
@@ -285,8 +285,10 @@ def _parts():
     (dict(backend="GLOO"), ValueError, "backend"),
     (dict(dist_timeout=0), ValueError, "dist_timeout must be a finite number of seconds > 0"),
     (dict(dist_timeout=-5.0), ValueError, "dist_timeout must be a finite number of seconds > 0"),
-    (dict(dist_timeout=math.nan), ValueError, "dist_timeout must be a finite number of seconds > 0"),
-    (dict(dist_timeout=math.inf), ValueError, "dist_timeout must be a finite number of seconds > 0"),
+    (dict(dist_timeout=math.nan), ValueError,
+     "dist_timeout must be a finite number of seconds > 0"),
+    (dict(dist_timeout=math.inf), ValueError,
+     "dist_timeout must be a finite number of seconds > 0"),
 ])
 def test_constructor_refuses_bad_settings(Runner, kwargs, error, match):
     with pytest.raises(error, match=match) as info:

@@ -3,8 +3,8 @@ tested in test_master_affinity.py): on the CPU the master samples and evaluates
 with ``sample_torch_threads`` torch threads (default 1) and optimizes with
 ``master_torch_threads`` (``0``: every core of ``master_cpus``, or every available core). By
 default a convolutional model optimizes on every core and any other model (an MLP) on the
-sampling count; under overlap one count (the optimizing one) serves the whole loop. The caller's thread count and cpu
-affinity come back after ``train()``, also when the run fails.
+sampling count; under overlap one count (the optimizing one) serves the whole loop. The caller's
+thread count and cpu affinity come back after ``train()``, also when the run fails.
 
 The thread counts are read where the work happens: inside ``algo.optimize_agent`` (a PPO
 subclass) and inside the sampler's ``obtain_samples`` / ``evaluate_agent`` (sampler
@@ -19,7 +19,7 @@ import torch
 from rlfast.agents import CategoricalPgAgent
 from rlfast.algos import PPO
 from rlfast.envs import make
-from rlfast.experiments.presets import default_affinity
+from rlfast.experiments.placement import default_affinity
 from rlfast.runners import MinibatchRlEval
 from rlfast.samplers import CpuSampler, SerialSampler
 from rlfast.utils.misc import available_cpus
