@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="replace the run already in --log-dir (its logs and snapshots "
                             "are deleted; other files stay)")
     train.add_argument("--set", dest="overrides", action="append", default=[],
-                       metavar="KEY=VALUE", help="override a preset value, e.g. algo.learning_rate=3e-4")
+                       metavar="KEY=VALUE",
+                       help="override a preset value, e.g. algo.learning_rate=3e-4")
     train.add_argument("--config", default=None, metavar="FILE",
                        help="JSON file of preset overrides, nested like the preset "
                             '({"algo": {"learning_rate": 0.001}}) or by dotted key '
@@ -74,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--snapshot-mode", default="last", choices=("none", "last", "all", "gap"),
                        help="which training snapshots to keep (default: last)")
     train.add_argument("--affinity", default=None, metavar="CODE",
-                       help="hardware affinity code (rlfast.utils.launching), e.g. "
+                       help="hardware affinity code (rlfast.launching), e.g. "
                             "0slt_2cpu_0gpu_0hto; without a slot token, slot 0 is used")
     train.add_argument("--snapshot-replay", action="store_true",
                        help="also save the replay buffer beside each snapshot (.npz), so that "

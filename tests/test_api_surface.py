@@ -5,12 +5,13 @@ import importlib
 import pytest
 
 CORE = {
-    "rlfast.utils.collections": "namedarraytuple namedarraytuple_like is_namedtuple is_namedarraytuple "
-                                "is_namedtuple_class is_namedarraytuple_class NamedTupleSchema "
+    "rlfast.utils.collections": "namedarraytuple namedarraytuple_like is_namedtuple "
+                                "is_namedarraytuple is_namedtuple_class "
+                                "is_namedarraytuple_class NamedTupleSchema "
                                 "NamedArrayTupleSchema NamedTuple NamedArrayTuple "
                                 "NamedArrayTupleSchema_like AttrDict",
-    "rlfast.utils.buffer": "buffer_from_example build_array np_mp_array torchify_buffer numpify_buffer "
-                           "buffer_to buffer_method buffer_func get_leading_dims",
+    "rlfast.utils.buffer": "buffer_from_example build_array np_mp_array torchify_buffer "
+                           "numpify_buffer buffer_to buffer_method buffer_func get_leading_dims",
     "rlfast.utils.tensor": "infer_leading_dims restore_leading_dims select_at_indexes to_onehot "
                            "from_onehot valid_mean",
     "rlfast.utils.array": "select_at_indexes to_onehot valid_mean infer_leading_dims",
@@ -26,8 +27,9 @@ CORE = {
     "rlfast.models.utils": "conv2d_output_shape ScaleGrad update_state_dict strip_ddp_state_dict",
     "rlfast.models.pg": "MujocoFfModel MujocoLstmModel CategoricalPgFfModel CategoricalPgLstmModel",
     "rlfast.agents": "AgentStep AgentInputs BaseAgent RandomAgent RecurrentAgentMixin "
-                     "AlternatingRecurrentAgentMixin CategoricalPgAgent RecurrentCategoricalPgAgent "
-                     "GaussianPgAgent RecurrentGaussianPgAgent AlternatingRecurrentGaussianPgAgent "
+                     "AlternatingRecurrentAgentMixin CategoricalPgAgent "
+                     "RecurrentCategoricalPgAgent GaussianPgAgent RecurrentGaussianPgAgent "
+                     "AlternatingRecurrentGaussianPgAgent "
                      "MujocoFfAgent MujocoLstmAgent MultiCategoricalPgAgent "
                      "RecurrentMultiCategoricalPgAgent AlternatingRecurrentMultiCategoricalPgAgent",
     "rlfast.algos": "RLAlgorithm PolicyGradientAlgo A2C PPO",
@@ -43,8 +45,8 @@ ATARI = {
     "rlfast.envs": "AtariEnv AtariTrajInfo",
     "rlfast.models.pg": "AtariFfModel AtariLstmModel",
     "rlfast.agents": "AtariFfAgent AtariLstmAgent",
-    "rlfast.samplers": "GpuSampler AlternatingSampler NoOverlapAlternatingSampler GpuResetCollector "
-                       "GpuWaitResetCollector GpuEvalCollector",
+    "rlfast.samplers": "GpuSampler AlternatingSampler NoOverlapAlternatingSampler "
+                       "GpuResetCollector GpuWaitResetCollector GpuEvalCollector",
 }
 DQN = {
     "rlfast.distributions": "EpsilonGreedy CategoricalEpsilonGreedy",
@@ -53,8 +55,9 @@ DQN = {
     "rlfast.agents": "EpsilonGreedyAgentMixin DqnAgent CatDqnAgent R2d1Agent AtariDqnAgent "
                      "AtariCatDqnAgent AtariR2d1Agent",
     "rlfast.algos": "DQN CategoricalDQN",
-    "rlfast.replays": "SumTree UniformReplayBuffer PrioritizedReplayBuffer UniformReplayFrameBuffer "
-                      "PrioritizedReplayFrameBuffer UniformSequenceReplayBuffer "
+    "rlfast.replays": "SumTree UniformReplayBuffer PrioritizedReplayBuffer "
+                      "UniformReplayFrameBuffer PrioritizedReplayFrameBuffer "
+                      "UniformSequenceReplayBuffer "
                       "PrioritizedSequenceReplayBuffer UniformSequenceReplayFrameBuffer "
                       "PrioritizedSequenceReplayFrameBuffer",
 }
@@ -65,16 +68,13 @@ QPG = {
     "rlfast.replays": "TlUniformReplayBuffer TlPrioritizedReplayBuffer",
 }
 LAUNCH = {
-    "rlfast.utils.launching": "encode_affinity make_affinity affinity_from_code get_n_run_slots "
-                              "prepend_run_slot validate_affinity VariantLevel make_variants "
-                              "update_config load_variant save_variant run_experiments "
-                              "launch_experiment",
-    "rlfast.launching": "run_experiments launch_experiment report_sweep",
+    "rlfast.launching": "encode_affinity make_affinity affinity_from_code get_n_run_slots "
+                        "prepend_run_slot validate_affinity VariantLevel make_variants "
+                        "make_random_variants update_config load_variant save_variant "
+                        "run_experiments launch_experiment report_sweep",
 }
 
 
-# run_experiments and launch_experiment moved to rlfast.launching; the old path still works.
-@pytest.mark.filterwarnings("ignore:rlfast.utils.launching.* has moved to:DeprecationWarning")
 @pytest.mark.parametrize("module,name", [(m, n) for group in (CORE, ATARI, DQN, QPG, LAUNCH)
                                          for m, names in group.items() for n in names.split()])
 def test_core_name_imports(module, name):

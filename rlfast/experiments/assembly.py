@@ -24,10 +24,10 @@ from rlfast.experiments.arguments import wandb_settings
 from rlfast.experiments.config import (ConfigError, apply_config_values, apply_overrides,
                                        flatten, flatten_unique, load_config_file,
                                        unknown_key_error)
+from rlfast.experiments.budget import learning_budget_warning, step_rounding_note
 from rlfast.experiments.device import device_label, device_summary, learner_device
-from rlfast.experiments.presets import (build_experiment, check_runner, default_sampler,
-                                        get_preset, learning_budget_warning, run_affinity,
-                                        run_params, step_rounding_note)
+from rlfast.experiments.placement import default_sampler, run_affinity
+from rlfast.experiments.presets import build_experiment, check_runner, get_preset, run_params
 from rlfast.experiments.run_dir import check_log_dir, existing_run_message, log_dir_for_run
 from rlfast.runners import TrainingInterrupted
 from rlfast.utils.distributed import DistEnv, launch_env
@@ -150,7 +150,7 @@ def affinity_for_run(code: str | None, runner: str = "sync") -> dict | list | No
     if code is None:
         return None
     from rlfast.runners.async_rl import async_affinity
-    from rlfast.utils.launching import affinity_from_code, prepend_run_slot, validate_affinity
+    from rlfast.utils.affinity import affinity_from_code, prepend_run_slot, validate_affinity
     if "slt" not in code:
         code = prepend_run_slot(0, code)
     affinity = affinity_from_code(code)
@@ -187,7 +187,7 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
     (as ``ConfigError`` or ``ValueError``) before any process starts or any file is
     written. The device (``--device``, default ``auto``) follows
     :func:`rlfast.experiments.device.learner_device`; without ``--sampler`` the sampler is
-    :func:`~rlfast.experiments.presets.default_sampler`'s for that device. What the run
+    :func:`~rlfast.experiments.placement.default_sampler`'s for that device. What the run
     should say at start-up (a ``--steps`` or ``--n-envs`` that ``--config`` or ``--set``
     overrides, a budget rounded up to whole iterations, one that ends before learning
     starts: :func:`budget_notes`) is in ``TrainRun.notes``, printed once by
@@ -245,9 +245,9 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
 def budget_notes(algo: str, runner: Any, config: Mapping, world_size: int = 1,
                  steps: int | None = None) -> list[str]:
     """The start-up lines about a built run's step budget: that it is rounded up to whole
-    iterations (:func:`~rlfast.experiments.presets.step_rounding_note`), and a warning when
+    iterations (:func:`~rlfast.experiments.budget.step_rounding_note`), and a warning when
     it ends before the algorithm's first update
-    (:func:`~rlfast.experiments.presets.learning_budget_warning`). ``steps``: the
+    (:func:`~rlfast.experiments.budget.learning_budget_warning`). ``steps``: the
     ``--steps`` given, which names the budget when the configuration kept it.
 
     Such a run is warned about, not refused: a run may be trained in sittings (``rlfast

@@ -7,12 +7,14 @@ import difflib
 import importlib
 from typing import Any
 
-
 from rlfast import agents
+from rlfast import samplers as smp
+from rlfast.agents.pg.base import PgAgent
 from rlfast.algos import A2C, PPO
 from rlfast.algos.dqn import DQN, R2D1, CategoricalDQN
 from rlfast.algos.qpg import DDPG, SAC, TD3
 from rlfast.es import CEM, CMAES, OpenAIES
+from rlfast.experiments.class_defaults import class_defaults
 from rlfast.experiments.config import ConfigError
 from rlfast.experiments.es_presets import ES_PRESETS
 from rlfast.experiments.minatar_family import MINATAR as _MINATAR
@@ -22,7 +24,9 @@ from rlfast.experiments.preset_data import ASYNC_DEFAULTS, PRESETS
 from rlfast.experiments.registry import (AlgorithmSpec, EnvFamily, EnvTraits, EsStrategySpec,
                                          Registry, SamplerSpec, action_kind)
 from rlfast.experiments.search_spaces import SEARCH_SPACES
-from rlfast import samplers as smp
+from rlfast.models.dqn import R2d1MlpModel
+from rlfast.models.pg.recurrent_body import RecurrentPgModel
+from rlfast.runners import MinibatchRlEval
 
 __all__ = ["ALGORITHMS", "SAMPLERS", "ENV_FAMILIES", "ES_STRATEGIES", "action_kind",
            "GYMNASIUM", "ATARI", "PETTINGZOO", "POPGYM", "MINATAR"]
@@ -171,49 +175,72 @@ def _fixed_agent(cls: type):
     return choose
 
 
-# Keys every configuration of an algorithm gains when its preset lacks them (--set-able).
-_ON_POLICY_DEFAULTS = dict(
-    runner=dict(overlap=False),  # sampling may overlap learning
-    agent=dict(autocast=None),  # the agent may run its model in bf16
-    # VecNormalize-style reward scaling; torch.compile of the loss (on CUDA PPO's whole step
-    # in one CUDA graph, LeanRL)
-    algo=dict(normalize_reward=False, compile=False))
-_REPLAY_DEFAULTS = dict(
-    # read by --runner async only (see the async runner)
-    **{"async": dict(ASYNC_DEFAULTS)},
-    # where replay lives: host, device, or host + prefetcher (rlfast.algos.replay_choice);
-    # torch.compile of the loss, on CUDA the whole update in one CUDA graph (LeanRL)
-    algo=dict(replay_device="auto", compile=False))
+# ---- the keys every configuration of an algorithm has ------------------------------------------
+# Settings no preset chooses, added to every configuration of the algorithm (so that --set
+# reaches them and the run records them) at the default of the class that takes them:
+# runner.overlap: sampling may overlap learning; agent.autocast: the agent may run its model in
+# bf16; algo.normalize_reward: VecNormalize-style reward scaling; algo.compile: torch.compile
+# of the loss (on CUDA PPO's whole step, and the replay algorithms' whole update, in one CUDA
+# graph, LeanRL); algo.target_kl (PPO): stop an iteration's epochs once their KL passes it
+# (None: off); algo.replay_device: where replay lives (host, device, or host + prefetcher,
+# rlfast.algos.replay_choice); the async section is read by --runner async only.
+_ON_POLICY_KEYS = ("normalize_reward", "compile")
+_PPO_KEYS = _ON_POLICY_KEYS + ("target_kl",)
+_REPLAY_KEYS = ("replay_device", "compile")
 
-# A recurrent agent's memory core (rlfast.models.memory), its width (None: the model's
-# lstm_size) and the attention window, read with agent.recurrent=True (--set agent.core=gru,
-# or model.core=gru).
-_MEMORY_DEFAULTS = dict(core="lstm", core_size=None, memory_len=32)
 
-for _name, _cls in (("ppo", PPO), ("a2c", A2C), ("mappo", PPO)):
-    _defaults = dict(_ON_POLICY_DEFAULTS)
-    if _name != "mappo":  # multi-agent agents are feedforward
-        _defaults["agent"] = dict(_defaults["agent"], **_MEMORY_DEFAULTS)
-    if _name in ("ppo", "mappo"):  # stop an iteration's epochs once their KL passes it (None: off)
-        _defaults["algo"] = dict(_defaults["algo"], target_kl=None)
+def memory_defaults(model_cls: type) -> dict:
+    """``agent.core``, ``agent.core_size`` and ``agent.memory_len``: a recurrent agent's memory
+    core (rlfast.models.memory), its width (None: the model's lstm_size) and the attention
+    window, read with agent.recurrent=True (--set agent.core=gru, or model.core=gru); the core
+    and the window at the defaults of ``model_cls``, the agents' recurrent model."""
+    model = class_defaults(model_cls, "core", "memory_len")
+    return dict(core=model["core"], core_size=None, memory_len=model["memory_len"])
+
+
+def on_policy_defaults(algo_cls: type, algo_keys: tuple[str, ...], recurrent: bool) -> dict:
+    """The keys of an on-policy algorithm's configurations beyond its presets': the runner's
+    ``overlap``, the agent's ``autocast`` (and the memory-core keys where its agents may be
+    recurrent), and ``algo_keys`` of ``algo_cls``."""
+    agent = class_defaults(PgAgent, "autocast")
+    if recurrent:
+        agent.update(memory_defaults(RecurrentPgModel))
+    return dict(runner=class_defaults(MinibatchRlEval, "overlap"), agent=agent,
+                algo=class_defaults(algo_cls, *algo_keys))
+
+
+def replay_defaults(algo_cls: type, memory_model: type | None = None) -> dict:
+    """The keys of a replay algorithm's configurations beyond its presets': the async
+    runner's settings, ``algo_cls``'s replay device and compilation, and the memory-core
+    keys of ``memory_model``'s agents (R2D1's)."""
+    defaults = {"async": dict(ASYNC_DEFAULTS), "algo": class_defaults(algo_cls, *_REPLAY_KEYS)}
+    if memory_model is not None:
+        defaults["agent"] = memory_defaults(memory_model)
+    return defaults
+
+
+# ---- the algorithms' entries -----------------------------------------------------------------
+# The multi-agent agents (mappo) are feedforward.
+for _name, _cls, _keys, _recurrent in (("ppo", PPO, _PPO_KEYS, True),
+                                       ("a2c", A2C, _ON_POLICY_KEYS, True),
+                                       ("mappo", PPO, _PPO_KEYS, False)):
     ALGORITHMS.add(_name, AlgorithmSpec(
-        _name, _cls, PRESETS[_name], pg_agent_class, defaults=_defaults,
+        _name, _cls, PRESETS[_name], pg_agent_class,
+        defaults=on_policy_defaults(_cls, _keys, _recurrent),
         search_space=SEARCH_SPACES.get(_name), multi_discrete=True))
-for _name, _cls, _agent in (("dqn", DQN, _dqn_agent_class(False)),
-                            ("cat_dqn", CategoricalDQN, _dqn_agent_class(True)),
-                            ("rainbow", CategoricalDQN, _dqn_agent_class(True)),
-                            ("r2d1", R2D1, r2d1_agent_class)):
+for _name, _cls, _agent, _memory in (("dqn", DQN, _dqn_agent_class(False), None),
+                                     ("cat_dqn", CategoricalDQN, _dqn_agent_class(True), None),
+                                     ("rainbow", CategoricalDQN, _dqn_agent_class(True), None),
+                                     ("r2d1", R2D1, r2d1_agent_class, R2d1MlpModel)):
     ALGORITHMS.add(_name, AlgorithmSpec(
         _name, _cls, PRESETS[_name], _agent, replay=True,
-        defaults=(dict(_REPLAY_DEFAULTS, agent=dict(_MEMORY_DEFAULTS)) if _name == "r2d1"
-                  else _REPLAY_DEFAULTS),
-        search_space=SEARCH_SPACES.get(_name)))
+        defaults=replay_defaults(_cls, _memory), search_space=SEARCH_SPACES.get(_name)))
 for _name, _cls, _agent_cls in (("ddpg", DDPG, agents.DdpgAgent), ("td3", TD3, agents.Td3Agent),
                                 ("sac", SAC, agents.SacAgent)):
     # one environment and many updates per step leave nothing for parallel workers to hide
     ALGORITHMS.add(_name, AlgorithmSpec(
         _name, _cls, PRESETS[_name], _fixed_agent(_agent_cls), replay=True,
-        default_sampler="serial", defaults=_REPLAY_DEFAULTS,
+        default_sampler="serial", defaults=replay_defaults(_cls),
         search_space=SEARCH_SPACES.get(_name)))
 
 # ---- evolution strategies ----------------------------------------------------------------------

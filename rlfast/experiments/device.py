@@ -1,7 +1,7 @@
-"""The learner's device and the sampler that serves it: ``--device auto|cpu|cuda|cuda:N``.
+"""The learner's device: ``--device auto|cpu|cuda|cuda:N``.
 
-One place decides where a run computes, for ``rlfast train``, ``resume``, ``eval``,
-``watch`` and ``tune`` alike:
+One place decides which device a run's learner computes on, for ``rlfast train``,
+``resume``, ``eval``, ``watch`` and ``tune`` alike:
 
 * ``--device`` (:func:`parse_device`, :func:`resolve_device`): ``auto`` (the default) puts
   the learner on GPU 0 when ``torch.cuda.is_available()``, else on the CPU; ``cpu`` forces
@@ -13,22 +13,16 @@ One place decides where a run computes, for ``rlfast train``, ``resume``, ``eval
   that contradicts it is a ``ValueError`` naming both. A bare ``cuda`` agrees with any code
   that puts the learner on a GPU. In a multi-rank run every rank takes its own GPU (local
   rank r on ``cuda:r``), so an explicit index is refused there.
-* The sampler (:func:`sampler_for_device`), when the user names none: on a CUDA learner the
-  convolutional (Atari) agents are served by whichever of the GPU action server (``gpu``
-  sampler) or worker-side CPU inference (``cpu`` sampler) measured faster for that model at
-  that number of environments per core (:data:`SAMPLER_MEASUREMENTS`, interpolated); the MLP
-  agents keep the CPU-side samplers they use on a CPU learner.
 * The console's first line (:func:`device_summary`) names the device, the GPU's model, the
   sampler and where a GPU sampler's actions are served.
 
-Nothing here initializes CUDA: the runs fork their workers (and ranks) after this, and a
-process that touched CUDA before forking cannot give CUDA to its children.
+The sampler a device gets when the user names none, and the cores of each process, are
+:mod:`rlfast.experiments.placement`'s. Nothing here initializes CUDA: the runs fork their
+workers (and ranks) after this, and a process that touched CUDA before forking cannot give
+CUDA to its children.
 """
 from __future__ import annotations
 
-import bisect
-import dataclasses
-import math
 import os
 import re
 import shutil
@@ -38,8 +32,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 __all__ = ["DEVICE_CHOICES", "DEVICE_HELP", "parse_device", "resolve_device", "device_label",
-           "affinity_cuda_indices", "learner_device", "check_no_device", "SamplerMeasurement",
-           "SAMPLER_MEASUREMENTS", "sampler_for_device", "gpu_name", "device_summary"]
+           "affinity_cuda_indices", "learner_device", "check_no_device", "gpu_name",
+           "device_summary"]
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 DEVICE_HELP = ("where the learner computes: auto (default: GPU 0 when CUDA is available, "
@@ -170,88 +164,6 @@ def check_no_device(device: str | None, what: str, option: str = "--device") -> 
         raise ValueError(f"{option} {str(device).strip()}: {what} has no learner on a "
                          f"device (its candidates play on CPU workers); use --device cpu "
                          f"or auto")
-
-
-# ---- the sampler rule ------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class SamplerMeasurement:
-    """Training speed of each sampler at one setting, with the learner on a GPU: ``model``
-    (the agent family the rule serves, ``"conv"``), ``n_envs`` environments on ``n_cpus``
-    cores, and ``steps_per_s``: sampler name -> the environment steps per second of training
-    measured (one figure per repeat; their mean is used)."""
-
-    model: str
-    n_envs: int
-    n_cpus: int
-    steps_per_s: Mapping[str, tuple[float, ...]]
-
-    @property
-    def envs_per_cpu(self) -> float:
-        return self.n_envs / self.n_cpus
-
-    def speed(self, sampler: str) -> float:
-        figures = self.steps_per_s[sampler]
-        return sum(figures) / len(figures)
-
-
-# Source: issue 37. One NVIDIA H200, 16 Xeon cores, torch 2.11+cu130; PPO on atari:pong with
-# the Nature CNN, scripts/bench_atari_train.py --device cuda, 128 steps per env, 4 epochs x 4
-# minibatches, 12 s after a 6 s warm-up; training steps/s. The cpu sampler at 32 envs gave
-# 6,865-7,477 over repeats. scripts/bench_gpu.sh re-measures these; update the rows here.
-SAMPLER_MEASUREMENTS: tuple[SamplerMeasurement, ...] = (
-    SamplerMeasurement("conv", n_envs=8, n_cpus=16,
-                       steps_per_s={"gpu": (2660.0,), "cpu": (2320.0,)}),
-    SamplerMeasurement("conv", n_envs=32, n_cpus=16,
-                       steps_per_s={"gpu": (6838.0,), "cpu": (6865.0, 7477.0),
-                                    "alternating": (5917.0,)}),
-)
-# Ties (equal estimated speed) go to the first of these: the cpu sampler has no action
-# server protocol to pay for.
-_SAMPLER_PREFERENCE = ("cpu", "gpu", "alternating")
-
-
-def _estimated_speeds(rows: Sequence[SamplerMeasurement], envs_per_cpu: float
-                      ) -> dict[str, float]:
-    """Each sampler's steps/s at ``envs_per_cpu``: interpolated in log-log between the two
-    measured rows around it (samplers measured in both), the nearest row's outside them."""
-    rows = sorted(rows, key=lambda r: r.envs_per_cpu)
-    xs = [math.log(r.envs_per_cpu) for r in rows]
-    x = math.log(envs_per_cpu)
-    if x <= xs[0] or x >= xs[-1]:
-        nearest = rows[0] if x <= xs[0] else rows[-1]
-        return {s: nearest.speed(s) for s in nearest.steps_per_s}
-    i = bisect.bisect_right(xs, x)  # xs[i - 1] <= x < xs[i]
-    low, high = rows[i - 1], rows[i]
-    w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-    return {s: math.exp((1 - w) * math.log(low.speed(s)) + w * math.log(high.speed(s)))
-            for s in low.steps_per_s if s in high.steps_per_s}
-
-
-def sampler_for_device(conv: bool, n_envs: int, n_cpus: int, cuda_idx: int | None,
-                       table: Sequence[SamplerMeasurement] = SAMPLER_MEASUREMENTS
-                       ) -> str | None:
-    """The sampler that measured fastest for this run, or None where no measurement applies.
-
-    Applies to a learner on a GPU (``cuda_idx`` not None) with a convolutional agent
-    (``conv``: the Atari agents): the sampler with the highest training speed at this many
-    environments per core (``n_envs / n_cpus``) in ``table``'s rows for ``"conv"``. Between
-    two measured rows speeds are interpolated linearly in log(steps/s) against log(envs per
-    core); beyond the measured range the nearest row decides; ties go to the cpu sampler.
-    With the issue-37 rows the GPU action server wins up to about 1.4 environments per core
-    (22 envs on 16 cores) and worker-side CPU inference above. None (the caller keeps its
-    CPU-side default) for a CPU learner, an MLP agent, or a model the table lacks.
-    """
-    if cuda_idx is None or not conv:
-        return None
-    rows = [row for row in table if row.model == "conv"]
-    if not rows:
-        return None
-    speeds = _estimated_speeds(rows, max(n_envs, 1) / max(n_cpus, 1))
-    if not speeds:
-        return None
-    rank = {s: i for i, s in enumerate(_SAMPLER_PREFERENCE)}
-    return max(speeds, key=lambda s: (speeds[s], -rank.get(s, len(rank))))
 
 
 # ---- what the console's first line says --------------------------------------------------------

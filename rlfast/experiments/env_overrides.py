@@ -268,7 +268,7 @@ ENV_TUNED: dict[tuple[str, str], dict] = {
 }
 
 # The sampler ``rlfast train ALGO ENV`` uses without ``--sampler``, where it is not the
-# algorithm's default (``rlfast.experiments.presets.default_sampler``). The serial sampler
+# algorithm's default (``rlfast.experiments.placement.default_sampler``). The serial sampler
 # steps every environment in the training process: no worker round trip per batch, which is
 # what decides the time where an iteration is a few cheap environment steps.
 ENV_SAMPLER: dict[tuple[str, str], str] = {

@@ -2,9 +2,9 @@
 
 ``rlfast train ppo popgym:RepeatPreviousEasy --set agent.recurrent=True --set agent.core=gru``.
 Tasks with Discrete actions use the ``popgym`` presets (ppo, a2c, r2d1: recurrent agents, a GRU
-for ppo and a2c); the continuous ones (the pendulums) the continuous presets.  Discrete and MultiDiscrete observations are flattened to one-hot
-vectors for the models (``env.flatten_observation``, set by the presets).  See
-:mod:`rlfast.envs.popgym`.
+for ppo and a2c); the continuous ones (the pendulums) the continuous presets.  Discrete and
+MultiDiscrete observations are flattened to one-hot vectors for the models
+(``env.flatten_observation``, set by the presets).  See :mod:`rlfast.envs.popgym`.
 """
 from __future__ import annotations
 

@@ -6,8 +6,11 @@ algorithms are registered with these presets in :mod:`rlfast.experiments.builtin
 """
 from __future__ import annotations
 
+from rlfast.experiments.class_defaults import class_defaults
 from rlfast.experiments.env_overrides import DQN_CARTPOLE
 from rlfast.experiments.qpg_presets import QPG_PRESETS
+from rlfast.runners import AsyncRl, MinibatchRlEval
+from rlfast.samplers.base import BaseSampler
 from rlfast.utils.distributed import DEFAULT_DIST_TIMEOUT_S
 from rlfast.utils.misc import deep_merge
 
@@ -141,7 +144,8 @@ PRESETS["dqn"] = dict(
 )
 PRESETS["cat_dqn"] = dict(
     discrete=dict(agent=deep_merge(_DQN_TUNED_AGENT, dict(n_atoms=51)),
-                  algo=deep_merge(_DQN_TUNED_ALGO, dict(V_min=0.0, V_max=100.0, learning_rate=1e-3)),
+                  algo=deep_merge(_DQN_TUNED_ALGO,
+                                  dict(V_min=0.0, V_max=100.0, learning_rate=1e-3)),
                   sampler=_DQN_SAMPLER, runner=_RUN_CLASSIC),
     atari=dict(agent=deep_merge(_ATARI_DQN_AGENT, dict(n_atoms=51)),
                env=dict(PRESETS["ppo"]["atari"]["env"]),
@@ -256,7 +260,7 @@ PRESETS["r2d1"] = dict(
 # answer), an entropy bonus of 0.01, lr 1e-3. Tuned here (AMD EPYC, 2 cores, seed 0,
 # RepeatPreviousEasy, greedy eval return): discount 0.9 and GRU 128 reach 1.00 at 174k steps;
 # GRU 64 was at 0.19 after 72k; discount 0.99 with GRU 64 at 0.27 after 150k.
-# scripts/bench_memory.py measures every core on three tasks.
+# scripts/bench/bench_memory.py measures every core on three tasks.
 _POPGYM_PPO = dict(
     agent=dict(model_kwargs=dict(hidden_sizes=[64], lstm_size=128), greedy_eval=True,
                recurrent=True, core="gru"),
@@ -313,13 +317,21 @@ PRESETS["a2c"]["multiagent"] = dict(
     runner=dict(n_steps=1_000_000, log_interval_steps=32_000),
 )
 
-# The async runner's own settings (``--set async.sampler_throttle=False``), see AsyncRlBase.
-# The presets hold the replay ratio (their tuning assumes it); the runner's default is a
-# free-running sampler.
-ASYNC_DEFAULTS = dict(copier="optimizer", sampler_throttle=True)
+# ---- settings every configuration exposes ---------------------------------------------------
+# Each at the default of the class that takes it (the multi-rank timeout: the constant that
+# the runners' signatures name), except where a comment says why not.
+# The async runner's own settings (``--set async.sampler_throttle=False``), see AsyncRlBase:
+# who copies batches into replay, at the runner's default; and a throttled sampler, since the
+# presets hold the replay ratio (their tuning assumes it), where the runner's default is a
+# free-running one.
+ASYNC_DEFAULTS = dict(class_defaults(AsyncRl, "copier"), sampler_throttle=True)
 # Multi-rank (SyncRl) settings (``--set distributed.dist_timeout=600``): seconds a collective
 # may wait on another rank before the run fails, see rlfast.runners.rank_group.RankGroup.
 DISTRIBUTED_DEFAULTS = dict(dist_timeout=DEFAULT_DIST_TIMEOUT_S)
 # Sampler safety settings every preset exposes (``--set sampler.check_finite=False``).
-SAMPLER_SAFETY = dict(check_finite=True, worker_timeout="auto")
+SAMPLER_SAFETY = class_defaults(BaseSampler, "check_finite", "worker_timeout")
+# The runner's: ``--set runner.stop_return=X`` ends training at the first evaluation averaging
+# X or more; ``runner.log_traj_window`` training episodes are averaged in a row's training
+# return (TrainReturnWindow with evaluation).
+RUNNER_DEFAULTS = class_defaults(MinibatchRlEval, "stop_return", "log_traj_window")
 

@@ -11,42 +11,38 @@ float Box actions, and the convolutional Atari agent for ``atari:<game>`` (rlfas
 AtariEnv). An algorithm that cannot act in the space is a ``ValueError`` naming the space and
 the algorithms that can. Dict and Tuple observations are flattened into one vector for the MLP
 agents (``env.flatten_observation``).
+
+This module says what a run is built from and builds it (:func:`get_preset`,
+:func:`build_experiment`); where it computes (the default sampler, the affinity) is
+:mod:`rlfast.experiments.placement`'s, and what its step budget buys is
+:mod:`rlfast.experiments.budget`'s.
 """
 from __future__ import annotations
-
-import math
-from typing import Any
 
 import torch
 from gymnasium import spaces as gym_spaces
 
 from rlfast.algos import RLAlgorithm
-from rlfast.algos.dqn.r2d1 import R2D1
 from rlfast.experiments import catalog
 from rlfast.experiments.builtin import action_kind
 from rlfast.experiments.config import ConfigError
-from rlfast.experiments.device import (device_label, learner_device, resolve_device,
-                                      sampler_for_device)
-from rlfast.experiments.env_overrides import ENV_SAMPLER, ENV_TUNED
+from rlfast.experiments.env_overrides import ENV_TUNED
 from rlfast.experiments.es_presets import ES_ENV_TUNED
+from rlfast.experiments.placement import run_affinity
 from rlfast.experiments.preset_data import (ASYNC_DEFAULTS, DISTRIBUTED_DEFAULTS, PRESETS,
-                                           SAMPLER_SAFETY)
+                                           RUNNER_DEFAULTS, SAMPLER_SAFETY)
 from rlfast.experiments.registry import EnvTraits
-from rlfast.runners import AsyncRl, AsyncRlEval, MinibatchRl, MinibatchRlEval, SyncRl, SyncRlEval
-from rlfast.runners.cadence import LogCadence
 from rlfast.models.memory import check_core
+from rlfast.runners import AsyncRl, AsyncRlEval, MinibatchRl, MinibatchRlEval, SyncRl, SyncRlEval
 from rlfast.utils.checks import check_choice, check_int
-from rlfast.utils.misc import available_cpus, deep_merge
+from rlfast.utils.misc import deep_merge
 
-__all__ = ["PRESETS", "ASYNC_DEFAULTS", "DISTRIBUTED_DEFAULTS", "SAMPLER_SAFETY", "RUNNERS",
+__all__ = ["PRESETS", "ASYNC_DEFAULTS", "DISTRIBUTED_DEFAULTS", "SAMPLER_SAFETY",
+           "RUNNER_DEFAULTS", "RUNNERS",
            "EnvTraits", "action_kind", "inspect_env", "env_kind", "algos_for",
            "check_algo_fits", "needs_flat_observation", "fit_evaluation_to_horizon",
-           "get_preset", "check_es_task", "get_es_preset", "default_sampler",
-           "default_affinity", "default_async_affinity", "run_affinity", "threads_in_slot",
-           "check_runner",
-           "run_params", "build_experiment", "LEARNING_START_KEYS", "SEQUENCE_KEYS",
-           "run_iterations", "learning_start_keys", "first_learning_iteration",
-           "async_update_lag", "learning_budget_warning", "step_rounding_note"]
+           "get_preset", "check_es_task", "get_es_preset", "check_runner", "run_params",
+           "memory_core_kwargs", "build_experiment", "runner_settings"]
 
 RUNNERS = ("sync", "async")
 
@@ -58,6 +54,7 @@ ACTION_KIND_FAMILY = {"atari": "atari", "discrete": "discrete", "multi_discrete"
                       "continuous": "continuous"}
 _KIND_LABEL = {"atari": "Atari (discrete)", "discrete": "Discrete",
                "multi_discrete": "MultiDiscrete / MultiBinary", "continuous": "continuous Box"}
+
 
 def inspect_env(env_id: str) -> EnvTraits:
     """The ``EnvTraits`` of ``env_id`` from its registered env family: ``atari:<game>`` is an
@@ -172,10 +169,8 @@ def get_preset(algo: str, env_id: str) -> dict:
     fit_evaluation_to_horizon(config["sampler"], traits.horizon)
     for key, value in SAMPLER_SAFETY.items():  # every preset can set them with --set
         config["sampler"].setdefault(key, value)
-    # --set runner.stop_return=X ends training at the first evaluation averaging X or more.
-    config["runner"].setdefault("stop_return", None)
-    # Training episodes averaged in a row's training return (TrainReturnWindow with evaluation).
-    config["runner"].setdefault("log_traj_window", 100)
+    for key, value in RUNNER_DEFAULTS.items():
+        config["runner"].setdefault(key, value)
     _set_defaults(config, deep_merge({}, dict(spec.defaults)))
     config.setdefault("distributed", dict(DISTRIBUTED_DEFAULTS))  # read by multi-rank runs
     return config
@@ -202,127 +197,6 @@ def get_es_preset(algo: str, env_id: str) -> dict:
                          f"{traits.action_space!r}")
     presets = catalog.es_strategy(algo).presets
     return deep_merge(presets[family], ES_ENV_TUNED.get((algo, env_id), {}))
-
-
-def default_sampler(algo: str, env_id: str | None = None, cuda_idx: int | None = None,
-                    n_envs: int | None = None, n_cpus: int | None = None,
-                    runner: str = "sync") -> str:
-    """The sampler ``rlfast train`` uses without ``--sampler``.
-
-    In this order: the per-environment choice of ``ENV_SAMPLER`` (``env_overrides``) where it
-    has one for (``algo``, ``env_id``); serial for the replay-based continuous-control
-    algorithms (their registry entry's ``default_sampler``: one environment and many updates
-    per step leave nothing for parallel workers to hide); with the learner on a GPU (``cuda_idx``) and a convolutional agent
-    (an env family of images, ``atari:<game>``) in a synchronous run, the measured rule of
-    :func:`rlfast.experiments.device.sampler_for_device` (the GPU action server or
-    worker-side inference, whichever measured faster at ``n_envs`` environments, default the
-    preset's ``batch_B``, on ``n_cpus`` cores, default the available ones); else ``"cpu"``.
-    """
-    if env_id is not None and (algo, env_id) in ENV_SAMPLER:
-        return ENV_SAMPLER[(algo, env_id)]
-    spec = catalog.algorithm(algo)
-    if spec.default_sampler is not None:
-        return spec.default_sampler
-    family = catalog.env_family(env_id)[0] if env_id is not None else None
-    if family is not None and family.pixels and cuda_idx is not None and runner == "sync":
-        if n_envs is None:
-            own = family.preset_family
-            preset = spec.presets.get((None if callable(own) else own) or "")
-            n_envs = preset["sampler"]["batch_B"] if preset else 1
-        n_cpus = len(available_cpus()) if n_cpus is None else n_cpus
-        measured = sampler_for_device(True, n_envs, n_cpus, cuda_idx)
-        if measured is not None:
-            return measured
-    return "cpu"
-
-
-def default_affinity(n_envs: int, sampler: str, master_threads: int | None = None,
-                     device: str | None = "auto") -> dict:
-    """The affinity dict of a single-machine run that uses every available core.
-
-    One worker per core (at most one per environment; the alternating sampler needs two),
-    and the learner on the GPU that ``device`` names (``--device``: ``auto``, the default,
-    is GPU 0 when CUDA is available; ``cpu``; ``cuda``; ``cuda:N``), for every sampler; the
-    gpu and alternating samplers serve their actions on that device too.
-    ``master_threads`` sets the master's torch threads while the algorithm optimizes
-    (default None: every core, since the synchronous samplers' workers are idle then; the
-    master samples on one thread, see ``MinibatchRlBase``).
-    """
-    cpus = available_cpus()
-    cuda_idx = resolve_device(device)
-    spec = catalog.sampler(sampler)
-    if not spec.worker_processes:
-        return dict(master_cpus=cpus, master_torch_threads=master_threads, cuda_idx=cuda_idx)
-    n_workers = max(spec.min_workers, min(len(cpus), n_envs))
-    workers = [[cpus[i % len(cpus)]] for i in range(n_workers)]
-    return dict(master_cpus=cpus, master_torch_threads=master_threads, workers_cpus=workers,
-                worker_torch_threads=1, cuda_idx=cuda_idx)
-
-
-def default_async_affinity(sampler: str, device: str | None = "auto") -> dict:
-    """The async affinity of a single-machine run: the optimizer on the GPU that ``device``
-    names (``auto``, the default: GPU 0 when CUDA is available, else the CPU), the sampler
-    process and its workers on every core (one worker per core, two at least for the
-    alternating sampler). The sampler process acts on the CPU (``cuda_idx=None``), also for
-    the gpu and alternating samplers."""
-    cpus = available_cpus()
-    cuda_idx = resolve_device(device)
-    n_workers = max(catalog.sampler(sampler).min_workers, len(cpus))
-    sampler_affinity = dict(master_cpus=cpus, master_torch_threads=1,
-                            workers_cpus=[[cpus[i % len(cpus)]] for i in range(n_workers)],
-                            worker_torch_threads=1, cuda_idx=None, set_affinity=True)
-    return dict(optimizer=[dict(cuda_idx=cuda_idx, master_cpus=cpus,
-                                master_torch_threads=1)], sampler=sampler_affinity)
-
-
-def run_affinity(config: dict, sampler: str, runner: str = "sync",
-                 affinity: dict | list | None = None, device: str | None = "auto",
-                 multi_rank: bool = False, code: str | None = None) -> dict | list:
-    """The affinity a run of ``config`` uses: ``affinity`` when given (decoded from the
-    affinity ``code``), checked against ``device`` (an explicit ``--device`` that
-    contradicts it is a ``ValueError``, see :func:`rlfast.experiments.device.learner_device`);
-    else the default for the runner on ``device``: :func:`default_async_affinity`, or
-    :func:`default_affinity` with ``batch_B`` workers at most and the master's optimizing
-    threads from the config's ``affinity.master_torch_threads`` (0: every core).
-    ``multi_rank``: several ranks share the default affinity, each on its own GPU."""
-    cuda_idx = learner_device(device, affinity, code=code, multi_rank=multi_rank)
-    if affinity is not None:
-        return threads_in_slot(affinity, config)
-    if runner == "async":
-        return default_async_affinity(sampler, device_label(cuda_idx))
-    # A preset's "affinity" section may set the master's torch threads (0: every core).
-    threads = config.get("affinity", {}).get("master_torch_threads")
-    if threads == 0:
-        threads = len(available_cpus())
-    return default_affinity(config["sampler"]["batch_B"], sampler, master_threads=threads,
-                            device=device_label(cuda_idx))
-
-
-def threads_in_slot(affinity: dict | list, config: dict) -> dict | list:
-    """``affinity`` (decoded from an affinity code) with the master's optimizing torch threads
-    chosen as without a code, within the slot's cores. A code gives the master one thread per
-    core of its slot; instead, the config's ``affinity.master_torch_threads`` applies (0:
-    every core of ``master_cpus``, N: at most N), and without that key the master decides by
-    its model on the CPU, as it does without a code (:class:`rlfast.runners.master_affinity.
-    MasterAffinity`: a convolutional model on every core of the slot, an MLP on one, since its
-    operations last microseconds and each extra thread waits at a barrier). Measured
-    (``scripts/bench_threads.py``, 2 cores, ``0slt_2cpu_0gpu_2cpr_0hto`` beside one busy
-    process): SAC, TD3 and DDPG on Pendulum-v1 made 99, 149 and 105 steps/s on the code's two
-    pinned threads against 260-466 without the code, and DQN on CartPole 1,106-1,426 against
-    4,360-4,733. Async affinities and GPU learners are returned as they are."""
-    threads = config.get("affinity", {}).get("master_torch_threads")
-
-    def fit(part: dict) -> dict:
-        if "optimizer" in part or not part.get("master_cpus") or \
-                part.get("cuda_idx") is not None:
-            return part
-        cores = len(part["master_cpus"])
-        if threads is None:  # the model decides (None), unless nothing is set already
-            return part if part.get("master_torch_threads") is None else \
-                dict(part, master_torch_threads=None)
-        return dict(part, master_torch_threads=cores if threads == 0 else min(int(threads), cores))
-
-    return [fit(part) for part in affinity] if isinstance(affinity, list) else fit(affinity)
 
 
 def check_runner(algo_name: str, runner: str) -> None:
@@ -440,9 +314,9 @@ def build_experiment(algo_name: str, env_id: str, config: dict, sampler: str = "
     evaluating = bool(config["sampler"].get("eval_n_envs"))
     if runner == "async":
         if sampler_spec.async_cls is None:
+            able = [n for n in catalog.sampler_names() if catalog.sampler(n).async_cls]
             raise ValueError(f"the {sampler} sampler has no asynchronous variant; --runner "
-                             f"async needs one of "
-                             f"{', '.join(n for n in catalog.sampler_names() if catalog.sampler(n).async_cls)}")
+                             f"async needs one of {', '.join(able)}")
         SamplerCls = sampler_spec.async_cls
     sampler_obj = SamplerCls(EnvCls=EnvCls, env_kwargs=env_kwargs, CollectorCls=collector,
                              eval_CollectorCls=sampler_spec.eval_collector,
@@ -483,129 +357,3 @@ def runner_settings(config: dict) -> dict:
                              "sampler.eval_n_envs=0 turns evaluation off: set "
                              "sampler.eval_n_envs > 0 or drop runner.stop_return")
     return runner_cfg
-
-
-# ---- what a run's budget buys ------------------------------------------------------------------
-# The config keys that decide whether a replay-based run learns within its budget (see
-# first_learning_iteration), and R2D1's sequence keys that also do: rlfast tune refuses a
-# search whose fixed budget cannot learn unless its space draws one of them.
-LEARNING_START_KEYS = ("runner.n_steps", "algo.min_steps_learn", "sampler.batch_T",
-                       "sampler.batch_B")
-SEQUENCE_KEYS = ("algo.warmup_T", "algo.batch_T", "algo.n_step_return",
-                 "algo.store_rnn_state_interval")
-
-
-def run_iterations(runner: Any, world_size: int = 1) -> tuple[int, int]:
-    """(iterations, environment steps per iteration) that a built, not yet started
-    ``runner`` will train: its ``n_steps`` rounded up to whole iterations of every rank's
-    batch (an asynchronous run samples as one rank), planned as the runner plans them at
-    start-up (:class:`rlfast.runners.cadence.LogCadence`)."""
-    ranks = 1 if getattr(runner.sampler, "is_async", False) else int(world_size)
-    itr_steps = runner.sampler.env_steps_per_batch * ranks
-    return LogCadence.plan(runner.n_steps, 1, itr_steps).n_itr, itr_steps
-
-
-def _sequence_steps(algo: Any) -> int:
-    """Steps of each environment that R2D1 needs before one whole replayed sequence (burn-in,
-    training steps and n-step targets, from a stored state) exists; 0 for other algorithms."""
-    if not isinstance(algo, R2D1):
-        return 0
-    return algo.warmup_T + algo.batch_T + algo.n_step_return + algo.store_rnn_state_interval
-
-
-def learning_start_keys(algo: Any) -> tuple[str, ...]:
-    """The config keys that move ``algo``'s first update (:func:`first_learning_iteration`):
-    ``LEARNING_START_KEYS``, and ``SEQUENCE_KEYS`` for R2D1; none for an algorithm that
-    learns from its first batch."""
-    if getattr(algo, "min_steps_learn", None) is None:
-        return ()
-    return LEARNING_START_KEYS + (SEQUENCE_KEYS if isinstance(algo, R2D1) else ())
-
-
-def first_learning_iteration(algo: Any, batch_spec: Any, ranks: int = 1) -> int:
-    """The first iteration in which ``algo`` updates the agent, known before the run starts.
-
-    A replay-based algorithm (one with ``min_steps_learn``: the DQN family, R2D1, DDPG, TD3,
-    SAC) waits until ``min_steps_learn`` samples, ``batch_spec.size`` per rank and
-    iteration, are in replay; R2D1 also until one whole sequence is (``_sequence_steps``).
-    This is the ``min_itr_learn`` that their ``initialize`` computes; 0 for algorithms that
-    learn from the first batch (PPO, A2C)."""
-    min_steps = getattr(algo, "min_steps_learn", None)
-    if min_steps is None:
-        return 0
-    first = int(min_steps) // (batch_spec.size * int(ranks))
-    sequence = _sequence_steps(algo)
-    if sequence:
-        first = max(first, -(-sequence // batch_spec.T))
-    return first
-
-
-def async_update_lag(algo: Any, batch_spec: Any, itr_steps: int) -> int:
-    """Iterations in replay from the first learning one on before an asynchronous run's
-    optimizer may make its first ``optimize_agent`` call: its replay ratio must allow the
-    call's ``updates_per_optimize`` updates (``round(replay_ratio * batch / batch_size)``,
-    at least one) first, counting ``itr_steps`` steps per iteration, as
-    :class:`rlfast.runners.replay_pace.ReplayPace` does; 1 for algorithms without a replay
-    ratio. (A synchronous run updates in its first learning iteration: no lag.)"""
-    ratio, batch_size = getattr(algo, "replay_ratio", None), getattr(algo, "batch_size", None)
-    if not ratio or not batch_size:
-        return 1
-    per_call = max(1, round(ratio * batch_spec.size / batch_size))
-    # Start just below the exact answer, then count up with ReplayPace's own rounding.
-    lag = max(1, math.ceil(per_call * batch_size / (ratio * itr_steps)) - 1)
-    while math.floor(ratio * lag * itr_steps / batch_size + 1e-9) < per_call:
-        lag += 1
-    return lag
-
-
-def learning_budget_warning(algo_name: str, runner: Any, world_size: int = 1,
-                            steps_label: str | None = None) -> str | None:
-    """Why a built ``runner`` of ``algo_name`` would end before its algorithm's first
-    update (its losses all empty), naming the budget (``steps_label``, default
-    ``runner.n_steps=N``), where learning starts and what to change; None when it learns.
-    ``rlfast train`` prints it as a warning and ``rlfast tune`` prunes such a trial."""
-    algo, batch_spec = runner.algo, runner.sampler.batch_spec
-    if getattr(algo, "min_steps_learn", None) is None:
-        return None  # it learns from its first batch
-    n_itr, itr_steps = run_iterations(runner, world_size)
-    is_async = getattr(runner.sampler, "is_async", False)
-    ranks = 1 if is_async else int(world_size)
-    first = first_learning_iteration(algo, batch_spec, ranks)
-    lag = async_update_lag(algo, batch_spec, itr_steps) if is_async else 1
-    needed = first + lag - 1  # the iteration whose batch the first update needs in replay
-    if n_itr > needed:
-        return None
-    label = steps_label or f"runner.n_steps={runner.n_steps}"
-    sequence = _sequence_steps(algo)
-    if sequence and first > int(algo.min_steps_learn) // (batch_spec.size * ranks):
-        why = (f"{type(algo).__name__} replays whole sequences of algo.warmup_T + batch_T + "
-               f"n_step_return + store_rnn_state_interval = {sequence} steps of each "
-               f"environment")
-        fix = "shorten those sequences"
-    else:
-        why, fix = f"algo.min_steps_learn={algo.min_steps_learn}", "lower algo.min_steps_learn"
-    if lag > 1:
-        why += (f"; then the asynchronous optimizer waits {lag} iterations for "
-                f"algo.replay_ratio={algo.replay_ratio} to allow its first updates")
-    return (f"{label} ends before {algo_name} starts learning: its first update comes after "
-            f"{(needed + 1) * itr_steps} steps ({why}), so no loss would be logged; train "
-            f"{needed * itr_steps + 1} steps or more, or {fix}")
-
-
-def step_rounding_note(runner: Any, world_size: int = 1,
-                       steps_label: str | None = None) -> str | None:
-    """The line saying that a built ``runner`` trains more than its ``n_steps`` (named by
-    ``steps_label``, default ``runner.n_steps=N``) because it trains whole iterations of
-    ``batch_T x batch_B`` steps (times the ranks); None when the budget is a whole number
-    of iterations."""
-    n_itr, itr_steps = run_iterations(runner, world_size)
-    if n_itr * itr_steps == runner.n_steps:
-        return None
-    sampler = runner.sampler
-    ranks = itr_steps // sampler.env_steps_per_batch
-    label = steps_label or f"runner.n_steps={runner.n_steps}"
-    shape = f"sampler.batch_T={sampler.batch_spec.T} x sampler.batch_B={sampler.n_envs}"
-    if ranks > 1:
-        shape += f" x {ranks} ranks"
-    return (f"{label} is rounded up to {n_itr * itr_steps} steps: whole iterations of "
-            f"{itr_steps} steps ({shape})")

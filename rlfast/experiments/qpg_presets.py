@@ -6,6 +6,9 @@ published settings). Per-environment settings applied on top live in one table,
 """
 from __future__ import annotations
 
+from rlfast.agents import DdpgAgent, SacAgent, Td3Agent
+from rlfast.experiments.class_defaults import class_defaults
+
 QPG_ALGOS = ("ddpg", "td3", "sac")
 
 # One environment stepped serially; evaluation: 5 deterministic episodes.
@@ -34,13 +37,15 @@ def _qpg_preset(hidden_sizes: list, agent: dict, algo: dict) -> dict:
                                 affinity=_QPG_AFFINITY))
 
 
+# The exploration keys each preset exposes at its agent's defaults, so that --set can reach
+# them: exploration ("gaussian", or "ou": the DDPG paper's Ornstein-Uhlenbeck noise, with its
+# ou_theta and ou_dt; SAC: "gsde", state-dependent exploration, with its resampling interval)
+# and pretrain_uniform.
+_DDPG_EXPLORATION = ("exploration", "pretrain_uniform", "ou_theta", "ou_dt")
+
 QPG_PRESETS: dict[str, dict] = {
-    # exploration "gaussian" (or "ou": the DDPG paper's Ornstein-Uhlenbeck noise, with its
-    # ou_theta and ou_dt) and pretrain_uniform are the agents' defaults, listed so that --set
-    # can reach them.
     "ddpg": _qpg_preset([400, 300], dict(action_std=0.1, action_noise_clip=0.5,
-                                         exploration="gaussian", pretrain_uniform=False,
-                                         ou_theta=0.15, ou_dt=0.01),
+                                         **class_defaults(DdpgAgent, *_DDPG_EXPLORATION)),
                         dict(target_update_interval=1, policy_update_interval=1,
                              learning_rate=1e-3, q_learning_rate=1e-3)),
     # TD3: 256x256 networks, as in the TD3 author's reference implementation since its 2020
@@ -50,15 +55,14 @@ QPG_PRESETS: dict[str, dict] = {
     # time, seeds 0 / 1: 400x300 2227 / 2953 in 579 / 590 s; 256x256 3507 / 3332 in 390 / 386
     # s; SB3 with the zoo's settings (400x300) 2501 / 3864 in 598 / 591 s.
     "td3": _qpg_preset([256, 256], dict(action_std=0.1, pretrain_std=0.5, target_noise_std=0.2,
-                                        target_noise_clip=0.5, exploration="gaussian",
-                                        pretrain_uniform=False, ou_theta=0.15, ou_dt=0.01),
+                                        target_noise_clip=0.5,
+                                        **class_defaults(Td3Agent, *_DDPG_EXPLORATION)),
                        dict(target_update_interval=2, policy_update_interval=2,
                             mu_learning_rate=1e-3, q_learning_rate=1e-3)),
-    # exploration "gaussian" (or "gsde": state-dependent exploration), its resampling
-    # interval and pretrain_uniform are the agent's defaults, listed so that --set can reach
-    # them.
-    "sac": _qpg_preset([256, 256], dict(pretrain_std=0.75, exploration="gaussian",
-                                        sde_sample_interval=1, pretrain_uniform=False),
+    "sac": _qpg_preset([256, 256], dict(pretrain_std=0.75,
+                                        **class_defaults(SacAgent, "exploration",
+                                                         "sde_sample_interval",
+                                                         "pretrain_uniform")),
                        dict(target_update_interval=1, learning_rate=3e-4,
                             target_entropy="auto", reward_scale=1.0)),
 }

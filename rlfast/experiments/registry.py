@@ -101,22 +101,21 @@ class EnvFamily:
 
     ``factory(name, env_config)`` returns the samplers' ``(EnvCls, env_kwargs)``, where
     ``EnvCls(**env_kwargs)`` makes one rlfast ``Env`` in a worker (or ``(EnvCls, env_kwargs,
-    TrajInfoCls)`` to give the run a TrajInfo class bound for this environment); ``traits(name)`` returns the
-    :class:`EnvTraits` the presets choose the agent by; ``check_id(name)`` raises
-    ``ValueError`` for a name the family does not know (before anything is built);
-    ``TrajInfoCls`` collects its episode statistics (a class, or ``"module:Name"``, imported
-    when a run is built so that a family's heavy imports wait until it is used; None: the
-    samplers' ``TrajInfo``); ``preset_family`` names the preset
-    family its algorithms use (None: from the action kind; a function of the
-    :class:`EnvTraits` may choose per environment, returning None for the action kind's); ``pixels`` marks image
-    observations (convolutional agents; the device rule picks their sampler; evolution
-    strategies refuse them); ``render_kwargs`` are added to ``env_kwargs`` to draw RGB frames
-    (``rlfast watch``). Families whose settings reach beyond the ``env`` section may also
-    give: ``env_defaults(name)``, the ``env`` section every preset of ``name`` starts from
-    (so that ``--set`` can check its keys); ``configure(config)``, the configuration a run
-    is built from, given the resolved one (it may move settings between sections);
-    ``agent_cls(kind, recurrent, sampler)``, the agent class for every algorithm of the
-    family (None: the algorithm's own choice)."""
+    TrajInfoCls)`` to give the run a TrajInfo class bound for this environment); ``traits(name)``
+    returns the :class:`EnvTraits` the presets choose the agent by; ``check_id(name)`` raises
+    ``ValueError`` for a name the family does not know (before anything is built); ``TrajInfoCls``
+    collects its episode statistics (a class, or ``"module:Name"``, imported when a run is built so
+    that a family's heavy imports wait until it is used; None: the samplers' ``TrajInfo``);
+    ``preset_family`` names the preset family its algorithms use (None: from the action kind; a
+    function of the :class:`EnvTraits` may choose per environment, returning None for the action
+    kind's); ``pixels`` marks image observations (convolutional agents; the device rule picks their
+    sampler; evolution strategies refuse them); ``render_kwargs`` are added to ``env_kwargs`` to
+    draw RGB frames (``rlfast watch``). Families whose settings reach beyond the ``env`` section may
+    also give: ``env_defaults(name)``, the ``env`` section every preset of ``name`` starts from (so
+    that ``--set`` can check its keys); ``configure(config)``, the configuration a run is built
+    from, given the resolved one (it may move settings between sections); ``agent_cls(kind,
+    recurrent, sampler)``, the agent class for every algorithm of the family (None: the algorithm's
+    own choice)."""
 
     prefix: str | None
     factory: Callable[[str, dict], tuple[Callable[..., Any], dict]]

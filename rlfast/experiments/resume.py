@@ -45,7 +45,8 @@ from rlfast.experiments.assembly import (TrainRun, affinity_for_run, distributed
                                          resolve_config, run_command)
 from rlfast.experiments.config import ConfigError
 from rlfast.experiments.device import device_label, device_summary, learner_device
-from rlfast.experiments.presets import RUNNERS, build_experiment, run_affinity
+from rlfast.experiments.placement import run_affinity
+from rlfast.experiments.presets import RUNNERS, build_experiment
 from rlfast.experiments.resume_changes import checked_changes, config_changes, resume_record
 from rlfast.experiments.run_dir import latest_snapshot, reopening
 from rlfast.runners.snapshots import check_resumable

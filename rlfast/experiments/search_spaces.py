@@ -1,7 +1,7 @@
 """Hyperparameter search spaces for ``rlfast tune``, one per algorithm preset.
 
 ``SEARCH_SPACES[algo]`` maps dotted config keys (as ``--set`` takes them) to a distribution
-spec, in the notation of ``rlfast.utils.launching.make_random_variants``:
+spec, in the notation of ``rlfast.launching.make_random_variants``:
 
 * a list: choose one of its values (``[0.98, 0.99, 0.995]``);
 * ``("uniform", low, high)`` and ``("loguniform", low, high)``: a float in [low, high];

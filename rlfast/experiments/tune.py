@@ -81,8 +81,8 @@ from rlfast.experiments.arguments import add_wandb_arguments
 from rlfast.experiments.assembly import affinity_for_run, check_env_id, resolve_config
 from rlfast.experiments.config import (ConfigError, apply_overrides, flatten, load_config_file,
                                        nest, read_json)
-from rlfast.experiments.presets import (build_experiment, get_preset, learning_budget_warning,
-                                        learning_start_keys)
+from rlfast.experiments.budget import learning_budget_warning, learning_start_keys
+from rlfast.experiments.presets import build_experiment, get_preset
 from rlfast.experiments.run_dir import check_log_dir, safe_dir_name
 from rlfast.experiments.search_spaces import enqueue_params, space_from_json
 from rlfast.experiments.tune_trials import (ProgressReader, Search, TuneSetup, finished_trials,
@@ -123,8 +123,9 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "poor trials are pruned early. Results: <log-dir>/trials.md and "
                     "best_config.json (for rlfast train --config). Run the same command "
                     "again to continue an interrupted search.")
+    searchable = [n for n in catalog.algorithm_names() if catalog.algorithm(n).search_space]
     parser.add_argument("algo", help=f"algorithm preset with a search space: "
-                                     f"{', '.join(n for n in catalog.algorithm_names() if catalog.algorithm(n).search_space)}")
+                                     f"{', '.join(searchable)}")
     parser.add_argument("env", help="gymnasium id, e.g. CartPole-v1")
     parser.add_argument("--trials", type=int, required=True, metavar="N",
                         help="finished (complete or pruned) trials the study should hold")
@@ -309,7 +310,7 @@ def check_trials_can_learn(algo: str, env: str, config: dict, space: dict, steps
                            steps_label: str | None = None) -> None:
     """Refuse (``ConfigError``) a search none of whose trials could learn: the fixed
     configuration ends before the algorithm's first update and the space draws nothing
-    that moves it (:func:`~rlfast.experiments.presets.learning_start_keys`). Where the
+    that moves it (:func:`~rlfast.experiments.budget.learning_start_keys`). Where the
     space does, each trial is checked as it is sampled (a trial that cannot learn is
     pruned before it trains, see :func:`rlfast.experiments.tune_trials.trial_learning_problem`)."""
     if not catalog.algorithm(algo).replay:
@@ -383,8 +384,8 @@ def trial_slot_codes(parallel: int | None, affinity: str | None,
     to their count); otherwise the available cores split into ``parallel`` equal runs,
     pinned when the cores are numbered from 0 (unpinned, ``0saf``, otherwise), and with
     ``on_gpu`` each run a context of GPU 0 (``1gpu_<parallel>cxg``)."""
-    from rlfast.utils.launching import encode_affinity, get_n_run_slots, prepend_run_slot
-    from rlfast.utils.launching.affinity import detect_hyperthread_offset
+    from rlfast.utils.affinity import (detect_hyperthread_offset, encode_affinity,
+                                       get_n_run_slots, prepend_run_slot)
     from rlfast.utils.misc import available_cpus
 
     if affinity is not None:

@@ -89,11 +89,12 @@ def trial_learning_problem(setup: TuneSetup, params: dict) -> str | None:
     first update (e.g. SAC drawing ``algo.min_steps_learn`` 5000 on a 3000-step budget), or
     None. The trial's run is built, not started, from ``setup.config`` with ``params`` set
     as its ``rlfast train`` gets them (``--set``), and checked by
-    :func:`rlfast.experiments.presets.learning_budget_warning`. A configuration that does
+    :func:`rlfast.experiments.budget.learning_budget_warning`. A configuration that does
     not build is None here: the trial's ``rlfast train`` reports it."""
     from rlfast.experiments import catalog
     from rlfast.experiments.config import apply_overrides
-    from rlfast.experiments.presets import build_experiment, learning_budget_warning
+    from rlfast.experiments.budget import learning_budget_warning
+    from rlfast.experiments.presets import build_experiment
 
     if not setup.config or not catalog.algorithm(setup.algo).replay:
         return None  # on-policy algorithms learn from their first batch

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlfast.launching.run_files import run_output_stem
-from rlfast.utils.launching.affinity import affinity_from_code, get_n_run_slots, prepend_run_slot
-from rlfast.utils.launching.variant import save_variant
+from rlfast.utils.affinity import affinity_from_code, get_n_run_slots, prepend_run_slot
+from rlfast.utils.variant import save_variant
 
 __all__ = ["experiment_command", "launch_experiment"]
 

@@ -20,7 +20,7 @@ from rlfast.launching.plan import PlannedRun, SweepPlan
 from rlfast.launching.report import RunResult, print_failures
 from rlfast.launching.run_files import (NUM_LAUNCHED_FILE, run_output_stem, write_atomic,
                                         write_tree_file)
-from rlfast.utils.launching.affinity import prepend_run_slot
+from rlfast.utils.affinity import prepend_run_slot
 
 __all__ = ["run_local_sweep", "print_local_plan", "LocalSweep", "stderr_excerpt",
            "is_error_line"]

@@ -9,8 +9,8 @@ from collections import namedtuple
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from rlfast.utils.affinity import get_n_run_slots
 from rlfast.utils.checks import check_choice, check_int
-from rlfast.utils.launching.affinity import get_n_run_slots
 from rlfast.utils.logging.context import get_data_dir
 
 __all__ = ["BACKENDS", "PlannedRun", "SweepPlan", "check_backend_options",

@@ -31,9 +31,9 @@ from rlfast.launching.plan import SweepPlan
 from rlfast.launching.report import RunResult, print_failures
 from rlfast.launching.run_files import NUM_LAUNCHED_FILE, write_atomic, write_tree_file
 from rlfast.launching.slurm_job import RunFailedError, SweepRun
+from rlfast.utils.affinity import prepend_run_slot
 from rlfast.utils.checks import check_choice, check_int, check_positive
-from rlfast.utils.launching.affinity import prepend_run_slot
-from rlfast.utils.launching.variant import save_variant
+from rlfast.utils.variant import save_variant
 
 __all__ = ["run_slurm_sweep", "SweepRun", "SlurmRunResult", "RunFailedError",
            "check_slurm_options", "parse_time_minutes", "submitit_parameters",

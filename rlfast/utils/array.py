@@ -55,7 +55,8 @@ def valid_mean(array: np.ndarray, valid: Optional[np.ndarray] = None, axis: Opti
     array = np.asarray(array)
     if valid is None:
         return array.mean(axis=axis)
-    valid = np.asarray(valid).astype(array.dtype if np.issubdtype(array.dtype, np.floating) else np.float64)
+    valid = np.asarray(valid).astype(array.dtype if np.issubdtype(array.dtype, np.floating)
+                                     else np.float64)
     if valid.ndim < array.ndim:
         valid = valid.reshape(valid.shape + (1,) * (array.ndim - valid.ndim))
     valid = np.broadcast_to(valid, array.shape)

@@ -96,7 +96,8 @@ def np_block(nbytes: int, share_memory: bool = False, align: int = mmap.PAGESIZE
     return block
 
 
-def build_array(example: Any, leading_dims: Sequence[int] | int, share_memory: bool = False) -> np.ndarray:
+def build_array(example: Any, leading_dims: Sequence[int] | int,
+                share_memory: bool = False) -> np.ndarray:
     """Allocate a zeroed array matching ``example``'s dtype and shape behind ``leading_dims``."""
     shape, dtype = _example_leaf(example, leading_dims)
     if share_memory:
@@ -162,7 +163,8 @@ def _map_example(example: Any, leaf: Callable, use_NatSchema: bool | None = None
         return None
     if hasattr(example, "_fields"):
         use_schema = isinstance(example, NamedTuple) if use_NatSchema is None else use_NatSchema
-        buffer_type = NamedArrayTupleSchema_like(example) if use_schema else namedarraytuple_like(example)
+        buffer_type = (NamedArrayTupleSchema_like(example) if use_schema
+                       else namedarraytuple_like(example))
         return buffer_type(*(_map_example(v, leaf, use_NatSchema) for v in example))
     if _is_structure(example):
         raise TypeError("buffer_from_example needs a namedtuple/namedarraytuple or an array-like "

@@ -28,7 +28,8 @@ import torch.distributed as dist
 from rlfast.utils.tensor import valid_mean
 
 __all__ = ["DistEnv", "launch_env", "slurm_env", "first_slurm_host", "expand_nodelist",
-           "free_port", "choose_backend", "check_dist_settings", "init_process_group", "destroy_process_group",
+           "free_port", "choose_backend", "check_dist_settings", "init_process_group",
+           "destroy_process_group",
            "is_distributed", "world_size", "rank", "all_reduce_sum", "global_mean_std",
            "rank_loss_count", "pooled_valid_mean",
            "gather_objects", "broadcast_object", "broadcast_int", "broadcast_",

@@ -41,7 +41,8 @@ class RunningMeanStdModel(torch.nn.Module):
         n_shape = len(self.shape)
         if x.dim() < n_shape or tuple(x.shape[x.dim() - n_shape:]) != self.shape:
             raise ValueError(
-                f"RunningMeanStdModel.update: data of shape {tuple(x.shape)} must end with {self.shape}."
+                f"RunningMeanStdModel.update: data of shape {tuple(x.shape)} must end with "
+                f"{self.shape}."
             )
         x = x.reshape((-1,) + self.shape).to(device=self.mean.device, dtype=torch.float64)
         if distributed.is_distributed():
@@ -69,7 +70,8 @@ class RunningMeanStdModel(torch.nn.Module):
         self.var.copy_(m2 / total)
         self.count.copy_(total)
 
-    def normalize(self, x: torch.Tensor, clip: float = 10.0, var_clip: float = 1e-6) -> torch.Tensor:
+    def normalize(self, x: torch.Tensor, clip: float = 10.0,
+                  var_clip: float = 1e-6) -> torch.Tensor:
         """``clamp((x - mean) / sqrt(var + var_clip), -clip, clip)``."""
         normalized = (x - self.mean) / torch.sqrt(self.var + var_clip)
         if clip is not None:

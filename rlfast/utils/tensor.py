@@ -116,7 +116,8 @@ def to_onehot(indexes: torch.Tensor, num: int, dtype: Optional[torch.dtype] = No
     return onehot
 
 
-def from_onehot(onehot: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+def from_onehot(onehot: torch.Tensor, dim: int = -1,
+                dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """Argmax over ``dim`` (default trailing) of ``onehot``, optionally cast to ``dtype``."""
     indexes = torch.argmax(onehot, dim=dim)
     if dtype is not None:

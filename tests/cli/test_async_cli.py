@@ -69,7 +69,7 @@ def test_async_takes_ass_codes_and_sync_refuses_them(tmp_path):
 def test_two_optimizer_gpus_decode_to_two_ranks_and_are_checked_against_the_machine(capsys):
     """An async code with gpr 2 asks for two optimizer ranks (one per GPU); this CPU-only
     machine has no such GPUs, which is a configuration error naming them."""
-    from rlfast.utils.launching import affinity_from_code
+    from rlfast.launching import affinity_from_code
     decoded = affinity_from_code("0slt_4cpu_2gpu_2gpr_0hto_1res_1ass")
     assert [o["cuda_idx"] for o in decoded["optimizer"]] == [0, 1]
     if torch.cuda.device_count() >= 2:

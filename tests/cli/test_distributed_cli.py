@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 import torch
 import torch.distributed as dist

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
 from rlfast.utils.logging import load_snapshot

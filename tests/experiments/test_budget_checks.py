@@ -14,9 +14,9 @@ import pytest
 
 from rlfast.cli import _parser, main
 from rlfast.experiments.assembly import configure_train, resolve_config
-from rlfast.experiments.presets import (async_update_lag, build_experiment,
-                                        first_learning_iteration, get_preset,
-                                        learning_budget_warning, step_rounding_note)
+from rlfast.experiments.budget import (async_update_lag, first_learning_iteration,
+                                       learning_budget_warning, step_rounding_note)
+from rlfast.experiments.presets import build_experiment, get_preset
 from rlfast.experiments.tune import prepare
 from rlfast.experiments.tune_trials import trial_learning_problem
 

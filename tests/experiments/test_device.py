@@ -1,4 +1,5 @@
-"""``--device auto|cpu|cuda|cuda:N`` and the sampler rule (rlfast.experiments.device).
+"""``--device auto|cpu|cuda|cuda:N`` (rlfast.experiments.device) and the sampler rule
+(rlfast.experiments.placement).
 
 This machine has no GPU: the CUDA branches are tested with ``torch.cuda.is_available`` and
 ``torch.cuda.device_count`` patched, on configuration only (``configure_train``,
@@ -19,11 +20,11 @@ import torch
 from rlfast.cli import _parser, main
 from rlfast.experiments.assembly import configure_train
 from rlfast.experiments import device as device_mod
-from rlfast.experiments.device import (SAMPLER_MEASUREMENTS, SamplerMeasurement,
-                                       device_summary, gpu_name, learner_device, parse_device,
-                                       resolve_device, sampler_for_device)
-from rlfast.experiments.presets import (default_affinity, default_async_affinity,
-                                        default_sampler, run_affinity)
+from rlfast.experiments.device import (device_summary, gpu_name, learner_device, parse_device,
+                                       resolve_device)
+from rlfast.experiments.placement import (SAMPLER_MEASUREMENTS, SamplerMeasurement,
+                                          default_affinity, default_async_affinity,
+                                          default_sampler, run_affinity, sampler_for_device)
 
 TINY_PPO = ["--steps", "256", "--n-envs", "2", "--no-progress",
             "--set", "sampler.batch_T=64", "--set", "runner.log_interval_steps=128",
@@ -263,7 +264,8 @@ def test_train_configures_the_learner_on_the_gpu_under_auto(gpus, tmp_path):
 def test_train_picks_the_gpu_sampler_for_atari_when_it_measured_faster(gpus, tmp_path,
                                                                        monkeypatch):
     gpus(1)
-    monkeypatch.setattr("rlfast.experiments.assembly.sampler_cpus", lambda affinity: 16)  # the H200 host
+    # the H200 host's 16 cores
+    monkeypatch.setattr("rlfast.experiments.assembly.sampler_cpus", lambda affinity: 16)
     run = _configure(tmp_path, "ppo", "atari:pong", "--n-envs", "8")
     assert run.args.sampler == "gpu" and run.runner.affinity["cuda_idx"] == 0
     assert run.device == "cuda:0 (sampler gpu, actions served on cuda:0)"
@@ -407,7 +409,7 @@ def _tune_args(tmp_path, *extra):
 def test_tune_passes_the_device_to_every_trial(tmp_path, gpus, monkeypatch):
     from rlfast.experiments.tune import prepare
     from rlfast.experiments.tune_trials import Search
-    from rlfast.utils.launching import affinity_from_code
+    from rlfast.launching import affinity_from_code
 
     gpus(0)
     setup = prepare(_tune_args(tmp_path, "--device", "auto"))

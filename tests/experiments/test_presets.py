@@ -7,8 +7,8 @@ from rlfast.agents import (AlternatingRecurrentMultiCategoricalPgAgent, Categori
                            DqnAgent, MujocoFfAgent, MultiCategoricalPgAgent,
                            RecurrentMultiCategoricalPgAgent)
 from rlfast.cli import main
-from rlfast.experiments.presets import (PRESETS, build_experiment, default_affinity, env_kind,
-                                        get_preset)
+from rlfast.experiments.placement import default_affinity
+from rlfast.experiments.presets import PRESETS, build_experiment, env_kind, get_preset
 from rlfast.utils.logging import logger_context
 from rlfast.experiments.env_overrides import ENV_TUNED
 from rlfast.utils.misc import available_cpus
@@ -46,7 +46,8 @@ def test_r2d1_alternating_sampler_gets_the_alternating_agent():
 
 
 def test_unknown_sampler_lists_choices():
-    with pytest.raises(ValueError, match="unknown sampler 'fast'.*'serial', 'cpu', 'gpu', 'alternating'"):
+    with pytest.raises(ValueError,
+                       match="unknown sampler 'fast'.*'serial', 'cpu', 'gpu', 'alternating'"):
         build_experiment("ppo", "CartPole-v1", get_preset("ppo", "CartPole-v1"), sampler="fast")
 
 
@@ -240,7 +241,7 @@ def test_fit_evaluation_to_horizon_only_raises_and_reads_the_registry():
 def test_default_sampler_takes_the_per_environment_choice_first():
     from rlfast.experiments.env_overrides import ENV_SAMPLER
     from rlfast.experiments.catalog import sampler_names
-    from rlfast.experiments.presets import default_sampler
+    from rlfast.experiments.placement import default_sampler
     assert ENV_SAMPLER[("a2c", "MountainCar-v0")] == "serial"
     assert default_sampler("a2c", "MountainCar-v0") == "serial"
     assert default_sampler("a2c", "CartPole-v1") == "cpu"   # no entry: the algorithm's default

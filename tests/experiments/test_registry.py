@@ -14,8 +14,8 @@ import rlfast
 from rlfast.algos import PPO
 from rlfast.experiments import catalog
 from rlfast.experiments.builtin import ALGORITHMS, ENV_FAMILIES, ES_STRATEGIES, SAMPLERS
-from rlfast.experiments.presets import (PRESETS, build_experiment, default_affinity,
-                                        get_preset, inspect_env)
+from rlfast.experiments.placement import default_affinity
+from rlfast.experiments.presets import PRESETS, build_experiment, get_preset, inspect_env
 from rlfast.experiments.registry import Registry, RegistryError
 
 

@@ -13,7 +13,6 @@ import math
 import os
 
 import numpy as np
-import pytest
 
 from rlfast.cli import main
 from rlfast.utils.logging.snapshot import load_snapshot

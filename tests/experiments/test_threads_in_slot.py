@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from rlfast.experiments.assembly import affinity_for_run
-from rlfast.experiments.presets import run_affinity, threads_in_slot
+from rlfast.experiments.placement import run_affinity, threads_in_slot
 
 CODE = "0slt_2cpu_0gpu_2cpr_0hto"
 
@@ -23,8 +23,9 @@ def test_a_preset_of_one_thread_keeps_one_inside_a_two_core_slot():
 
 def test_every_core_and_caps_and_no_key():
     slot = affinity_for_run(CODE)
-    assert threads_in_slot(slot, {"affinity": {"master_torch_threads": 0}})["master_torch_threads"] == 2
-    assert threads_in_slot(slot, {"affinity": {"master_torch_threads": 8}})["master_torch_threads"] == 2
+    for asked in (0, 8):
+        preset = {"affinity": {"master_torch_threads": asked}}
+        assert threads_in_slot(slot, preset)["master_torch_threads"] == 2
     # No key: the master decides by its model, as without a code (MasterAffinity).
     assert threads_in_slot(slot, {})["master_torch_threads"] is None
     on_gpu = dict(slot, cuda_idx=0)
@@ -33,7 +34,8 @@ def test_every_core_and_caps_and_no_key():
     assert [a["master_torch_threads"] for a in
             threads_in_slot(ranks, {"affinity": {"master_torch_threads": 1}})] == [1, 1]
     async_affinity = {"optimizer": [dict(slot)], "sampler": dict(slot)}
-    assert threads_in_slot(async_affinity, {"affinity": {"master_torch_threads": 1}}) is async_affinity
+    preset = {"affinity": {"master_torch_threads": 1}}
+    assert threads_in_slot(async_affinity, preset) is async_affinity
 
 
 def test_sac_on_pendulum_with_the_code_trains_on_one_thread():

@@ -320,7 +320,8 @@ def test_best_config_breaks_ties_by_the_fastest_learner(tmp_path, capsys):
             params={"algo.learning_rate": 10.0 ** -(number + 2)}, distributions=dist,
             value=value))
     setup = TuneSetup(algo="ppo", env="CartPole-v1", trials=3, search="tpe", steps=3000, seed=0,
-                      log_dir=str(tmp_path), space={"algo.learning_rate": ("loguniform", 1e-5, 1e-1)},
+                      log_dir=str(tmp_path),
+                      space={"algo.learning_rate": ("loguniform", 1e-5, 1e-1)},
                       base_config={}, user_changes={}, train_args=[], log_interval=1000,
                       slot_codes=["0slt_1cpu_0gpu"], enqueue=[])
     best = write_report(setup, study)

@@ -3,7 +3,7 @@ one-core run slots, and a two-variant sweep."""
 import psutil
 import pytest
 
-from rlfast.utils.launching import VariantLevel, encode_affinity, make_variants
+from rlfast.launching import VariantLevel, encode_affinity, make_variants
 
 # A stand-in training script: records what it was called with, when it ran and where it was
 # pinned, then sleeps; `--fail` makes it exit 3, `--hang` makes it start a grandchild and

@@ -5,9 +5,8 @@ import sys
 
 import pytest
 
-from rlfast.launching import command
+from rlfast.launching import command, encode_affinity, load_variant, prepend_run_slot
 from rlfast.launching.command import experiment_command, launch_experiment
-from rlfast.utils.launching import encode_affinity, load_variant, prepend_run_slot
 from tests.launching._recorder import CODE, recorder  # noqa: F401
 
 

@@ -68,7 +68,8 @@ def test_error_line_in_the_tail_is_shown_once(tmp_path):
 
 def test_no_error_line_is_the_plain_tail(tmp_path):
     _write_stderr(tmp_path, [f"line {k}" for k in range(9)])
-    assert stderr_excerpt(str(tmp_path), 0, n_lines=3) == "\n    | line 6\n    | line 7\n    | line 8"
+    excerpt = stderr_excerpt(str(tmp_path), 0, n_lines=3)
+    assert excerpt == "\n    | line 6\n    | line 7\n    | line 8"
 
 
 def test_long_lines_are_cut_and_a_missing_file_is_empty(tmp_path):

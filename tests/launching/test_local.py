@@ -8,9 +8,8 @@ import signal
 import psutil
 import pytest
 
-from rlfast.launching import run_experiments
-from rlfast.utils.launching import (VariantLevel, affinity_from_code, load_variant,
-                                    make_variants, prepend_run_slot)
+from rlfast.launching import (VariantLevel, affinity_from_code, load_variant, make_variants,
+                              prepend_run_slot, run_experiments)
 from tests.launching._interrupt import sigint_when_all_exist
 from tests.launching._recorder import CODE, children, recorder, two_variants  # noqa: F401
 

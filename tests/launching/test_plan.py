@@ -5,8 +5,7 @@ import os
 
 import pytest
 
-from rlfast.launching import run_experiments
-from rlfast.utils.launching import prepend_run_slot
+from rlfast.launching import prepend_run_slot, run_experiments
 from tests.launching._recorder import CODE, children, recorder, two_variants  # noqa: F401
 
 

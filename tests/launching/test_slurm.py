@@ -10,11 +10,10 @@ import time
 import psutil
 import pytest
 
-from rlfast.launching import run_experiments
+from rlfast.launching import encode_affinity, prepend_run_slot, run_experiments
 from rlfast.launching import slurm as slurm_launcher
 from rlfast.launching.slurm import (SlurmRunResult, check_slurm_options, parse_time_minutes,
                                     submitit_parameters)
-from rlfast.utils.launching import encode_affinity, prepend_run_slot
 from tests.launching._interrupt import sigint_when_all_exist
 
 submitit = pytest.importorskip("submitit")

@@ -6,8 +6,8 @@ import pickle
 
 import psutil
 
+from rlfast.launching import encode_affinity, prepend_run_slot
 from rlfast.launching.slurm_job import SweepRun
-from rlfast.utils.launching import encode_affinity, prepend_run_slot
 
 SCRIPT = "/path/to/train.py"
 CODE = encode_affinity(n_cpu_core=1, n_gpu=0, hyperthread_offset=0, set_affinity=False)

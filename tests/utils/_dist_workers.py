@@ -58,8 +58,8 @@ def _running_mean_std(rank, world, data):
     model = RunningMeanStdModel(data["shape"])
     for batch in data["batches"][rank]:
         model.update(torch.as_tensor(batch))
-    return {"mean": model.mean.numpy().astype(np.float64), "var": model.var.numpy().astype(np.float64),
-            "count": float(model.count)}
+    return {"mean": model.mean.numpy().astype(np.float64),
+            "var": model.var.numpy().astype(np.float64), "count": float(model.count)}
 
 
 def _wrap_ddp(rank, world, data):

@@ -54,7 +54,8 @@ def test_linear_schedule_against_reference(itr):
 
 
 def test_linear_schedule_edges_and_tensors():
-    assert linear_schedule(0, 0, 10, 1.0, 0.1) == 1.0 and linear_schedule(10, 0, 10, 1.0, 0.1) == 0.1
+    assert linear_schedule(0, 0, 10, 1.0, 0.1) == 1.0
+    assert linear_schedule(10, 0, 10, 1.0, 0.1) == 0.1
     assert linear_schedule(4, 3, 3, 1.0, 0.0) == 0.0 and linear_schedule(2, 3, 3, 1.0, 0.0) == 1.0
     assert linear_schedule(7, 0, 10, 0.9, 0.9) == 0.9  # constant stays exact
     end = torch.tensor([0.1, 0.01])

@@ -150,16 +150,14 @@ def _qualified_name(obj: Any) -> str:
     return f"{module}.{qualname}" if module else qualname
 
 
-def json_safe(obj: Any, _active: set[int] | None = None) -> Any:
-    """Return a JSON-serializable version of ``obj`` (recursively).
+# Returned by the ``_json_safe_*`` helpers for an object of a kind they do not convert.
+_UNCONVERTED = object()
 
-    Mappings become dicts with string keys; lists, tuples and sets become lists (a named
-    tuple or dataclass becomes a dict of its fields); classes, functions and modules
-    become their qualified name (``module.QualName``); numpy scalars and arrays become
-    Python numbers and lists; 0-d tensors and other objects with ``.item()`` use it;
-    path-like objects become strings; enums become their qualified member name; anything
-    else becomes its ``repr``. Reference cycles are cut with the string ``"<cycle>"``.
-    """
+
+def _json_safe_atom(obj: Any) -> Any:
+    """Return the JSON form of an object converted without walking into it (a scalar, enum,
+    class, function, module, path or numpy array), or ``_UNCONVERTED`` for any other kind;
+    split out of ``json_safe`` so each part stays short."""
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     if isinstance(obj, np.generic):
@@ -174,23 +172,49 @@ def json_safe(obj: Any, _active: set[int] | None = None) -> Any:
         return os.fspath(obj)
     if isinstance(obj, np.ndarray):
         return json_safe(obj.tolist())
+    return _UNCONVERTED
+
+
+def _json_safe_container(obj: Any, active: set[int]) -> Any:
+    """Return the JSON form of a mapping, dataclass, named tuple, list, tuple or set, walking
+    its items with ``active`` (the ids being converted) to cut cycles, or ``_UNCONVERTED``
+    for any other kind; split out of ``json_safe`` so each part stays short."""
+    if isinstance(obj, dict) or (hasattr(obj, "keys") and hasattr(obj, "__getitem__")):
+        return {str(k): json_safe(obj[k], active) for k in obj.keys()}
+    if dataclasses.is_dataclass(obj):
+        return {f.name: json_safe(getattr(obj, f.name), active)
+                for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
+        return {str(k): json_safe(v, active) for k, v in obj._asdict().items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        items = sorted(obj, key=repr) if isinstance(obj, (set, frozenset)) else obj
+        return [json_safe(v, active) for v in items]
+    return _UNCONVERTED
+
+
+def json_safe(obj: Any, _active: set[int] | None = None) -> Any:
+    """Return a JSON-serializable version of ``obj`` (recursively).
+
+    Mappings become dicts with string keys; lists, tuples and sets become lists (a named
+    tuple or dataclass becomes a dict of its fields); classes, functions and modules
+    become their qualified name (``module.QualName``); numpy scalars and arrays become
+    Python numbers and lists; 0-d tensors and other objects with ``.item()`` use it;
+    path-like objects become strings; enums become their qualified member name; anything
+    else becomes its ``repr``. Reference cycles are cut with the string ``"<cycle>"``.
+    """
+    atom = _json_safe_atom(obj)
+    if atom is not _UNCONVERTED:
+        return atom
     _active = set() if _active is None else _active
     if id(obj) in _active:
         return "<cycle>"
     _active.add(id(obj))
     try:
-        if isinstance(obj, dict) or (hasattr(obj, "keys") and hasattr(obj, "__getitem__")):
-            return {str(k): json_safe(obj[k], _active) for k in obj.keys()}
-        if dataclasses.is_dataclass(obj):
-            return {f.name: json_safe(getattr(obj, f.name), _active)
-                    for f in dataclasses.fields(obj)}
-        if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
-            return {str(k): json_safe(v, _active) for k, v in obj._asdict().items()}
-        if isinstance(obj, (list, tuple, set, frozenset)):
-            items = sorted(obj, key=repr) if isinstance(obj, (set, frozenset)) else obj
-            return [json_safe(v, _active) for v in items]
+        contained = _json_safe_container(obj, _active)
     finally:
         _active.discard(id(obj))
+    if contained is not _UNCONVERTED:
+        return contained
     item = getattr(obj, "item", None)
     if callable(item) and getattr(obj, "ndim", None) == 0:
         try:

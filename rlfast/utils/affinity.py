@@ -3,7 +3,7 @@
 A launcher encodes the machine once (``encode_affinity``), asks how many runs fit
 (``get_n_run_slots``) and starts each run with its slot prepended (``prepend_run_slot``);
 the run's script turns its code into CPU / GPU assignments (``affinity_from_code``) for the
-runner and sampler. Code format (see :mod:`rlfast.utils.launching.affinity_codes`): ``_``-joined
+runner and sampler. Code format (see :mod:`rlfast.utils.affinity_codes`): ``_``-joined
 ``<integer><abbreviation>`` tokens -- ``slt`` run slot, ``cpu`` physical cores, ``gpu`` GPUs,
 ``cxg`` runs (contexts) per GPU, ``gpr`` GPUs per run, ``cpr`` cores per run (CPU-only),
 ``cpw`` cores per sampler worker, ``hto`` hyperthread offset (sibling of core ``c`` is
@@ -55,10 +55,10 @@ from typing import Any
 
 import psutil
 
+from rlfast.utils.affinity_codes import (ABBREVIATIONS, DEFAULTS, HardwareSpec, check_value,
+                                         format_code, parse_code)
 from rlfast.utils.collections import AttrDict
 from rlfast.utils.misc import available_cpus
-from rlfast.utils.launching.affinity_codes import (ABBREVIATIONS, DEFAULTS, HardwareSpec,
-                                                   check_value, format_code, parse_code)
 
 __all__ = ["encode_affinity", "make_affinity", "affinity_from_code", "get_n_run_slots",
            "prepend_run_slot", "detect_hyperthread_offset", "validate_affinity"]

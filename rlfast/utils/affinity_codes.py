@@ -4,7 +4,7 @@ An affinity code is the compact, command-line-friendly form of a machine's hardw
 description plus how it is shared among concurrent runs, e.g. ``0slt_8cpu_2gpu_0hto_1alt``
 (run slot 0 of an 8-core, 2-GPU machine, no hyperthreads, alternating sampler). This module
 only turns codes into a validated :class:`HardwareSpec` and back; how a spec lays cores and
-GPUs out over runs lives in :mod:`rlfast.utils.launching.affinity`. Tokens may appear in any
+GPUs out over runs lives in :mod:`rlfast.utils.affinity`. Tokens may appear in any
 order; each at most once; booleans are ``0``/``1``. A token that is absent takes its default
 (see ``DEFAULTS``), which keeps legacy rlpyt codes such as ``0slt_8cpu_2gpu_1alt`` valid; a
 missing ``hto`` means no hyperthreads (``0hto``), so decoding never probes the machine.

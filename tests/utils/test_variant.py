@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from rlfast.utils.launching.variant import (VariantLevel, load_variant, make_variants,
-                                            save_variant, update_config)
+from rlfast.utils.variant import (VariantLevel, load_variant, make_variants, save_variant,
+                                  update_config)
 
 
 def test_make_variants_two_levels_exact():

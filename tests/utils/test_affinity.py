@@ -9,11 +9,10 @@ import psutil
 import pytest
 import torch
 
+from rlfast.utils.affinity import (affinity_from_code, encode_affinity, get_n_run_slots,
+                                   make_affinity, prepend_run_slot, validate_affinity)
+from rlfast.utils.affinity_codes import HardwareSpec, format_code, parse_code
 from rlfast.utils.collections import AttrDict
-from rlfast.utils.launching.affinity import (affinity_from_code, encode_affinity,
-                                             get_n_run_slots, make_affinity, prepend_run_slot,
-                                             validate_affinity)
-from rlfast.utils.launching.affinity_codes import HardwareSpec, format_code, parse_code
 
 
 def proc(master, workers, cuda_idx=None, mtt=None, wtt=1, alternating=False, all_cpus=None,

@@ -4,8 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from rlfast.utils.launching import (VariantLevel, make_random_variants, make_variants,
-                                    update_config)
+from rlfast.utils.variant import VariantLevel, make_random_variants, make_variants, update_config
 
 SPACE = {
     "algo.learning_rate": ("loguniform", 1e-5, 1e-2),
