@@ -142,7 +142,8 @@ def check_kernel_variants(algos: list, jobs: int) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--baseline", action="store_true", help="re-record seed 0 and platform.json")
+    parser.add_argument("--baseline", action="store_true",
+                        help="re-record seed 0 and platform.json")
     parser.add_argument("--spread", action="store_true", help="record spread.json")
     parser.add_argument("--kernel-variants", action="store_true",
                         help="judge seed 0 under other float kernels (writes nothing)")

@@ -21,15 +21,15 @@ appear (so each row gets a wall-clock time). At the end it writes, in the harnes
   first progress row), peak and end, the load average, the machine and the commit;
 * ``curve.png``: the learning curve with the published figure and the threshold drawn on it.
 
-``--keep`` also copies both into ``docs/results/`` (the records the results page quotes,
-kept in the repository), and ``--page`` rewrites that page, ``docs/results/README.md``, and the
-table in the project's README from the kept records. ``--record DIR`` rebuilds the record and picture of a finished (or
-stopped) harness folder, ``--resume DIR`` goes on with a stopped run from its newest snapshot
-(a run longer than one sitting: its segments' wall times add up, the gaps between them do not
-count; ``harness.json`` is rewritten at every sample, so a harness killed with its run still
-leaves what ran), ``--table`` prints the table of kept records (``--results DIR``
-reads another folder), and ``--list`` the rows. Rows ending in ``_smoke`` are short budgets
-that check the harness, the record and the picture, not the score; the tests run them.
+``--keep`` also copies both into ``docs/results/`` (the records the results page quotes, kept in
+the repository), and ``--page`` rewrites that page, ``docs/results/README.md``, and the table in
+the project's README from the kept records. ``--record DIR`` rebuilds the record and picture of
+a finished (or stopped) harness folder, ``--resume DIR`` goes on with a stopped run from its
+newest snapshot (a run longer than one sitting: its segments' wall times add up, the gaps
+between them do not count; ``harness.json`` is rewritten at every sample, so a harness killed
+with its run still leaves what ran), ``--table`` prints the table of kept records (``--results
+DIR`` reads another folder), and ``--list`` the rows. Rows ending in ``_smoke`` are short
+budgets that check the harness, the record and the picture, not the score; the tests run them.
 
 Ctrl-C or SIGTERM stops the run cleanly (SIGINT to its process group: rlfast saves a snapshot
 and stops its workers) and still writes the record of what ran.
@@ -53,10 +53,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import REPO_ROOT, child_env, machine, stop_group  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench"))
+from _common import REPO_ROOT, child_env, machine, stop_group  # noqa: E402
 from soak import _child_setup, process_tree_stats  # noqa: E402
 
 RESULTS_DIR = os.path.join(REPO_ROOT, "docs", "results")
@@ -595,8 +594,8 @@ def page(results_dir: str = RESULTS_DIR) -> str:
                   f"- Steps/s at the start and the end: {_fmt(r['sps_start'], 0)} and "
                   f"{_fmt(r['sps_end'], 0)}; RSS of all the run's processes at the start, the end "
                   f"and the peak: {_fmt(r['rss_start_mb'], 0)}, {_fmt(r['rss_end_mb'], 0)} and "
-                  f"{_fmt(r['rss_peak_mb'], 0)} MB; load average median {_fmt(r['load1_median'], 2)}"
-                  f", max {_fmt(r['load1_max'], 2)}.",
+                  f"{_fmt(r['rss_peak_mb'], 0)} MB; load average median "
+                  f"{_fmt(r['load1_median'], 2)}, max {_fmt(r['load1_max'], 2)}.",
                   f"- Machine: {r['machine']}. Commit {r['commit']}, started {r['started']}.",
                   *([f"- Sitting {i}: started {seg['started']}, {_hours(seg['wall_s'])} on "
                      f"{seg['machine']} (commit {seg['commit']})"

@@ -26,9 +26,8 @@ import datetime
 import os
 import sys
 
-from rlfast.launching import report_sweep, run_experiments
-from rlfast.utils.launching import (VariantLevel, affinity_from_code, encode_affinity,
-                                    make_variants, prepend_run_slot)
+from rlfast.launching import (VariantLevel, affinity_from_code, encode_affinity, make_variants,
+                              prepend_run_slot, report_sweep, run_experiments)
 from rlfast.utils.logging.context import get_data_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -23,8 +23,8 @@ import os
 import sys
 import time
 
-from rlfast.launching import report_sweep, run_experiments
-from rlfast.utils.launching import VariantLevel, encode_affinity, make_variants
+from rlfast.launching import (VariantLevel, encode_affinity, make_variants, report_sweep,
+                              run_experiments)
 from rlfast.utils.logging.context import get_data_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -32,8 +32,8 @@ import datetime
 import os
 import sys
 
-from rlfast.launching import report_sweep, run_experiments
-from rlfast.utils.launching import VariantLevel, encode_affinity, make_variants
+from rlfast.launching import (VariantLevel, encode_affinity, make_variants, report_sweep,
+                              run_experiments)
 from rlfast.utils.logging.context import get_data_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -23,8 +23,8 @@ import sys
 
 from rlfast.experiments.assembly import resolve_config
 from rlfast.experiments.presets import build_experiment, get_preset, run_params
+from rlfast.launching import affinity_from_code, load_variant
 from rlfast.runners import TrainingInterrupted
-from rlfast.utils.launching import affinity_from_code, load_variant
 from rlfast.utils.logging import logger_context
 
 

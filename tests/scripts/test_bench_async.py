@@ -1,6 +1,6 @@
-"""Smoke test of scripts/bench_async.py: ``--quick`` runs every contender (DQN on Pong sync and
-async, the copier comparison, SAC on Pendulum) for a fraction of a second each, in well under
-a minute, and prints the machine, the table and the ratios with finite positive figures."""
+"""Smoke test of scripts/bench/bench_async.py: ``--quick`` runs every contender (DQN on Pong sync
+and async, the copier comparison, SAC on Pendulum) for a fraction of a second each, in well
+under a minute, and prints the machine, the table and the ratios with finite positive figures."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_async.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "bench_async.py"
 
 
 def _number(cell: str) -> float:

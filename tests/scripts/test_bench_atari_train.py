@@ -1,4 +1,4 @@
-"""Smoke test of scripts/bench_atari_train.py: ``--quick`` trains a subset of the contenders
+"""Smoke test of scripts/bench/bench_atari_train.py: ``--quick`` trains a subset of the contenders
 (rlfast PPO with the cpu sampler, the two PPO peers and rlfast's synchronous DQN; every
 contender is a child process of a few seconds, all of them would take about two minutes on
 2 cores) on Pong and prints the machine, the PPO and DQN tables and the ratios, with finite
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_atari_train.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "bench_atari_train.py"
 PPO = ["rlfast-cpu", "sb3", "cleanrl-envpool"]
 DQN = ["rlfast-dqn"]
 PACKAGE = {"sb3": "stable_baselines3", "sb3-dqn": "stable_baselines3",

@@ -1,4 +1,4 @@
-"""scripts/_bench_cleanrl.py, the CleanRL and LeanRL-style PPO peers of the Atari benchmarks,
+"""scripts/bench/_cleanrl.py, the CleanRL and LeanRL-style PPO peers of the Atari benchmarks,
 on the CPU: the AtariVectorEnv they run on, GAE against a plain reference, a few iterations
 of each loop, and the CUDA-graph wrapper's logic (warm-up, one capture, replays, the eager
 fallback) with torch.cuda's graph API replaced by recording fakes."""
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 pytest.importorskip("ale_py")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import _bench_cleanrl as peers  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "bench"))
+import _cleanrl as peers  # noqa: E402
 
 HP = dict(discount=0.99, learning_rate=2.5e-4, value_loss_coeff=0.5, entropy_loss_coeff=0.01,
           clip_grad_norm=0.5, gae_lambda=0.95, minibatches=4, epochs=2, ratio_clip=0.1)

@@ -1,4 +1,4 @@
-"""Smoke test of scripts/bench_es.py: ``--quick`` runs both contenders (rlfast's ES workers
+"""Smoke test of scripts/bench/bench_es.py: ``--quick`` runs both contenders (rlfast's ES workers
 and a ProcessPoolExecutor loop) with 1 and 2 workers on the same candidates, checks they agree
 on every episode return (the script exits non-zero otherwise) and prints the machine and a
 table of finite positive rates and ratios."""
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_es.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "bench_es.py"
 
 
 def test_quick_run_prints_machine_and_table(tmp_path):

@@ -1,6 +1,6 @@
-"""scripts/bench_gpu.sh end to end on the CPU (``--dry-run``), cut to two measurements so that
+"""scripts/bench/bench_gpu.sh end to end on the CPU (``--dry-run``), cut to two measurements so that
 it takes about 15 s: the cleanrl-alevec contender (2 envs x 8 steps) through
-scripts/bench_atari_train.py and a Pong learning run of ``rlfast train`` of 512 steps, timed
+scripts/bench/bench_atari_train.py and a Pong learning run of ``rlfast train`` of 512 steps, timed
 by its progress.csv. The tables, the raw JSON and the copied progress.csv land in $OUT;
 nothing is left in /dev/shm or the
 temporary folder. (The budget planner, the progress.csv reading and the tables' verdicts are
@@ -17,7 +17,7 @@ import pytest
 
 from tests._leaks import new_shm_entries, shm_entries
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_gpu.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "bench_gpu.sh"
 
 
 def test_dry_run_measures_tabulates_and_times_the_learning_run(tmp_path):

@@ -1,4 +1,4 @@
-"""The pure parts of scripts/bench_gpu.sh (scripts/_bench_gpu_plan.py, _bench_gpu_replay.py and
+"""The pure parts of scripts/bench/bench_gpu.sh (scripts/bench/_gpu_plan.py, _gpu_replay.py and
 the report's tables): the progress.csv reading that times the learning run's +18, the budget
 planner, nvidia-smi's samples, the replay section's plan, its steady window past learning start
 and its overrides, the sections, and the acceptance verdicts. No processes, no GPU."""
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import _bench_gpu_plan as plan  # noqa: E402
-import _bench_gpu_replay as replay  # noqa: E402
-from _bench_gpu_report import tables  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "bench"))
+import _gpu_plan as plan  # noqa: E402
+import _gpu_replay as replay  # noqa: E402
+from _gpu_report import tables  # noqa: E402
 
 HEADER = ("Diagnostics/NumEvalTrajs,Diagnostics/TrainReturn,Diagnostics/Iteration,"
           "Diagnostics/CumSteps,Diagnostics/CumTime (s),Diagnostics/StepsPerSecond,"
@@ -370,7 +370,7 @@ def test_replay_tables_give_the_ratios_and_the_acceptance_verdicts():
 
 
 def test_sections_choose_the_plan():
-    import _bench_gpu as gpu
+    import _gpu as gpu
 
     keys = [i.key for i in gpu.build_items(gpu.parse_args(["--replay-only"]))]
     assert keys[0] == "dqn:rlfast-device" and not any(k.startswith("train:") for k in keys)

@@ -1,4 +1,4 @@
-"""scripts/bench_memory.py: POPGym's MMER from progress.csv against a hand computation, the
+"""scripts/bench/bench_memory.py: POPGym's MMER from progress.csv against a hand computation, the
 interleaved plan, and a tiny end-to-end run that prints the table."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("popgym")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "scripts", "bench_memory.py")
+SCRIPT = os.path.join(ROOT, "scripts", "bench", "bench_memory.py")
 
 
 def _bench():

@@ -1,4 +1,4 @@
-"""scripts/bench_minatar.py: its pure helpers against hand computations, SB3's settings read
+"""scripts/bench/bench_minatar.py: its pure helpers against hand computations, SB3's settings read
 from rlfast's dqn preset, and ``--dry-run`` runs of one round on one game (rlfast's DQN
 always, SB3's DQN when stable_baselines3 imports) that print the table, write the JSON and
 leave no process or temporary folder behind; a run stopped on ``--timeout`` is reported
@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 pytest.importorskip("minatar")
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "bench"
 SCRIPT = SCRIPTS / "bench_minatar.py"
 sys.path.insert(0, str(SCRIPTS))
 import bench_minatar as bench  # noqa: E402

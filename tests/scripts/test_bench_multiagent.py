@@ -1,4 +1,4 @@
-"""scripts/bench_multiagent.py runs its rlfast side and prints the table (the BenchMARL side
+"""scripts/bench/bench_multiagent.py runs its rlfast side and prints the table (the BenchMARL side
 needs the ``bench`` extra and minutes per run: not run here)."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_rlfast_side_of_the_multiagent_bench(tmp_path):
     out = tmp_path / "results.json"
     done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "bench_multiagent.py"), "--no-peer",
+        [sys.executable, os.path.join(ROOT, "scripts", "bench", "bench_multiagent.py"), "--no-peer",
          "--steps", "3200", "--seeds", "0", "--n-agents", "2", "--eval-episodes", "8",
          "--sampler", "serial", "--out", str(tmp_path / "runs"), "--json", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT)

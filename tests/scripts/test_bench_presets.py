@@ -1,4 +1,4 @@
-"""Smoke test of scripts/bench_presets.py: ``--quick --out DIR`` trains rlfast's default PPO
+"""Smoke test of scripts/bench/bench_presets.py: ``--quick --out DIR`` trains rlfast's default PPO
 preset and SB3's zoo PPO on CartPole-v1 for a few thousand steps (one seed), and prints and
 writes the machine line and the table. The statistics, the difference in SB3 standard
 deviations, the time ratio and the verdict are recomputed here from the runs in the JSON."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_presets.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "bench_presets.py"
 HEADER = ["env", "algo", "budget", "rlfast return", "SB3 return", "diff (SB3 std)",
           "rlfast time (s)", "SB3 time (s)", "time ratio", "verdict", "commit"]
 
@@ -126,7 +126,7 @@ def test_pieces_merge_into_one_table_in_suite_order(tmp_path):
     with pytest.raises(SystemExit, match=r"seeds \[0, 1\], this run uses \[0\]"):
         bp.load_previous(str(tmp_path), [0])
     assert bp.load_previous(str(tmp_path / "empty"), [0]) == []
-    assert bp.code_version() != ""
+    assert bp.commit() != ""
 
 
 def test_cpu_slots_split_this_process_cpus_and_refuse_too_many():

@@ -1,4 +1,4 @@
-"""Smoke test of scripts/bench_sync.py: ``--quick`` runs every contender (MinibatchRl on one
+"""Smoke test of scripts/bench/bench_sync.py: ``--quick`` runs every contender (MinibatchRl on one
 and on every core, SyncRl with 1 and 2 ranks) for a few seconds each on ``atari:pong`` and
 prints the machine, the table and the ratios with finite positive figures."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_sync.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "bench_sync.py"
 
 
 def _number(cell: str) -> float:

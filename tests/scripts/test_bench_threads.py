@@ -1,4 +1,4 @@
-"""scripts/bench_threads.py: the steps/s it reads off a progress file (against a hand
+"""scripts/bench/bench_threads.py: the steps/s it reads off a progress file (against a hand
 computation), the busy processes it starts and stops, and one short idle run end to end."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.scripts._script_module import script_module
 
 @pytest.fixture(scope="module")
 def bench():
-    with script_module("bench_threads.py", "bench_threads") as module:
+    with script_module("bench/bench_threads.py", "bench_threads") as module:
         yield module
 
 

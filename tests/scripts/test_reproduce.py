@@ -73,8 +73,8 @@ def _synthetic_run(folder: Path, row: str = "pong_ppo") -> None:
         writer = csv.writer(f)
         writer.writerow(header)
         writer.writerows(rows)
-    samples = [dict(wall_s=w, load1=l, rss_mb=m, rss_master_mb=m, processes=1)
-               for w, l, m in [(1, 0.5, 100), (5, 1.0, 150), (12, 2.0, 300), (22, 2.0, 320),
+    samples = [dict(wall_s=w, load1=load, rss_mb=m, rss_master_mb=m, processes=1)
+               for w, load, m in [(1, 0.5, 100), (5, 1.0, 150), (12, 2.0, 300), (22, 2.0, 320),
                                (33, 3.0, 500), (44, 1.5, 310)]]
     harness = dict(row=row, command=["-m", "rlfast"], started="2026-01-01T00:00:00",
                    wall_s=45.0, exit_code=0, stopped_by=None, budget_steps=400, seed=7,

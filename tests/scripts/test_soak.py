@@ -48,7 +48,7 @@ def test_job_presets_accept_the_overrides(soak):
 
 
 def test_affinity_codes_give_each_job_its_own_cores(soak):
-    from rlfast.utils.launching import affinity_from_code
+    from rlfast.launching import affinity_from_code
     a0 = affinity_from_code(soak.affinity_code(0, 2, 1))
     a1 = affinity_from_code(soak.affinity_code(1, 2, 1))
     assert a0["master_cpus"] == [0] and a0["workers_cpus"] == [[0]]

@@ -1,40 +1,40 @@
 #!/usr/bin/env python
 """Is this tree slower than another commit? rlfast's own CPU benchmarks, interleaved.
 
-Runs the rlfast side of ``scripts/bench_dqn_cartpole.py`` (DQN on CartPole-v1, its tuned
-learning-test config, ``--dqn-steps`` steps) and of ``scripts/bench_qpg.py`` (SAC and/or TD3
+Runs the rlfast side of ``bench_dqn_cartpole.py`` (DQN on CartPole-v1, its tuned
+learning-test config, ``--dqn-steps`` steps) and of ``bench_qpg.py`` (SAC and/or TD3
 on Pendulum-v1 from the presets, ``--qpg-steps`` steps) once per round for each of two trees:
 this working tree and ``--rev`` (exported with ``git archive`` into a temporary folder). The
 two trees alternate, and which goes first alternates by round, so that a noisy shared machine
 slows both alike. Each run is its own process, started through the tree's own benchmark
-module, which puts that tree first on ``sys.path``. Prints, per benchmark, the wall seconds of
+module (in ``scripts/bench/``, or ``scripts/`` in a tree from before the benchmarks moved
+there), which puts that tree first on ``sys.path``. Prints, per benchmark, the wall seconds of
 each round, the median of each tree and the median of the per-round ratios (this tree / the
 other: below 1 is faster), and the final returns, with the machine.
 
-Usage: python scripts/bench_against_commit.py --rev 5f6397c [--rounds 3] [--benchmarks
-           dqn sac] [--dqn-steps 100000] [--qpg-steps 10000]
+Usage: python scripts/bench/bench_against_commit.py --rev 5f6397c [--rounds 3]
+           [--benchmarks dqn sac] [--dqn-steps 100000] [--qpg-steps 10000]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import machine  # noqa: E402
+from _common import (REPO_ROOT, interleave, machine, median, paired_ratios,  # noqa: E402
+                     parse_result, run_process)
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = ("dqn", "sac", "td3")
 
 # Runs in a child: the tree's own benchmark module runs its own rlfast child process.
 DRIVER = r"""
-import json, sys
+import json, os, sys
 tree, name, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-sys.path.insert(0, tree + "/scripts")
+bench = os.path.join(tree, "scripts", "bench")
+sys.path.insert(0, bench if os.path.isdir(bench) else os.path.join(tree, "scripts"))
 if name == "dqn":
     import bench_dqn_cartpole as b
     result = b.run_rlfast(steps, 0)
@@ -49,11 +49,11 @@ else:
 
 
 def run(tree: str, name: str, steps: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", DRIVER, tree, name, str(steps)],
-                         capture_output=True, text=True, cwd=tree)
-    if out.returncode != 0:
-        raise RuntimeError(f"{name} in {tree} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """One run of benchmark ``name`` from the checkout in ``tree``, with that tree's rlfast
+    (the child runs in ``tree``, this environment unchanged)."""
+    finished = run_process([sys.executable, "-c", DRIVER, tree, name, str(steps)], cwd=tree,
+                         env=dict(os.environ))
+    return parse_result(f"{name} in {tree}", *finished, tag=None)
 
 
 def main() -> None:
@@ -71,8 +71,7 @@ def main() -> None:
         subprocess.run(["tar", "-x", "-C", other], input=archive, check=True)
         trees = {"this": REPO_ROOT, args.rev: other}
         results: dict = {(name, t): [] for name in args.benchmarks for t in trees}
-        for r in range(args.rounds):
-            order = list(trees) if r % 2 == 0 else list(reversed(trees))
+        for r, order in interleave(trees, args.rounds):
             for name in args.benchmarks:
                 steps = args.dqn_steps if name == "dqn" else args.qpg_steps
                 for label in order:
@@ -84,9 +83,9 @@ def main() -> None:
     for name in args.benchmarks:
         mine = [x["wall_s"] for x in results[(name, "this")]]
         theirs = [x["wall_s"] for x in results[(name, args.rev)]]
-        ratios = [a / b for a, b in zip(mine, theirs)]
-        print(f"{name:10} {statistics.median(mine):9.1f} {statistics.median(theirs):14.1f} "
-              f"{statistics.median(ratios):7.3f}  {', '.join(f'{x:.3f}' for x in ratios)}")
+        ratios = paired_ratios(mine, theirs)
+        print(f"{name:10} {median(mine):9.1f} {median(theirs):14.1f} "
+              f"{median(ratios):7.3f}  {', '.join(f'{x:.3f}' for x in ratios)}")
 
 
 if __name__ == "__main__":

@@ -16,24 +16,23 @@ learning starts to the last (``Diagnostics/CumSteps`` over ``Diagnostics/CumTime
 gives the median over rounds and two ratios: the code's steps/s over the same run without a
 code (the acceptance asks that it never falls below 1/5), and PASSIVE over ACTIVE.
 
-    python scripts/bench_threads.py                     # sac, td3, ddpg, dqn; 3 rounds
-    python scripts/bench_threads.py --algos sac --rounds 1 --steps 1500 --quick
+    python scripts/bench/bench_threads.py               # sac, td3, ddpg, dqn; 3 rounds
+    python scripts/bench/bench_threads.py --algos sac --rounds 1 --steps 1500 --quick
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import itertools
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import child_env, machine, stop_group  # noqa: E402
+from _common import (child_env, interleave, machine, median, run_process,  # noqa: E402
+                     stop_group, write_json)
 
 CODE = "0slt_2cpu_0gpu_2cpr_0hto"
 # workload -> (algorithm, env, sampler, settings that make learning start early and evaluation
@@ -87,16 +86,11 @@ def run_case(algo: str, code: bool, policy: str, steps: int, interval: int,
             cmd += ["--set", item]
         if code:
             cmd += ["--affinity", CODE]
-        env = dict(child_env(), OMP_WAIT_POLICY=policy)
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-        try:
-            _, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            stop_group(proc)
+        returncode, _, err = run_process(cmd, timeout, env=child_env(OMP_WAIT_POLICY=policy))
+        if returncode is None:
             raise RuntimeError(f"{' '.join(cmd)} ran past {timeout:.0f} s")
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {err[-2000:]}")
+        if returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} exited {returncode}: {err[-2000:]}")
         return learning_rate_of(os.path.join(log_dir, "progress.csv"), learn_from)
 
 
@@ -121,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = list(itertools.product(args.algos, (False, True), args.policies, loads))
     figures: dict[str, list[float]] = {case_name(*c): [] for c in cases}
     print(machine(), flush=True)
-    for rnd in range(args.rounds):
-        order = cases if rnd % 2 == 0 else cases[::-1]
+    for rnd, order in interleave(cases, args.rounds):
         for algo, code, policy, loaded in order:
             busy = busy_processes(args.load) if loaded else []
             try:
@@ -133,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             name = case_name(algo, code, policy, loaded)
             figures[name].append(sps)
             print(f"round {rnd + 1}: {name:<32} {sps:9.1f} steps/s", flush=True)
-    med = {name: statistics.median(v) for name, v in figures.items()}
+    med = {name: median(v) for name, v in figures.items()}
     print(f"\nmedian steps/s over {args.rounds} round(s); code = --affinity {CODE}; "
           f"loaded = beside {args.load} busy process(es)")
     print(f"{'algo':<10}{'load':<8}{'policy':<9}{'no code':>10}{'code':>10}{'code/none':>11}"
@@ -148,10 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{algo:<10}{'loaded' if loaded else 'idle':<8}{policy:<9}{none:>10.1f}"
                   f"{code:>10.1f}{code / none:>10.2f}x{versus:>23}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(machine=machine(), code=CODE, load=args.load, steps=args.steps,
-                           rounds=args.rounds, figures=figures, medians=med,
-                           time=time.strftime("%Y-%m-%dT%H:%M:%S")), f, indent=1)
+        write_json(args.json, dict(code=CODE, load=args.load, steps=args.steps,
+                                   rounds=args.rounds, figures=figures, medians=med,
+                                   time=time.strftime("%Y-%m-%dT%H:%M:%S")))
     return 0
 
 

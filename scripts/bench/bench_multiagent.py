@@ -25,8 +25,8 @@ BenchMARL 1.5 on torchrl 0.11 imports the MPE tasks from ``pettingzoo.mpe``, whi
 same environments rlfast runs) before it imports BenchMARL. Steps must be a multiple of both
 batch sizes (rlfast 25 x 128 = 3200 env steps, BenchMARL 6000 frames): the default 144,000 is.
 
-    python scripts/bench_multiagent.py                       # 3 seeds, 144k steps each
-    python scripts/bench_multiagent.py --steps 48000 --seeds 0   # a quick look
+    python scripts/bench/bench_multiagent.py                     # 3 seeds, 144k steps each
+    python scripts/bench/bench_multiagent.py --steps 48000 --seeds 0   # a quick look
 """
 from __future__ import annotations
 
@@ -35,14 +35,15 @@ import csv
 import glob
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (REPO_ROOT, interleave, machine, markdown_table, run_process,  # noqa: E402
+                     write_json)
+
 TASK = "mpe2.simple_spread_v3"
 
 # The peer's run: BenchMARL's own defaults but for the settings named in the docstring.
@@ -101,10 +102,10 @@ def run_rlfast(seed: int, steps: int, n_agents: int, eval_episodes: int, out: st
     if sampler:
         command += ["--sampler", sampler]
     start = time.time()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    returncode, stdout, stderr = run_process(command, cwd=REPO_ROOT)
     wall = time.time() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"rlfast run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    if returncode != 0:
+        raise RuntimeError(f"rlfast run failed:\n{stdout[-2000:]}\n{stderr[-2000:]}")
     with open(os.path.join(log_dir, "progress.csv")) as f:
         rows = list(csv.DictReader(f))
     last = rows[-1]
@@ -121,12 +122,11 @@ def run_peer(python: str, seed: int, steps: int, n_agents: int, eval_episodes: i
     args = json.dumps(dict(seed=seed, steps=steps, n_agents=n_agents,
                            eval_episodes=eval_episodes, out=folder))
     start = time.time()
-    done = subprocess.run([python, "-c", PEER_SOURCE, args], capture_output=True, text=True,
-                          cwd=folder)
+    returncode, stdout, stderr = run_process([python, "-c", PEER_SOURCE, args], cwd=folder,
+                                           env=dict(os.environ))
     wall = time.time() - start
-    if done.returncode != 0 or "PEER_DONE" not in done.stdout:
-        raise RuntimeError(f"BenchMARL run failed:\n{done.stdout[-2000:]}\n"
-                           f"{done.stderr[-3000:]}")
+    if returncode != 0 or "PEER_DONE" not in stdout:
+        raise RuntimeError(f"BenchMARL run failed:\n{stdout[-2000:]}\n{stderr[-3000:]}")
     scalars = glob.glob(os.path.join(folder, "**", "scalars"), recursive=True)
     if not scalars:
         raise RuntimeError(f"BenchMARL wrote no scalars under {folder}")
@@ -150,12 +150,12 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="bench_multiagent_")
+    print(f"Machine: {machine()}")
     print(f"MPE Spread N={args.n_agents}, 25 cycles; {args.steps:,} env steps per run; seeds "
-          f"{args.seeds}; machine: {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores; logs in {out}", flush=True)
+          f"{args.seeds}; logs in {out}", flush=True)
     results: dict[str, list[dict]] = {"rlfast": [], "benchmarl": []}
-    for i, seed in enumerate(args.seeds):
-        order = ["rlfast", "benchmarl"] if i % 2 == 0 else ["benchmarl", "rlfast"]
+    for i, order in interleave(["rlfast", "benchmarl"], len(args.seeds)):
+        seed = args.seeds[i]
         for name in order:
             if name == "benchmarl" and args.no_peer:
                 continue
@@ -170,28 +170,26 @@ def main() -> int:
             print(f"  {name:9s} seed {seed}: final return {result['final_return']:8.2f} "
                   f"({result['episodes']} episodes, {result['steps']:,} steps), wall "
                   f"{result['wall_s']:7.1f} s", flush=True)
-    print()
-    print("| framework | seeds | final return, per seed | mean final return | wall time per run "
-          "(s), mean |")
-    print("|---|---|---|---:|---:|")
-    means = {}
+    means, rows = {}, []
     for name, runs in results.items():
         if not runs:
             continue
         finals = [r["final_return"] for r in runs]
         walls = [r["wall_s"] for r in runs]
         means[name] = (statistics.mean(finals), statistics.mean(walls))
-        print(f"| {name} | {', '.join(str(r['seed']) for r in runs)} | "
-              f"{', '.join(f'{v:.2f}' for v in finals)} | {means[name][0]:.2f} | "
-              f"{means[name][1]:.1f} |")
+        rows.append([name, ", ".join(str(r["seed"]) for r in runs),
+                     ", ".join(f"{v:.2f}" for v in finals), f"{means[name][0]:.2f}",
+                     f"{means[name][1]:.1f}"])
+    print()
+    print(markdown_table(["framework", "seeds", "final return, per seed", "mean final return",
+                          "wall time per run (s), mean"], rows, "lllrr"))
     if len(means) == 2:
         (r_ret, r_wall), (p_ret, p_wall) = means["rlfast"], means["benchmarl"]
         print(f"\nrlfast - BenchMARL final return: {r_ret - p_ret:+.2f}; wall time ratio "
               f"rlfast/BenchMARL: {r_wall / p_wall:.2f}x ({p_wall / r_wall:.1f}x faster)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(steps=args.steps, n_agents=args.n_agents, seeds=args.seeds,
-                           results=results), f, indent=1)
+        write_json(args.json, dict(steps=args.steps, n_agents=args.n_agents, seeds=args.seeds,
+                                   results=results))
     return 0
 
 

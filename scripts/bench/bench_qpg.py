@@ -6,8 +6,8 @@ threads start alike. rlfast runs exactly what ``rlfast train <algo> Pendulum-v1`
 preset ``get_preset(algo, "Pendulum-v1")`` (Pendulum-tuned overrides merged in) with
 ``runner.n_steps = --steps``, ``build_experiment(..., sampler="serial", seed=seed)``, the
 preset's master torch threads (1 for the 64x64 Pendulum networks), no progress bar, no
-snapshots. Its time is the wall clock of ``runner.train()`` inside ``logger_context``: env and network
-construction, replay allocation, training and ALL its evaluations (before training, every
+snapshots. Its time is the wall clock of ``runner.train()`` inside ``logger_context``: env and
+network construction, replay allocation, training and ALL its evaluations (before training, every
 ``log_interval_steps`` and at the end: 5 deterministic episodes each); the eval share is shown
 in the "eval s" column and stays in rlfast's time. SB3 runs its rl-baselines3-zoo Pendulum-v1
 hyperparameters (ZOO below) with ``device="cpu"`` and torch's default thread count; its time is
@@ -21,15 +21,15 @@ final evaluation, rlfast read -210 where the same trained policies score -106 on
 episodes.) CPU seconds (all threads, process-wide) are printed too.
 
 The two tuned settings differ (the script prints, per algorithm, the preset keys whose values
-differ from SB3's: e.g. learning_starts, network sizes); ``--same-settings`` adds a row per algorithm
-where rlfast runs SB3's effective settings (networks, batch, learning_starts ->
+differ from SB3's: e.g. learning_starts, network sizes); ``--same-settings`` adds a row per
+algorithm where rlfast runs SB3's effective settings (networks, batch, learning_starts ->
 algo.min_steps_learn, gamma, learning rates, buffer, tau, update/policy-delay intervals, noise)
 as dotted ``apply_overrides`` keys, to separate framework speed from tuning. Not mapped: before
 learning starts SB3 acts uniformly at random, rlfast with its preset pre-training noise.
 ``--smoke`` caps learning_starts / min_steps_learn at 500 in every run so a short run exercises
 the learning path; it is not a measurement.
 
-Usage: python scripts/bench_qpg.py [--steps 20000] [--seeds 0] [--algos sac,td3,ddpg]
+Usage: python scripts/bench/bench_qpg.py [--steps 20000] [--seeds 0] [--algos sac,td3,ddpg]
            [--same-settings] [--smoke] [--eval-episodes 20] [--json PATH]
 """
 from __future__ import annotations
@@ -38,12 +38,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 
-from _bench_common import machine, sb3_log_dir
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (REPO_ROOT, machine, median, parse_result, run_process,  # noqa: E402
+                     sb3_log_dir, sb3_version, write_json)
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV_ID = "Pendulum-v1"
 ALGOS = ("sac", "td3", "ddpg")
 SMOKE_LEARNING_STARTS = 500
@@ -90,10 +90,10 @@ runner = build_experiment(algo, "Pendulum-v1", config, sampler="serial", seed=se
 runner.progress_bar = False
 eval_s = [0.0]
 _evaluate = runner.evaluate_agent
-def timed_evaluate(itr):  # measures the evaluations' share; they stay inside train()'s time
+def timed_evaluate(*args, **kwargs):  # the evaluations' share; they stay in train()'s time
     start = time.perf_counter()
     try:
-        return _evaluate(itr)
+        return _evaluate(*args, **kwargs)
     finally:
         eval_s[0] += time.perf_counter() - start
 runner.evaluate_agent = timed_evaluate
@@ -118,7 +118,8 @@ for ep in range(n_eval):
         total += float(reward)
         done = terminated or truncated
     returns.append(total)
-print(json.dumps(dict(wall_s=wall, cpu_s=cpu, eval_s=eval_s[0], final_return=sum(returns) / len(returns),
+print(json.dumps(dict(wall_s=wall, cpu_s=cpu, eval_s=eval_s[0],
+                      final_return=sum(returns) / len(returns),
                       runner_final_return=result["final_return"],
                       eval_returns=result["eval_returns"], updates=runner.algo.update_counter,
                       min_steps_learn=config["algo"]["min_steps_learn"],
@@ -143,7 +144,8 @@ cpu0, t0 = time.process_time(), time.perf_counter()
 env = gym.make("Pendulum-v1")
 if zoo.get("noise_type") == "normal":
     n = env.action_space.shape[0]
-    kwargs["action_noise"] = NormalActionNoise(mean=np.zeros(n), sigma=zoo["noise_std"] * np.ones(n))
+    kwargs["action_noise"] = NormalActionNoise(mean=np.zeros(n),
+                                               sigma=zoo["noise_std"] * np.ones(n))
 model = dict(sac=SAC, td3=TD3, ddpg=DDPG)[algo]("MlpPolicy", env, seed=seed, device="cpu",
                                                  verbose=0, **kwargs)
 model.learn(total_timesteps=steps)
@@ -161,7 +163,8 @@ for ep in range(n_eval):
     returns.append(total)
 print(json.dumps(dict(wall_s=wall, cpu_s=cpu, final_return=sum(returns) / len(returns),
                       eval_s_uncharged=time.perf_counter() - t_eval, updates=model._n_updates,
-                      learning_starts=model.learning_starts, torch_threads=torch.get_num_threads())))
+                      learning_starts=model.learning_starts,
+                      torch_threads=torch.get_num_threads())))
 """
 
 
@@ -212,11 +215,8 @@ def settings_diff(algo: str) -> dict[str, tuple]:
 
 
 def _run_child(script: str, args: list, name: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True,
-                         text=True, cwd=REPO_ROOT)
-    if out.returncode != 0:
-        raise RuntimeError(f"{name} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    finished = run_process([sys.executable, "-c", script, *map(str, args)], cwd=REPO_ROOT)
+    return parse_result(name, *finished, tag=None)
 
 
 def run_rlfast(algo: str, steps: int, seed: int, overrides: list[str], cap: int,
@@ -245,13 +245,13 @@ def _summarize(algo: str, rows: list[dict], have_sb3: bool) -> dict:
         if values:
             finals[fw] = values
             out[fw] = dict(mean_return=statistics.mean(values), return_spread=_spread(values),
-                           median_wall_s=statistics.median(r["wall_s"] for r in rows
-                                                           if r["framework"] == fw))
+                           median_wall_s=median(r["wall_s"] for r in rows
+                                                if r["framework"] == fw))
     if have_sb3:
         for fw in ("rlfast", "rlfast-sb3-settings"):
             ratios = [r["ratio"] for r in rows if r["framework"] == fw]
             if ratios:
-                out[fw]["median_ratio"] = statistics.median(ratios)
+                out[fw]["median_ratio"] = median(ratios)
         spread = max(_spread(finals["rlfast"]), _spread(finals["SB3"]))
         out["speed_ok"] = out["rlfast"]["median_ratio"] <= TARGET_RATIO
         out["return_ok"] = out["rlfast"]["mean_return"] >= out["SB3"]["mean_return"] - spread
@@ -259,12 +259,14 @@ def _summarize(algo: str, rows: list[dict], have_sb3: bool) -> dict:
     return out
 
 
-def main() -> None:
-    sb3_log_dir()  # SB3's children log nowhere lasting
+def parse_args() -> tuple[argparse.Namespace, list[str], list[int]]:
+    """The arguments, the algorithms of ``--algos`` and the seeds of ``--seeds`` (a one-line
+    error naming the bad value otherwise)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000, help="env steps per run (20000)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
-    parser.add_argument("--algos", default="sac,td3,ddpg", help="comma-separated, from sac,td3,ddpg")
+    parser.add_argument("--algos", default="sac,td3,ddpg",
+                        help="comma-separated, from sac,td3,ddpg")
     parser.add_argument("--same-settings", action="store_true",
                         help="also run rlfast with SB3's zoo settings mapped onto its preset keys")
     parser.add_argument("--smoke", action="store_true",
@@ -287,22 +289,41 @@ def main() -> None:
         parser.error("--seeds is empty")
     if args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
-    cap = SMOKE_LEARNING_STARTS if args.smoke else -1
-    try:
-        import stable_baselines3
-        have_sb3, sb3_version = True, stable_baselines3.__version__
-    except ImportError:
-        have_sb3, sb3_version = False, None
-        print("stable-baselines3 is not installed: timing rlfast only "
-              "(pip install stable-baselines3 to compare).")
-    from rlfast.experiments.presets import get_preset
+    return args, algos, seeds
 
+
+def _print_summary(summaries: list[dict], have_sb3: bool, smoke: bool) -> None:
+    """Per algorithm: the returns, the median wall-clock ratio and whether the targets are
+    met."""
+    print("Summary" + (" (SMOKE RUN: not a measurement)" if smoke else "")
+          + f": target rlfast wall <= {TARGET_RATIO}x SB3, final return at least SB3's "
+            f"within the seed spread (larger of the two std devs; 0 with one seed)")
+    for s in summaries:
+        line = f"  {s['algo']:<5} rlfast return {s['rlfast']['mean_return']:8.1f}"
+        if have_sb3:
+            line += (f" | SB3 return {s['SB3']['mean_return']:8.1f} | median ratio "
+                     f"{s['rlfast']['median_ratio']:.2f}")
+            if "rlfast-sb3-settings" in s:
+                ss = s["rlfast-sb3-settings"]
+                line += (f" (SB3 settings: {ss['median_ratio']:.2f}, return "
+                         f"{ss['mean_return']:.1f})")
+            line += (f" | speed {'met' if s['speed_ok'] else 'NOT met'}, return "
+                     f"{'met' if s['return_ok'] else 'NOT met'}")
+        print(line)
+
+
+def main() -> None:
+    sb3_log_dir()  # SB3's children log nowhere lasting
+    args, algos, seeds = parse_args()
+    cap = SMOKE_LEARNING_STARTS if args.smoke else -1
+    sb3_release = sb3_version()
+    have_sb3 = sb3_release is not None
     if args.smoke:
         print(f"SMOKE RUN: learning starts capped at {SMOKE_LEARNING_STARTS} steps in every run; "
               f"not a measurement.")
     print(f"Machine: {machine()}")
     print(f"{ENV_ID}, {args.steps} env steps per run, seeds {seeds}"
-          + (f", stable-baselines3 {sb3_version}" if have_sb3 else ""))
+          + (f", stable-baselines3 {sb3_release}" if have_sb3 else ""))
     print("rlfast wall = runner.train() (env/net setup, training, all its evaluations: 'eval s');"
           " SB3 wall = gym.make + model construction + learn() (its final evaluation not "
           "charged).\n")
@@ -342,31 +363,16 @@ def main() -> None:
         rows += algo_rows
         summaries.append(_summarize(algo, algo_rows, have_sb3))
         print()
-    print("Summary" + (" (SMOKE RUN: not a measurement)" if args.smoke else "")
-          + f": target rlfast wall <= {TARGET_RATIO}x SB3, final return at least SB3's "
-            f"within the seed spread (larger of the two std devs; 0 with one seed)")
-    for s in summaries:
-        line = f"  {s['algo']:<5} rlfast return {s['rlfast']['mean_return']:8.1f}"
-        if have_sb3:
-            line += (f" | SB3 return {s['SB3']['mean_return']:8.1f} | median ratio "
-                     f"{s['rlfast']['median_ratio']:.2f}")
-            if "rlfast-sb3-settings" in s:
-                ss = s["rlfast-sb3-settings"]
-                line += (f" (SB3 settings: {ss['median_ratio']:.2f}, return "
-                         f"{ss['mean_return']:.1f})")
-            line += (f" | speed {'met' if s['speed_ok'] else 'NOT met'}, return "
-                     f"{'met' if s['return_ok'] else 'NOT met'}")
-        print(line)
+    _print_summary(summaries, have_sb3, args.smoke)
     threads = sorted({(r["framework"], r["torch_threads"]) for r in rows})
     print("torch threads: " + ", ".join(f"{fw} {n}" for fw, n in threads))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(machine=machine(), env=ENV_ID, steps=args.steps, seeds=seeds,
-                           smoke=args.smoke, sb3_version=sb3_version, zoo=ZOO,
-                           same_settings={a: same_settings_overrides(a) for a in algos}
-                           if args.same_settings else None,
-                           preset_vs_sb3={a: settings_diff(a) for a in algos},
-                           rows=rows, summary=summaries), f, indent=2)
+        write_json(args.json, dict(env=ENV_ID, steps=args.steps, seeds=seeds, smoke=args.smoke,
+                                   sb3_version=sb3_release, zoo=ZOO,
+                                   same_settings={a: same_settings_overrides(a) for a in algos}
+                                   if args.same_settings else None,
+                                   preset_vs_sb3={a: settings_diff(a) for a in algos},
+                                   rows=rows, summary=summaries), indent=2)
         print(f"Results written to {args.json}")
 
 

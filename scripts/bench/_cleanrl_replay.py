@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The replay-based peers of scripts/bench_gpu.sh's replay section, written here from the
+"""The replay-based peers of scripts/bench/bench_gpu.sh's replay section, written here from the
 published algorithms (no code of CleanRL or LeanRL is copied; their hyperparameters are):
 
 - ``cleanrl_dqn``: CleanRL's ``dqn_atari`` loop: Nature-CNN Q-network, epsilon-greedy with
@@ -8,9 +8,9 @@ published algorithms (no code of CleanRL or LeanRL is copied; their hyperparamet
   Adam lr 1e-4, hard target copy every 1000 iterations; uint8 frames in a host numpy replay,
   each batch moved to the device as it is sampled; the loss and Q mean read with ``.item()``
   every 100 iterations, as CleanRL logs them. Pong runs on ale-py's AtariVectorEnv with one
-  env (scripts/_bench_cleanrl.py's settings: CleanRL's wrappers in C++, a faster env than
+  env (scripts/bench/_cleanrl.py's settings: CleanRL's wrappers in C++, a faster env than
   CleanRL's own Python wrappers, so a stricter peer).
-- ``cleanrl_sac`` and ``leanrl_sac`` (scripts/_bench_cleanrl_sac.py): CleanRL's
+- ``cleanrl_sac`` and ``leanrl_sac`` (scripts/bench/_cleanrl_sac.py): CleanRL's
   ``sac_continuous_action`` loop at LeanRL's settings, as written there (host numpy replay,
   eager PyTorch) and with LeanRL's method (device replay, torch.compile, CUDA graphs,
   capturable fused Adam).
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import sys
 import time
@@ -36,40 +35,13 @@ from torch import nn
 from torch.nn import functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_cleanrl import make_ale_vector_env, vector_env_spaces  # noqa: E402
-from _bench_cleanrl_sac import cleanrl_sac, leanrl_sac  # noqa: E402
+from _cleanrl import make_ale_vector_env, vector_env_spaces  # noqa: E402
+from _cleanrl_sac import cleanrl_sac, leanrl_sac  # noqa: E402
+from _common import Window, print_result, write_json  # noqa: E402
 
-RESULT_TAG = "BENCH_REPLAY_PEER "
 DQN_HP = dict(learning_rate=1e-4, gamma=0.99, batch_size=32, train_frequency=4,
               target_network_frequency=1000, tau=1.0, start_e=1.0, end_e=0.01,
               exploration_fraction=0.1, total_timesteps=10_000_000)
-
-
-class Window:
-    """The measurement window: ``observe(steps, updates)`` after every env step returns True
-    once it closed. It opens ``warmup`` s after the ``settle`` th gradient step."""
-
-    def __init__(self, seconds: float, warmup: float, settle: int):
-        self.seconds, self.warmup, self.settle = seconds, warmup, settle
-        self.settled_t = self.start = self.end = None
-
-    def observe(self, steps: int, updates: int) -> bool:
-        now = time.perf_counter()
-        if self.settled_t is None:
-            if updates >= self.settle:
-                self.settled_t = now
-        elif self.start is None:
-            if now - self.settled_t >= self.warmup:
-                self.start = (now, time.time(), steps, updates)
-        elif now - self.start[0] >= self.seconds:
-            self.end = (now, time.time(), steps, updates)
-            return True
-        return False
-
-    def result(self) -> dict:
-        (t0, w0, s0, u0), (t1, w1, s1, u1) = self.start, self.end
-        return dict(window_s=t1 - t0, t_start=w0, t_end=w1, steps=s1 - s0, updates=u1 - u0,
-                    env_sps=(s1 - s0) / (t1 - t0), ups=(u1 - u0) / (t1 - t0))
 
 
 class HostReplay:
@@ -187,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--learning-starts", type=int, default=None,
                    help="default 3000 (dqn), 5000 (sac)")
     p.add_argument("--buffer-size", type=int, default=None,
-                   help="default 100000 (dqn, as scripts/bench_async.py), 1000000 (sac)")
+                   help="default 100000 (dqn, as scripts/bench/bench_async.py), 1000000 (sac)")
     p.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads (default 0: torch's own choice, as CleanRL leaves it)")
@@ -229,10 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             env.close()
     result = dict(window.result(), algo=args.algo, style=args.style, env=env_id,
                   device=str(device), wall_s=time.time() - t0, **extra)
-    print(RESULT_TAG + json.dumps(result), flush=True)
+    print_result(result)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.json, result)
     return 0
 
 

@@ -8,21 +8,20 @@ episodes at each log row, so no evaluation steps are spent), in its own child pr
 two children run at the same time (the comparison is against steps, not time). The table gives
 each run's return at every log row, and the mean over the second half of the rows.
 
-Usage: python scripts/overlap_learning.py [--env atari:pong] [--steps 250000]
+Usage: python scripts/bench/overlap_learning.py [--env atari:pong] [--steps 250000]
            [--log-every 25000] [--seeds 0] [--set KEY=VALUE ...] [--json OUT]
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import machine  # noqa: E402
+from _common import child_env, machine, markdown_table, write_json  # noqa: E402
 
 
 def _child(args: argparse.Namespace) -> None:
@@ -35,7 +34,8 @@ def _child(args: argparse.Namespace) -> None:
     config = apply_overrides(get_preset(args.algo, args.env), list(args.set or []))
     config["sampler"].update(eval_n_envs=0, eval_max_steps=None)
     config["runner"]["overlap"] = args.child_overlap
-    built = build_experiment(args.algo, args.env, config, sampler=args.sampler, seed=args.child_seed)
+    built = build_experiment(args.algo, args.env, config, sampler=args.sampler,
+                             seed=args.child_seed)
     runner = MinibatchRl(algo=built.algo, agent=built.agent, sampler=built.sampler,
                          seed=args.child_seed, affinity=built.affinity, n_steps=args.steps,
                          log_interval_steps=args.log_every, progress_bar=False,
@@ -91,7 +91,8 @@ def main() -> None:
                 if args.set:
                     cmd += ["--set", *args.set]
                 procs[(seed, overlap)] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
-                                                           stderr=subprocess.PIPE, text=True), out)
+                                                           stderr=subprocess.PIPE, text=True,
+                                                           env=child_env()), out)
         for (seed, overlap), (proc, out) in procs.items():
             _, err = proc.communicate()
             if proc.returncode != 0:
@@ -99,19 +100,21 @@ def main() -> None:
             results[(seed, overlap)] = _rows(os.path.join(out, "progress.csv"))
     for seed in args.seeds:
         sync, over = results[(seed, 0)], results[(seed, 1)]
-        print(f"\nseed {seed}\n| steps | synchronous | overlapped | overlapped PolicyLag |")
-        print("|---:|---:|---:|---:|")
-        for (steps, r0, _), (_, r1, lag) in zip(sync, over):
-            print(f"| {steps:,} | {r0:.2f} | {r1:.2f} | {lag:.2f} |")
+        print(f"\nseed {seed}")
+        print(markdown_table(["steps", "synchronous", "overlapped", "overlapped PolicyLag"],
+                             [[f"{steps:,}", f"{r0:.2f}", f"{r1:.2f}", f"{lag:.2f}"]
+                              for (steps, r0, _), (_, r1, lag) in zip(sync, over)], "rrrr"))
         half = len(sync) // 2
-        mean = lambda rows: sum(r for _, r, _ in rows[half:]) / max(len(rows[half:]), 1)
+
+        def mean(rows: list[tuple]) -> float:
+            return sum(r for _, r, _ in rows[half:]) / max(len(rows[half:]), 1)
+
         print(f"mean over the second half of the rows: synchronous {mean(sync):.2f}, "
               f"overlapped {mean(over):.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine(), "settings": vars(args),
-                       "runs": {f"seed{s}_{'overlap' if o else 'sync'}": rows
-                                for (s, o), rows in results.items()}}, f, indent=1)
+        write_json(args.json, {"settings": vars(args),
+                               "runs": {f"seed{s}_{'overlap' if o else 'sync'}": rows
+                                        for (s, o), rows in results.items()}})
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
-"""The replay section of scripts/bench_gpu.sh, run (scripts/_bench_gpu_replay.py plans it and
+"""The replay section of scripts/bench/bench_gpu.sh, run (scripts/bench/_gpu_replay.py plans it and
 builds its tables): one child process (group) per measurement, its figures kept by item key.
 
-- rlfast DQN on Pong: scripts/bench_async.py ``--benchmarks dqn`` at replay ratio 8, one round,
-  sync with the cpu and the gpu sampler and async (a later variant: its best sync sampler and
-  async), with the item's overrides as ``--set``;
+- rlfast DQN on Pong: scripts/bench/bench_async.py ``--benchmarks dqn`` at replay ratio 8, one
+  round, sync with the cpu and the gpu sampler and async (a later variant: its best sync sampler
+  and async), with the item's overrides as ``--set``;
 - rlfast SAC: ``rlfast train sac ENV`` with LeanRL's learning start and replay size and the
   item's overrides, its progress.csv read as it grows until a steady window past learning
-  start is complete (scripts/_bench_gpu_replay.py's ``steady_window``), then stopped as
+  start is complete (scripts/bench/_gpu_replay.py's ``steady_window``), then stopped as
   Ctrl-C would;
-- the peers: scripts/_bench_cleanrl_replay.py, which measures its own window.
+- the peers: scripts/bench/_cleanrl_replay.py, which measures its own window.
 
 Overrides this rlfast's presets lack (``algo.replay_device``, ``algo.compile`` while they are
 being added) are left out and said so; a run that would then repeat one already made is
@@ -23,11 +23,11 @@ import subprocess
 import sys
 import time
 
-import _bench_gpu_plan as plan
-import _bench_gpu_replay as replay
-from _bench_common import REPO_ROOT, child_env, stop_group
+import _gpu_plan as plan
+import _gpu_replay as replay
+from _common import REPO_ROOT, child_env, run_process, stop_group
 
-SCRIPTS = os.path.join(REPO_ROOT, "scripts")
+BENCH = os.path.dirname(os.path.abspath(__file__))
 ENVS = dict(dqn="atari:pong", sac=None)  # sac: args.sac_env
 
 
@@ -74,16 +74,8 @@ class ReplayRuns:
         """Run ``cmd`` in its own process group within ``timeout``; (exit code or None on
         timeout, output)."""
         print("  $ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=child_env(), cwd=REPO_ROOT, start_new_session=True)
-        try:
-            text, _ = proc.communicate(timeout=timeout)
-            return proc.returncode, text
-        except subprocess.TimeoutExpired:
-            stop_group(proc)
-            return None, proc.communicate()[0] or ""
-        finally:
-            stop_group(proc)
+        returncode, stdout, stderr = run_process(cmd, timeout, cwd=REPO_ROOT)
+        return returncode, stdout + stderr
 
     def _failed(self, item: plan.Item, code: int | None, text: str, timeout: float) -> str:
         self.results[item.key] = dict(error=text[-4000:])
@@ -103,7 +95,7 @@ class ReplayRuns:
         out = os.path.join(self.work, f"{item.kind}_{item.name}.json")
         best = self._best_sync_sampler()
         samplers = ["cpu", "gpu"] if item.runs >= 3 or best is None else [best]
-        cmd = [sys.executable, os.path.join(SCRIPTS, "bench_async.py"), "--device", a.device,
+        cmd = [sys.executable, os.path.join(BENCH, "bench_async.py"), "--device", a.device,
                "--benchmarks", "dqn", "--dqn-replay-ratios", f"{replay.DQN_REPLAY_RATIO:g}",
                "--rounds", "1", "--seconds", str(a.dqn_seconds), "--warmup", str(a.dqn_warmup),
                "--dqn-min-steps-learn", str(a.dqn_learning_starts), "--dqn-replay-size",
@@ -202,7 +194,7 @@ class ReplayRuns:
         a = self.args
         out = os.path.join(self.work, f"{item.kind}_{item.name}.json")
         dqn = item.kind == "dqn"
-        cmd = [sys.executable, os.path.join(SCRIPTS, "_bench_cleanrl_replay.py"), "--algo",
+        cmd = [sys.executable, os.path.join(BENCH, "_cleanrl_replay.py"), "--algo",
                item.kind, "--style", item.name, "--device", a.device, "--seed", str(a.seed),
                "--seconds", str(a.dqn_seconds if dqn else a.sac_seconds), "--warmup",
                str(a.dqn_warmup if dqn else a.sac_warmup), "--learning-starts",

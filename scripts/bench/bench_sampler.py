@@ -6,7 +6,7 @@ Every contender steps 8 Pong environments with frame skip 4 and uniformly random
 (rlfast also with its AtariFfAgent choosing the actions); the figure is environment frames per
 second (agent steps x frame skip). Each contender runs for about ``--seconds`` after a warm-up.
 
-Usage: python scripts/bench_sampler.py [--seconds 8] [--envs 8] [--batch-T 64] [--quick]
+Usage: python scripts/bench/bench_sampler.py [--seconds 8] [--envs 8] [--batch-T 64] [--quick]
        [--samplers serial cpu gpu alternating] [--agents random atari_ff nature_cnn]
        [--device cpu|cuda] [--obs-type 84x84] [--peers ale gym] [--json FILE]
 
@@ -25,21 +25,25 @@ off between rounds (interleaved, the order alternating, so drift hits both alike
 gives the median throughput of each, the median ratio of back-to-back pairs, and the check
 alone timed on a real batch (the number least disturbed by other load on the machine).
 
-Usage: python scripts/bench_sampler.py --check-finite [--rounds 15] [--seconds 1]
+Usage: python scripts/bench/bench_sampler.py --check-finite [--rounds 15] [--seconds 1]
        [--envs 8] [--batch-T 64] [--configs cartpole-serial float-frames-cpu ...]
 """
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import statistics
+import sys
 import time
 
 import numpy as np
-from _bench_common import machine, rate
 
 from rlfast.envs import Env, EnvStep
 from rlfast.spaces import FloatBox, IntBox
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (interleave, machine, markdown_table, median, paired_ratios,  # noqa: E402
+                     rate, ratio_cell, write_json)
 
 FRAME_SKIP = 4
 NATURE_CNN = dict(fc_sizes=512, channels=(32, 64, 64), kernel_sizes=(8, 4, 3), strides=(4, 2, 1),
@@ -237,7 +241,7 @@ def _time_check_alone(sampler, repeats: int = 7) -> float:
         for _ in range(calls):
             sampler.check_batch(sampler.samples_np, 0)
         per_call.append((time.perf_counter() - start) / calls)
-    return statistics.median(per_call)
+    return median(per_call)
 
 
 def bench_check_finite(name: str, n_envs: int, batch_T: int, rounds: int,
@@ -253,8 +257,8 @@ def bench_check_finite(name: str, n_envs: int, batch_T: int, rounds: int,
 
     try:
         rates = {True: [], False: []}
-        for r in range(rounds):
-            for flag in ((True, False) if r % 2 == 0 else (False, True)):
+        for _, order in interleave((True, False), rounds):
+            for flag in order:
                 sampler.check_finite = flag
                 rates[flag].append(rate(step, batch_T * n_envs, seconds))
         sampler.check_finite = True
@@ -262,18 +266,22 @@ def bench_check_finite(name: str, n_envs: int, batch_T: int, rounds: int,
         obs = sampler.samples_np.env.observation
     finally:
         sampler.shutdown()
-    on, off = statistics.median(rates[True]), statistics.median(rates[False])
+    on, off = median(rates[True]), median(rates[False])
     # Each round's on/off pair ran back to back: their ratio cancels slow drift in the load.
-    paired = sorted(a / b for a, b in zip(rates[True], rates[False]))
+    paired = sorted(paired_ratios(rates[True], rates[False]))
     quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3
     return dict(name=name, obs=f"{obs.dtype} {tuple(obs.shape[2:])}", mb=obs.nbytes / 2 ** 20,
-                on=on, off=off, ratio=statistics.median(paired),
+                on=on, off=off, ratio=median(paired),
                 spread=(quartiles[0], quartiles[-1]), check_us=check_s * 1e6,
                 share=check_s / (batch_T * n_envs / off))
 
 
 def main_check_finite(args: argparse.Namespace) -> None:
     """Print the cost of ``sampler.check_finite`` for each chosen configuration."""
+    if args.quick:
+        args.seconds, args.rounds = 0.5, 3
+    elif args.seconds is None:
+        args.seconds = 1.0
     print(f"Machine: {machine()}")
     print(f"check_finite on vs off: {args.envs} envs, batch_T {args.batch_T}, {args.rounds} "
           f"interleaved rounds of ~{args.seconds:g} s each per setting, medians\n")
@@ -283,14 +291,13 @@ def main_check_finite(args: argparse.Namespace) -> None:
         rows.append(row)
         print(f"  {name:<22} on {row['on']:>10,.0f}  off {row['off']:>10,.0f} steps/s  "
               f"on/off {row['ratio']:.3f}  check {row['check_us']:,.1f} us/batch", flush=True)
-    print("\n| config | observation (batch MiB) | check on, steps/s | check off, steps/s "
-          "| on / off, paired (IQR) | check alone, us per batch | its share of a batch |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for row in rows:
-        low, high = row["spread"]
-        print(f"| {row['name']} | {row['obs']} ({row['mb']:.1f}) | {row['on']:,.0f} "
-              f"| {row['off']:,.0f} | {row['ratio']:.3f} ({low:.2f}-{high:.2f}) "
-              f"| {row['check_us']:,.1f} | {100 * row['share']:.2f}% |")
+    print("\n" + markdown_table(
+        ["config", "observation (batch MiB)", "check on, steps/s", "check off, steps/s",
+         "on / off, paired (IQR)", "check alone, us per batch", "its share of a batch"],
+        [[row["name"], f"{row['obs']} ({row['mb']:.1f})", f"{row['on']:,.0f}",
+          f"{row['off']:,.0f}",
+          f"{row['ratio']:.3f} ({row['spread'][0]:.2f}-{row['spread'][1]:.2f})",
+          f"{row['check_us']:,.1f}", f"{100 * row['share']:.2f}%"] for row in rows], "llrrrrr"))
     print("\non / off: median over rounds of the ratio of each back-to-back pair (1 = free); "
           "the check alone is timed on a real batch, its share relative to a batch without it.")
 
@@ -306,19 +313,40 @@ def print_agent_ratios(results: list[dict]) -> None:
               if a != "random"]
     if not models or not any("random" in v for v in by_sampler.values()):
         return
-    print("\n| sampler | random agent, frames/s | "
-          + " | ".join(f"{m} agent, frames/s | {m} / random" for m in models) + " |")
-    print("|---|---:|" + "---:|---:|" * len(models))
+    header = ["sampler", "random agent, frames/s"]
+    for m in models:
+        header += [f"{m} agent, frames/s", f"{m} / random"]
+    rows = []
     for sampler, fps in by_sampler.items():
-        cells = [f"{fps['random']:,.0f}" if "random" in fps else "-"]
+        cells = [sampler, f"{fps['random']:,.0f}" if "random" in fps else "-"]
         for m in models:
             cells.append(f"{fps[m]:,.0f}" if m in fps else "-")
             cells.append(f"{fps[m] / fps['random']:.2f}" if m in fps and fps.get("random")
                          else "-")
-        print(f"| {sampler} | " + " | ".join(cells) + " |")
+        rows.append(cells)
+    print("\n" + markdown_table(header, rows, "l" + "r" * (len(header) - 1)))
 
 
-def main() -> None:
+def print_comparison(results: list[dict]) -> None:
+    """Every contender against the two vector envs, each sampler's model agents against its
+    random agent, and the best rlfast sampler against the targets."""
+    peer_fps = {r["peer"]: r["fps"] for r in results if r.get("peer")}
+    ale_fps, gym_fps = peer_fps.get("ale"), peer_fps.get("gym")
+    print("\n" + markdown_table(
+        ["contender", "frames/s", "vs AtariVectorEnv", "vs AsyncVectorEnv"],
+        [[r["name"], f"{r['fps']:,.0f}", ratio_cell(r["fps"], ale_fps),
+          ratio_cell(r["fps"], gym_fps)] for r in results], "lrrr"))
+    print_agent_ratios(results)
+    best = max((r for r in results if r.get("agent") == "random"), key=lambda r: r["fps"],
+               default=None)
+    if best is not None and ale_fps and gym_fps:
+        print(f"\nBest rlfast (RandomAgent): {best['name']} at {best['fps']:,.0f} frames/s = "
+              f"{best['fps'] / ale_fps:.2f}x AtariVectorEnv (target >= 1.1x), "
+              f"{best['fps'] / gym_fps:.2f}x AsyncVectorEnv (target >= 2x)")
+
+
+def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The parser and the command line's arguments."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=None,
                         help="per contender (default 8), or per round with --check-finite "
@@ -345,12 +373,12 @@ def main() -> None:
                         help="--check-finite: interleaved rounds per setting")
     parser.add_argument("--configs", nargs="+", default=list(CHECK_CONFIGS),
                         choices=list(CHECK_CONFIGS), help="--check-finite: configurations")
-    args = parser.parse_args()
+    return parser, parser.parse_args()
+
+
+def main() -> None:
+    parser, args = parse_args()
     if args.check_finite:
-        if args.quick:
-            args.seconds, args.rounds = 0.5, 3
-        elif args.seconds is None:
-            args.seconds = 1.0
         main_check_finite(args)
         return
     cuda = args.cuda or args.device == "cuda"
@@ -383,29 +411,11 @@ def main() -> None:
                    lambda: bench_rlfast(sampler, agent, args.envs, args.batch_T, seconds, cuda,
                                         args.obs_type),
                    sampler=sampler, agent=agent)
-    peer_fps = {r["peer"]: r["fps"] for r in results if r.get("peer")}
-    ale_fps, gym_fps = peer_fps.get("ale"), peer_fps.get("gym")
-
-    def vs(fps: float, base: float | None) -> str:
-        return f"{fps / base:.2f}x" if base else "n/a"
-
-    print("\n| contender | frames/s | vs AtariVectorEnv | vs AsyncVectorEnv |")
-    print("|---|---:|---:|---:|")
-    for r in results:
-        print(f"| {r['name']} | {r['fps']:,.0f} | {vs(r['fps'], ale_fps)} | "
-              f"{vs(r['fps'], gym_fps)} |")
-    print_agent_ratios(results)
-    best = max((r for r in results if r.get("agent") == "random"), key=lambda r: r["fps"],
-               default=None)
-    if best is not None and ale_fps and gym_fps:
-        print(f"\nBest rlfast (RandomAgent): {best['name']} at {best['fps']:,.0f} frames/s = "
-              f"{best['fps'] / ale_fps:.2f}x AtariVectorEnv (target >= 1.1x), "
-              f"{best['fps'] / gym_fps:.2f}x AsyncVectorEnv (target >= 2x)")
+    print_comparison(results)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(machine=machine(), envs=args.envs, batch_T=args.batch_T,
-                           seconds=seconds, obs_type=args.obs_type,
-                           device="cuda" if cuda else "cpu", results=results), f, indent=1)
+        write_json(args.json, dict(envs=args.envs, batch_T=args.batch_T, seconds=seconds,
+                                   obs_type=args.obs_type, device="cuda" if cuda else "cpu",
+                                   results=results))
 
 
 if __name__ == "__main__":

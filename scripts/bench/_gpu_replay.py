@@ -1,12 +1,12 @@
-"""The pure parts of scripts/bench_gpu.sh's replay section (issue 38; no processes, no GPU):
+"""The pure parts of scripts/bench/bench_gpu.sh's replay section (issue 38; no processes, no GPU):
 its plan of measurements, the steady window of an ``rlfast train`` run's progress.csv after
 learning starts, the choice of the overrides this rlfast accepts, and the section's tables
-with their ratios and acceptance verdicts. scripts/_bench_gpu_replay_run.py runs the plan.
+with their ratios and acceptance verdicts. scripts/bench/_gpu_replay_run.py runs the plan.
 
 Measured: DQN on ``atari:pong`` at the preset's replay ratio 8 (batch 32) through
-scripts/bench_async.py (sync with the cpu and the gpu sampler, async), against a CleanRL-style
+scripts/bench/bench_async.py (sync with the cpu and the gpu sampler, async), against a CleanRL-style
 DQN loop; SAC on ``HalfCheetah-v5`` at LeanRL's settings through ``rlfast train sac``,
-against a CleanRL-style and a LeanRL-style loop (scripts/_bench_cleanrl_replay.py); rlfast
+against a CleanRL-style and a LeanRL-style loop (scripts/bench/_cleanrl_replay.py); rlfast
 with ``algo.replay_device`` device / prefetch (and host) and ``algo.compile`` on and off.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import _bench_gpu_plan as plan
+import _gpu_plan as plan
+from _common import number, verdict
 
 TARGET_DQN_UPS = 1000.0    # DQN Pong sync, batch 32, replay ratio 8: updates/s (was 156)
 TARGET_DQN_ASYNC = 1.3     # async env steps/s / best sync (was 0.81x)
@@ -115,21 +116,10 @@ def steady_window(points: Sequence[tuple], warmup: float, seconds: float,
 
 # ---- the tables ------------------------------------------------------------------------------
 
-def _num(value, digits: int = 0) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:,.{digits}f}"
-
-
-def _verdict(ok: bool | None) -> str:
-    return "not measured" if ok is None else ("PASS" if ok else "FAIL")
-
-
 def _util(samples, data) -> str:
-    if not samples or not data or "t_start" not in data:
-        return "-"
-    u = plan.utilisation(samples, data["t_start"], data["t_end"])
-    return _num(u and u["gpu_util"], 1)
+    """The mean GPU utilisation over a measurement's window, as a table cell."""
+    u = plan.window_utilisation(samples, data)
+    return number(u and u["gpu_util"], 1)
 
 
 def _settings(sets: Sequence[str]) -> tuple[str, str]:
@@ -167,8 +157,8 @@ def dqn_table(args, items, outcomes, results, samples) -> tuple[list[str], dict]
         if item.name == "cleanrl":
             ratio = 32 * data["ups"] / data["env_sps"] if data.get("env_sps") else None
             lines.append(f"| cleanrl ({data.get('n_envs', 1)} env, host numpy replay) | host "
-                         f"| off | {_num(data.get('env_sps'))} | {_num(data.get('ups'))} "
-                         f"| {_num(ratio, 2)} | {_util(samples, data)} "
+                         f"| off | {number(data.get('env_sps'))} | {number(data.get('ups'))} "
+                         f"| {number(ratio, 2)} | {_util(samples, data)} "
                          f"| {'' if data else _status(outcomes, item.key)} |")
             continue
         runs = data.get("contenders") or []
@@ -180,8 +170,8 @@ def dqn_table(args, items, outcomes, results, samples) -> tuple[list[str], dict]
         for r in runs:
             device, compile = _settings(r.get("sets", data.get("sets", item.sets)))
             label = f"{item.name} {r['runner']} {r['sampler']}"
-            lines.append(f"| {label} | {device} | {compile} | {_num(r['env_sps'])} "
-                         f"| {_num(r['ups'])} | {_num(r['ratio'], 2)}{' *' if _off(r) else ''} "
+            lines.append(f"| {label} | {device} | {compile} | {number(r['env_sps'])} "
+                         f"| {number(r['ups'])} | {number(r['ratio'], 2)}{' *' if _off(r) else ''} "
                          f"| {_util(samples, r)} | {data.get('note', '')} |")
             (syncs if r["runner"] == "sync" else asyncs).append((label, r))
             if r["runner"] == "sync":
@@ -195,7 +185,7 @@ def dqn_table(args, items, outcomes, results, samples) -> tuple[list[str], dict]
         label, r = max(syncs, key=lambda x: x[1]["ups"])
         verdicts["dqn_sync_ups"] = r["ups"]
         lines.append(f"{target}: best {label} {r['ups']:,.0f} -> "
-                     f"{_verdict(r['ups'] >= TARGET_DQN_UPS)}")
+                     f"{verdict(r['ups'] >= TARGET_DQN_UPS)}")
     else:
         lines.append(f"{target}: not measured")
     target = (f"Acceptance, DQN async >= {TARGET_DQN_ASYNC:g}x the best sync env steps/s (was "
@@ -207,7 +197,7 @@ def dqn_table(args, items, outcomes, results, samples) -> tuple[list[str], dict]
         verdicts["dqn_async_ratio"] = ratio
         lines.append(f"{target}: best {a_label} {a_run['env_sps']:,.0f} / best {s_label} "
                      f"{s_run['env_sps']:,.0f} = {ratio:.2f}x -> "
-                     f"{_verdict(ratio >= TARGET_DQN_ASYNC)}"
+                     f"{verdict(ratio >= TARGET_DQN_ASYNC)}"
                      + (" (not at equal replay ratio: *)" if _off(a_run) else ""))
     else:
         lines.append(f"{target}: not measured")
@@ -256,8 +246,8 @@ def sac_table(args, items, outcomes, results, samples) -> tuple[list[str], dict]
             note = _status(outcomes, item.key)
         elif item.name not in PEERS:
             rlfast[item.name] = data["env_sps"]
-        lines.append(f"| {item.name} | {device} | {compile} | {_num(data.get('env_sps'))} "
-                     f"| {_num(data.get('ups'))} | {_num(data.get('window_s'), 1)} "
+        lines.append(f"| {item.name} | {device} | {compile} | {number(data.get('env_sps'))} "
+                     f"| {number(data.get('ups'))} | {number(data.get('window_s'), 1)} "
                      f"| {_util(samples, data)} | {note} |")
     lines.append("")
     verdicts = {}
@@ -266,7 +256,7 @@ def sac_table(args, items, outcomes, results, samples) -> tuple[list[str], dict]
         verdicts["sac_env_sps"] = rlfast[name]
         lines.append(f"Acceptance, SAC >= {TARGET_SAC_SPS:,.0f} env steps/s (LeanRL's H100 "
                      f"figure; CleanRL's {WAS['cleanrl_sac']:g}): best {name} "
-                     f"{rlfast[name]:,.0f} -> {_verdict(rlfast[name] >= TARGET_SAC_SPS)}")
+                     f"{rlfast[name]:,.0f} -> {verdict(rlfast[name] >= TARGET_SAC_SPS)}")
         for peer in PEERS:
             value = (results.get(plan.Item("sac", peer).key) or {}).get("env_sps")
             if value:

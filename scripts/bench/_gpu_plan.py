@@ -1,8 +1,8 @@
-"""The pure parts of scripts/bench_gpu.sh (no processes, no GPU): the ordered plan of
+"""The pure parts of scripts/bench/bench_gpu.sh (no processes, no GPU): the ordered plan of
 measurements, the time budget that admits or defers each one, the reading of rlfast's
 progress.csv for the time a learning run first reached a mean training return, and the
-reading of nvidia-smi's utilisation samples. scripts/_bench_gpu.py runs what is planned here;
-the replay section's own plan is in scripts/_bench_gpu_replay.py.
+reading of nvidia-smi's utilisation samples. scripts/bench/_gpu.py runs what is planned here;
+the replay section's own plan is in scripts/bench/_gpu_replay.py.
 """
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from _common import median
+
 # ---- the plan ---------------------------------------------------------------------------------
 
 
 @dataclass
 class Item:
-    """One measurement: ``kind`` "train" (a scripts/bench_atari_train.py contender at ``envs``
-    environments), "sampler" (scripts/bench_sampler.py on one sampler, random and CNN agent),
+    """One measurement: ``kind`` "train" (a scripts/bench/bench_atari_train.py contender at ``envs``
+    environments), "sampler" (scripts/bench/bench_sampler.py on one sampler, random and CNN agent),
     "learn" (the Pong learning run), or one of the replay section's ``REPLAY_KINDS`` ("dqn",
     "sac": ``runs`` child processes, each measured for ``window`` seconds of warm-up and
     window after its start-up, with the ``sets`` overrides of ``rlfast train --set``).
@@ -266,10 +268,10 @@ def _column(row: dict, suffixes: Iterable[str]) -> str | None:
 
 def training_returns(rows: Sequence[dict]) -> list[dict]:
     """Per log row: env steps, training time, env steps/s since the previous row, the mean
-    return of the training episodes completed in it and how many there were. rlfast's evaluating runner
-    (what ``rlfast train`` runs) writes ``Diagnostics/TrainReturn`` and the cumulative count
-    ``Diagnostics/CumCompletedTrajs``; the online runner writes ``ReturnAverage`` over its
-    window, with ``Diagnostics/NewCompletedTrajs``."""
+    return of the training episodes completed in it and how many there were. rlfast's
+    evaluating runner (what ``rlfast train`` runs) writes ``Diagnostics/TrainReturn`` and the
+    cumulative count ``Diagnostics/CumCompletedTrajs``; the online runner writes
+    ``ReturnAverage`` over its window, with ``Diagnostics/NewCompletedTrajs``."""
     if not rows:
         return []
     ret = _column(rows[0], ("TrainReturn",))
@@ -316,12 +318,9 @@ def rolling_return(points: Sequence[dict], min_episodes: int) -> list[float]:
 def steady_steps_per_s(points: Sequence[dict], skip_s: float) -> float | None:
     """Median env steps/s of the rows logged after ``skip_s`` seconds of training (start-up
     and the first compilations left out); None without such rows."""
-    values = sorted(p["steps_per_s"] for p in points
-                    if p["train_s"] >= skip_s and not math.isnan(p["steps_per_s"]))
-    if not values:
-        return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    values = [p["steps_per_s"] for p in points
+              if p["train_s"] >= skip_s and not math.isnan(p["steps_per_s"])]
+    return median(values) if values else None
 
 
 def first_reaching(points: Sequence[dict], target: float, min_episodes: int) -> dict | None:
@@ -361,3 +360,11 @@ def utilisation(samples: Sequence[tuple], t_start: float, t_end: float) -> dict 
     return dict(gpu_util=sum(s[1] for s in inside) / len(inside),
                 mem_util=sum(s[2] for s in inside) / len(inside),
                 mem_used_max=max(s[3] for s in inside), samples=len(inside))
+
+
+def window_utilisation(samples: Sequence[tuple], figures: dict | None) -> dict | None:
+    """``utilisation`` over the window of a measurement's ``figures`` (its ``t_start`` and
+    ``t_end``); None without samples or without a window."""
+    if not samples or not figures or "t_start" not in figures:
+        return None
+    return utilisation(samples, figures["t_start"], figures["t_end"])

@@ -16,21 +16,19 @@ each process used (all threads) are printed too, since wall clocks on a shared m
 With ``--rlfast-zoo`` rlfast also runs with SB3's zoo hyperparameters (same network, update
 count and schedules), which compares the frameworks on the same amount of work.
 
-Usage: python scripts/bench_dqn_cartpole.py [--steps 100000] [--seeds 0 1] [--rlfast-zoo]
+Usage: python scripts/bench/bench_dqn_cartpole.py [--steps 100000] [--seeds 0 1] [--rlfast-zoo]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-from _bench_common import machine, sb3_log_dir
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (REPO_ROOT, machine, median, parse_result, run_process,  # noqa: E402
+                     sb3_log_dir, sb3_version)
 
 # Greedy 10-episode evaluation shared by both child processes: ``act(obs) -> int``.
 EVAL_CODE = r"""
@@ -107,11 +105,9 @@ print(json.dumps(dict(final_return=final, learn_s=t_learn - t0, eval_s=t_eval - 
 
 def _run_child(script: str, args: list[str], name: str) -> dict:
     start = time.time()
-    out = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True)
+    finished = run_process([sys.executable, "-c", script, *args])
     wall = time.time() - start
-    if out.returncode != 0:
-        raise RuntimeError(f"{name} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = parse_result(name, *finished, tag=None)
     result["wall_s"] = wall - result["eval_s"]  # neither side is charged for the final score
     return result
 
@@ -120,12 +116,41 @@ def run_rlfast(steps: int, seed: int, config: str = "tuned") -> dict:
     """rlfast DQN in a child process: ``config`` is ``"tuned"`` or ``"zoo"``."""
     if config not in ("tuned", "zoo"):
         raise ValueError(f"config must be 'tuned' or 'zoo', got {config!r}")
-    return _run_child(RLFAST_SCRIPT, [str(steps), str(seed), config, REPO_ROOT], f"rlfast ({config})")
+    return _run_child(RLFAST_SCRIPT, [str(steps), str(seed), config, REPO_ROOT],
+                      f"rlfast ({config})")
 
 
 def run_sb3(steps: int, seed: int) -> dict:
     """Stable-Baselines3 DQN with its zoo CartPole-v1 settings in a child process."""
     return _run_child(SB3_SCRIPT, [str(steps), str(seed)], "SB3")
+
+
+def _header(zoo: bool, have_sb3: bool) -> str:
+    """The columns of the per-seed table: rlfast, rlfast with the zoo's settings, SB3."""
+    header = f"{'seed':>4} | {'rlfast s':>8} | {'rlfast final':>12} | {'rlfast best@step':>16}"
+    if zoo:
+        header += f" | {'rlf-zoo s':>9} | {'rlf-zoo final':>13}"
+    if have_sb3:
+        header += f" | {'SB3 s':>7} | {'SB3 final':>9} | {'ratio':>5}"
+        if zoo:
+            header += f" | {'zoo ratio':>9}"
+    return header
+
+
+def _print_summary(cpu: dict, finals: dict, ratios: list, zoo_ratios: list) -> None:
+    """CPU seconds of every run, the median wall-clock ratios and the final returns."""
+    print("\nCPU seconds up to the end of training (all threads; load-independent): "
+          + "; ".join(f"{name} {', '.join(f'{c:.0f}' for c in values)}"
+                      for name, values in cpu.items() if values))
+    if ratios:
+        print(f"Median wall-clock ratio rlfast (tuned) / SB3 (zoo): {median(ratios):.2f}")
+    if zoo_ratios:
+        print(f"Median wall-clock ratio rlfast (zoo settings) / SB3 (zoo): "
+              f"{median(zoo_ratios):.2f}")
+    for name, values in finals.items():
+        if values:
+            print(f"{name}: mean final return {statistics.mean(values):.1f}; runs >= 450: "
+                  f"{sum(v >= 450 for v in values)}/{len(values)}")
 
 
 def main() -> None:
@@ -138,22 +163,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 1000:
         parser.error(f"--steps must be >= 1000 (learning starts after 1000), got {args.steps}")
-    try:
-        import stable_baselines3  # noqa: F401
-        have_sb3 = True
-    except ImportError:
-        have_sb3 = False
-        print("stable-baselines3 is not installed: timing rlfast only "
-              "(pip install stable-baselines3 to compare).")
+    have_sb3 = sb3_version() is not None
     print(f"Machine: {machine()}")
-    print(f"DQN on CartPole-v1, {args.steps} env steps; final score = mean of 10 greedy episodes\n")
-    header = f"{'seed':>4} | {'rlfast s':>8} | {'rlfast final':>12} | {'rlfast best@step':>16}"
-    if args.rlfast_zoo:
-        header += f" | {'rlf-zoo s':>9} | {'rlf-zoo final':>13}"
-    if have_sb3:
-        header += f" | {'SB3 s':>7} | {'SB3 final':>9} | {'ratio':>5}"
-        if args.rlfast_zoo:
-            header += f" | {'zoo ratio':>9}"
+    print(f"DQN on CartPole-v1, {args.steps} env steps; final score = mean of 10 greedy "
+          f"episodes\n")
+    header = _header(args.rlfast_zoo, have_sb3)
     print(header)
     print("-" * len(header))
     ratios, zoo_ratios, finals = [], [], {"rlfast": [], "rlfast-zoo": [], "SB3": []}
@@ -180,18 +194,7 @@ def main() -> None:
                 zoo_ratios.append(z["wall_s"] / s["wall_s"])
                 line += f" | {zoo_ratios[-1]:>9.2f}"
         print(line, flush=True)
-    print("\nCPU seconds up to the end of training (all threads; load-independent): "
-          + "; ".join(f"{name} {', '.join(f'{c:.0f}' for c in values)}"
-                      for name, values in cpu.items() if values))
-    if have_sb3:
-        print(f"Median wall-clock ratio rlfast (tuned) / SB3 (zoo): {statistics.median(ratios):.2f}")
-        if zoo_ratios:
-            print(f"Median wall-clock ratio rlfast (zoo settings) / SB3 (zoo): "
-                  f"{statistics.median(zoo_ratios):.2f}")
-    for name, values in finals.items():
-        if values:
-            print(f"{name}: mean final return {statistics.mean(values):.1f}; runs >= 450: "
-                  f"{sum(v >= 450 for v in values)}/{len(values)}")
+    _print_summary(cpu, finals, ratios, zoo_ratios)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ training episode, rewards clipped, no sticky actions; the Nature CNN (conv 32 8x
   step and of the loss, CUDA graphs of the policy step, of GAE and of the whole update step,
   a capturable fused Adam with the learning rate as a device tensor, uint8 frames, no host
   read in the loop but the actions (``--leanrl-compile``: auto = compile on CUDA only; on the
-  CPU there are no graphs). Both loops: scripts/_bench_cleanrl.py.
+  CPU there are no graphs). Both loops: scripts/bench/_cleanrl.py.
 
 DQN (its own table): ``rlfast-dqn`` (``dqn`` preset, synchronous runner, cpu sampler),
 ``rlfast-dqn-async`` (``--runner async``: sampler process and optimizer overlapping, the
@@ -71,10 +71,10 @@ latter are suspect (the spread over rounds is printed below the tables).
 A contender whose package is missing (stable_baselines3, envpool) is reported as skipped, as
 are the ``overlap``, ``compile`` and ``bf16`` contenders while this rlfast lacks the option
 (their child fails with the TypeError about the unexpected keyword). Each figure also carries
-the wall-clock times of its window (``t_start``, ``t_end``), which scripts/bench_gpu.sh lines
-up with the GPU utilisation it samples.
+the wall-clock times of its window (``t_start``, ``t_end``), which scripts/bench/bench_gpu.sh
+lines up with the GPU utilisation it samples.
 
-Usage: python scripts/bench_atari_train.py [--rounds 3] [--seconds 60] [--warmup 20]
+Usage: python scripts/bench/bench_atari_train.py [--rounds 3] [--seconds 60] [--warmup 20]
            [--envs 8] [--steps-per-env 128] [--device cpu|cuda] [--contenders NAME ...]
            [--random-agent] [--leanrl-compile auto|on|off] [--quick] [--json OUT]
 """
@@ -84,20 +84,16 @@ import argparse
 import importlib.util
 import json
 import os
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import (machine, preload_child_modules, run_forked,  # noqa: E402
-                           sb3_log_dir)
+from _common import RESULT_TAG, interleave, machine, machine_busy_seconds  # noqa: E402
+from _common import Window as BaseWindow  # noqa: E402
+from _common import (markdown_table, medians, preload_child_modules, print_result,  # noqa: E402
+                     ratio_cell, run_forked, run_process, sb3_log_dir, write_json)
 
 SCRIPT = os.path.abspath(__file__)
-REPO_ROOT = os.path.dirname(os.path.dirname(SCRIPT))
-RESULT_TAG = "BENCH_ATARI_TRAIN_RESULT "
 SKIP_TAG = "BENCH_ATARI_TRAIN_SKIP "
 ENV = "atari:pong"
 
@@ -126,7 +122,7 @@ CONTENDERS = {
 DEFAULT_CONTENDERS = [n for n, c in CONTENDERS.items() if c[0] != "random"]
 # rlfast PPO contenders: name -> (sampler, options); the options are "overlap", "compile" and
 # "bf16". The same options on the gpu and alternating samplers are contenders too, run only
-# when named (scripts/bench_gpu.sh names them).
+# when named (bench_gpu.sh names them).
 RLFAST_PPO = {"rlfast-cpu": ("cpu", ()), "rlfast-serial": ("serial", ()),
               "rlfast-gpu": ("gpu", ()), "rlfast-alternating": ("alternating", ()),
               "rlfast-overlap": ("cpu", ("overlap",)), "rlfast-compile": ("cpu", ("compile",)),
@@ -159,9 +155,9 @@ HUGE_STEPS = 10 ** 12  # "train forever": the window ends the run
 
 # ---- the measurement window ------------------------------------------------------------------
 
-def _cpu_point() -> tuple[float, float]:
-    """(CPU seconds of the whole machine, CPU seconds of this process and its descendants):
-    their difference over the window is the load other processes put on the machine."""
+def _tree_cpu_seconds() -> float:
+    """CPU seconds of this process and its descendants: over the window, the machine's busy
+    seconds less these are the load other processes put on the machine."""
     import psutil
 
     tree = 0.0
@@ -172,53 +168,26 @@ def _cpu_point() -> tuple[float, float]:
             tree += t.user + t.system
         except psutil.Error:
             pass
-    machine_t = psutil.cpu_times()
-    busy = sum(machine_t) - machine_t.idle - getattr(machine_t, "iowait", 0.0)
-    return busy, tree
+    return tree
 
 
-class Window:
-    """Opens ``warmup`` s after the first boundary with an update (with ``need_updates``
-    False: the first boundary), closes ``seconds`` after it opened; ``observe`` is called at
-    every iteration boundary with the cumulative env steps and gradient updates and returns
-    True once the window is closed."""
+class Window(BaseWindow):
+    """The shared measurement window (its clock starts at the first boundary with an update;
+    with ``settle=0`` at the first boundary), with the CPU this run and the rest of the
+    machine used over it, its figures under this benchmark's names."""
 
-    def __init__(self, warmup: float, seconds: float, need_updates: bool = True):
-        self.warmup, self.seconds, self.need_updates = warmup, seconds, need_updates
-        self.clock = self.start = self.end = None
-
-    def observe(self, steps: int, updates: int) -> bool:
-        if self.end is not None:
-            return True
-        now = time.perf_counter()
-        if self.clock is None:
-            if updates > 0 or not self.need_updates:
-                self.clock = now
-            return False
-        if self.start is None:
-            if now - self.clock >= self.warmup:
-                self.start = (now, steps, updates, _cpu_point(), time.time())
-            return False
-        if now - self.start[0] >= self.seconds:
-            self.end = (now, steps, updates, _cpu_point(), time.time())
-            return True
-        return False
+    def point(self, steps: int, updates: int) -> dict:
+        return dict(super().point(steps, updates), busy=machine_busy_seconds(),
+                    own=_tree_cpu_seconds())
 
     def result(self) -> dict:
-        if self.end is None:
-            raise RuntimeError("the run ended before its measurement window closed")
-        seconds = self.end[0] - self.start[0]
-        steps, updates = self.end[1] - self.start[1], self.end[2] - self.start[2]
-        (busy0, own0), (busy1, own1) = self.start[3], self.end[3]
-        return dict(steps_per_s=steps / seconds, updates_per_s=updates / seconds,
-                    seconds=seconds, steps=steps, updates=updates,
-                    cpu_own=(own1 - own0) / seconds,
-                    cpu_other=max(0.0, (busy1 - busy0) - (own1 - own0)) / seconds,
-                    t_start=self.start[4], t_end=self.end[4])
-
-
-def _report(figures: dict) -> None:
-    print(RESULT_TAG + json.dumps(figures), flush=True)
+        r = super().result()
+        seconds, a, b = r["window_s"], self.start, self.end
+        own = b["own"] - a["own"]
+        return dict(steps_per_s=r["env_sps"], updates_per_s=r["ups"], seconds=seconds,
+                    steps=r["steps"], updates=r["updates"], cpu_own=own / seconds,
+                    cpu_other=max(0.0, (b["busy"] - a["busy"]) - own) / seconds,
+                    t_start=r["t_start"], t_end=r["t_end"])
 
 
 # ---- rlfast --------------------------------------------------------------------------------------
@@ -305,7 +274,7 @@ def child_rlfast_ppo(name: str, args: argparse.Namespace) -> dict:
     config = _ppo_config(name, args)
     sampler = RLFAST_PPO_SAMPLER[name]
     built = build_experiment("ppo", ENV, config, sampler=sampler, seed=args.seed)
-    window = Window(args.warmup, args.seconds)
+    window = Window(args.seconds, args.warmup)
     extra = {k: v for k, v in config["runner"].items()
              if k not in ("n_steps", "log_interval_steps", "stop_return")}
     batch = args.envs * args.steps_per_env
@@ -318,7 +287,7 @@ def child_rlfast_ppo(name: str, args: argparse.Namespace) -> dict:
 
 
 def child_rlfast_random(args: argparse.Namespace) -> dict:
-    """The cpu sampler with a random agent: sampling alone, as scripts/bench_sampler.py
+    """The cpu sampler with a random agent: sampling alone, as bench_sampler.py
     measures it, on the PPO contenders' environments and affinity."""
     from rlfast.agents import RandomAgent
     from rlfast.experiments.presets import build_experiment
@@ -329,7 +298,7 @@ def child_rlfast_random(args: argparse.Namespace) -> dict:
     affinity = _rlfast_affinity(built, args)
     sampler.initialize(agent=agent, affinity=affinity, seed=args.seed + 1)
     agent.to_device(affinity.get("cuda_idx"))
-    window = Window(args.warmup, args.seconds, need_updates=False)
+    window = Window(args.seconds, args.warmup, settle=0)
     try:
         itr = 0
         while True:
@@ -344,7 +313,8 @@ def child_rlfast_random(args: argparse.Namespace) -> dict:
 
 
 def child_rlfast_dqn(name: str, args: argparse.Namespace) -> dict:
-    from rlfast.experiments.presets import build_experiment, default_async_affinity
+    from rlfast.experiments.placement import default_async_affinity
+    from rlfast.experiments.presets import build_experiment
     from rlfast.runners import AsyncRl, MinibatchRl
 
     settings = _dqn_settings(args)
@@ -352,7 +322,7 @@ def child_rlfast_dqn(name: str, args: argparse.Namespace) -> dict:
     asynchronous = name == "rlfast-dqn-async"
     built = build_experiment("dqn", ENV, config, sampler="cpu", seed=args.seed,
                              runner="async" if asynchronous else "sync")
-    window = Window(args.warmup, args.seconds)
+    window = Window(args.seconds, args.warmup)
     batch = settings["batch_T"] * settings["batch_B"]
     common = dict(algo=built.algo, agent=built.agent, sampler=built.sampler, seed=args.seed,
                   n_steps=HUGE_STEPS,
@@ -428,7 +398,7 @@ def child_sb3_ppo(args: argparse.Namespace) -> dict:
                 ent_coef=PPO_HP["entropy_loss_coeff"], vf_coef=PPO_HP["value_loss_coeff"],
                 max_grad_norm=PPO_HP["clip_grad_norm"], normalize_advantage=True,
                 seed=args.seed, device=args.device, verbose=0)
-    window = Window(args.warmup, args.seconds)
+    window = Window(args.seconds, args.warmup)
     per_itr = PPO_HP["epochs"] * PPO_HP["minibatches"]
     # SB3 counts epochs in _n_updates; gradient steps are epochs x minibatches.
     clock = _sb3_clock(window, lambda m: m._n_updates // PPO_HP["epochs"] * per_itr)
@@ -455,7 +425,7 @@ def child_sb3_dqn(args: argparse.Namespace) -> dict:
                 optimize_memory_usage=True,
                 replay_buffer_kwargs=dict(handle_timeout_termination=False),
                 seed=args.seed, device=args.device, verbose=0)
-    window = Window(args.warmup, args.seconds)
+    window = Window(args.seconds, args.warmup)
     clock = _sb3_clock(window, lambda m: m._n_updates)
     try:
         model.learn(total_timesteps=HUGE_STEPS, callback=clock)
@@ -473,17 +443,17 @@ def _torch_device(args: argparse.Namespace):
 
 
 def child_cleanrl_envpool(args: argparse.Namespace) -> dict:
-    """PPO as CleanRL's ppo_atari_envpool runs it (scripts/_bench_cleanrl.py) on EnvPool's
+    """PPO as CleanRL's ppo_atari_envpool runs it (_cleanrl.py) on EnvPool's
     Pong-v5 with its own 84x84x4 stacking."""
     import envpool
     import torch
-    from _bench_cleanrl import cleanrl_ppo
+    from _cleanrl import cleanrl_ppo
 
     envs = envpool.make("Pong-v5", env_type="gymnasium", num_envs=args.envs, seed=args.seed,
                         episodic_life=True, reward_clip=True, repeat_action_probability=0.0,
                         frame_skip=4, stack_num=4, img_height=84, img_width=84,
                         gray_scale=True, noop_max=30)
-    window = Window(args.warmup, args.seconds)
+    window = Window(args.seconds, args.warmup)
     try:
         cleanrl_ppo(envs, args.envs, args.steps_per_env, PPO_HP, _torch_device(args),
                     window.observe, seed=args.seed, seed_reset=False)
@@ -494,12 +464,12 @@ def child_cleanrl_envpool(args: argparse.Namespace) -> dict:
 
 def child_alevec(name: str, args: argparse.Namespace) -> dict:
     """``cleanrl-alevec`` / ``leanrl-alevec``: the CleanRL loop or its LeanRL-style version
-    (scripts/_bench_cleanrl.py) on ale-py's AtariVectorEnv, its threads one per core."""
+    (_cleanrl.py) on ale-py's AtariVectorEnv, its threads one per core."""
     import torch
-    from _bench_cleanrl import cleanrl_ppo, leanrl_ppo, make_ale_vector_env
+    from _cleanrl import cleanrl_ppo, leanrl_ppo, make_ale_vector_env
 
     envs = make_ale_vector_env(args.envs, num_threads=min(args.envs, os.cpu_count() or 1))
-    window = Window(args.warmup, args.seconds)
+    window = Window(args.seconds, args.warmup)
     try:
         if name == "leanrl-alevec":
             ran = leanrl_ppo(envs, args.envs, args.steps_per_env, PPO_HP, _torch_device(args),
@@ -539,7 +509,7 @@ def run_child(name: str, args: argparse.Namespace) -> None:
         figures = child_alevec(name, args)
     else:
         raise SystemExit(f"unknown contender {name!r}")
-    _report(figures)
+    print_result(figures)
 
 
 # ---- the parent ------------------------------------------------------------------------------
@@ -560,27 +530,12 @@ def run_contender(name: str, args: argparse.Namespace,
         timeout = 300 + 3 * (args.warmup + args.seconds)
     if args.quick:
         returncode, out, err = run_forked(lambda: run_child(name, args), timeout)
-        out += err
     else:
         cmd = [sys.executable, SCRIPT, "--child", name]
         for key in CHILD_ARGS:
             cmd += ["--" + key.replace("_", "-"), str(getattr(args, key))]
-        env = dict(os.environ,
-                   PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=env, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-            returncode = proc.returncode
-        except BaseException as error:  # a timeout or Ctrl-C: no process may outlive it
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            out, _ = proc.communicate()
-            if not isinstance(error, subprocess.TimeoutExpired):
-                raise
-            returncode = None
+        returncode, out, err = run_process(cmd, timeout, grace=0.0)
+    out += err
     if returncode is None:  # killed on timeout
         results = [line for line in out.splitlines() if line.startswith(RESULT_TAG)]
         if results:
@@ -606,20 +561,14 @@ def missing_package(name: str) -> str | None:
     return None
 
 
-def _fmt_ratio(value: float | None, base: float | None) -> str:
-    if value is None or not base:
-        return "n/a"
-    return f"{value / base:.2f}x"
-
-
-def print_tables(args, names, medians, runs, status) -> None:
+def print_tables(args, names, meds, runs, status) -> None:
     def cell(name):
-        if name in medians:
-            return f"{medians[name]['steps_per_s']:,.0f}"
+        if name in meds:
+            return f"{meds[name]['steps_per_s']:,.0f}"
         return status.get(name, "no figures")
 
     def steps(name):
-        return medians[name]["steps_per_s"] if name in medians else None
+        return meds[name]["steps_per_s"] if name in meds else None
 
     window = (f"medians of {args.rounds} round(s) of {args.seconds:g} s after {args.warmup:g} s "
               f"warm-up, device {args.device}")
@@ -627,26 +576,25 @@ def print_tables(args, names, medians, runs, status) -> None:
     if ppo:
         print(f"\nPPO on Pong, {args.envs} envs x {args.steps_per_env} steps per batch, "
               f"{window}")
-        print("| contender | env steps/s (median) | rounds | vs CleanRL+EnvPool | vs SB3 "
-              "| vs CleanRL+AtariVectorEnv |")
-        print("|---|---|---|---|---|---|")
         clean, sb3, alevec = steps("cleanrl-envpool"), steps("sb3"), steps("cleanrl-alevec")
-        for n in ppo:
-            print(f"| {n} | {cell(n)} | {len(runs[n])} | {_fmt_ratio(steps(n), clean)} | "
-                  f"{_fmt_ratio(steps(n), sb3)} | {_fmt_ratio(steps(n), alevec)} |")
+        print(markdown_table(
+            ["contender", "env steps/s (median)", "rounds", "vs CleanRL+EnvPool", "vs SB3",
+             "vs CleanRL+AtariVectorEnv"],
+            [[n, cell(n), len(runs[n]), ratio_cell(steps(n), clean), ratio_cell(steps(n), sb3),
+              ratio_cell(steps(n), alevec)] for n in ppo]))
     dqn = [n for n in names if CONTENDERS[n][0] == "dqn"]
     if dqn:
         s = _dqn_settings(args)
         print(f"\nDQN on Pong, {s['batch_B']} envs x {s['batch_T']} steps per sampler "
               f"iteration, {window}")
-        print("| contender | env steps/s (median) | rounds | vs SB3 DQN | updates per env step |")
-        print("|---|---|---|---|---|")
-        base = steps("sb3-dqn")
+        base, rows = steps("sb3-dqn"), []
         for n in dqn:
-            m = medians.get(n)
+            m = meds.get(n)
             upd = (f"{m['updates_per_s'] / m['steps_per_s']:.3f}" if m and m["steps_per_s"]
                    else "n/a")
-            print(f"| {n} | {cell(n)} | {len(runs[n])} | {_fmt_ratio(steps(n), base)} | {upd} |")
+            rows.append([n, cell(n), len(runs[n]), ratio_cell(steps(n), base), upd])
+        print(markdown_table(["contender", "env steps/s (median)", "rounds", "vs SB3 DQN",
+                              "updates per env step"], rows))
         print(f"Matched replay ratio: rlfast DQN replay_ratio {s['replay_ratio']:g} x "
               f"{s['batch_B']} envs x {s['batch_T']} steps / batch {s['batch_size']} = "
               f"{s['updates_per_itr']} updates per {s['batch_B'] * s['batch_T']} env steps "
@@ -661,11 +609,11 @@ def print_tables(args, names, medians, runs, status) -> None:
               f"{cell('rlfast-random')} env steps/s")
         if base:
             shares = ", ".join(f"{n} {steps(n) / base:.0%}" for n in ppo
-                               if n.startswith("rlfast-") and n in medians)
+                               if n.startswith("rlfast-") and n in meds)
             print(f"Training throughput as a share of it: {shares}")
     spread = [f"{n} {min(r['steps_per_s'] for r in runs[n]):,.0f}-"
               f"{max(r['steps_per_s'] for r in runs[n]):,.0f}" for n in names
-              if n in medians and len(runs[n]) > 1]
+              if n in meds and len(runs[n]) > 1]
     if spread:
         print("\nSpread over rounds (env steps/s, min-max): " + ", ".join(spread))
     print("\nContenders: " + "; ".join(f"{n}: {CONTENDERS[n][1]}" for n in names))
@@ -674,7 +622,7 @@ def print_tables(args, names, medians, runs, status) -> None:
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser,
                                                        argparse.Namespace]:
     """The parser and the arguments, every default filled in (``--quick`` ones where
-    asked); scripts/_bench_gpu.py builds its contenders' arguments here too."""
+    asked); _gpu.py builds its contenders' arguments here too."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=None, help="default 3 (--quick: 1)")
     parser.add_argument("--seconds", type=float, default=None, help="default 60 (--quick: 0.2)")
@@ -720,12 +668,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser,
     return parser, args
 
 
-def main() -> None:
-    sb3_log_dir()  # SB3's children log nowhere lasting
-    parser, args = parse_args()
-    if args.child:
-        run_child(args.child, args)
-        return
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A one-line error (exit status 2) for settings that cannot run here."""
     if args.rounds < 1 or args.seconds <= 0 or args.warmup < 0:
         parser.error("--rounds must be >= 1, --seconds > 0 and --warmup >= 0")
     if args.envs < 1 or args.steps_per_env < 1 or (args.envs * args.steps_per_env) % 4:
@@ -735,22 +679,16 @@ def main() -> None:
         import torch
         if not torch.cuda.is_available():
             parser.error("--device cuda needs a GPU")
-    if args.quick:
-        preload_child_modules()
-    names = list(args.contenders or DEFAULT_CONTENDERS)
-    if args.random_agent and "rlfast-random" not in names:
-        names.append("rlfast-random")
-    print(f"Machine: {machine()}", flush=True)
-    status: dict[str, str] = {}
-    for n in names:
-        reason = missing_package(n)
-        if reason:
-            status[n] = f"skipped ({reason})"
-            print(f"{n}: skipped ({reason})", flush=True)
+
+
+def run_rounds(args: argparse.Namespace, names: list[str],
+               status: dict[str, str]) -> tuple[dict[str, list[dict]], bool]:
+    """Every contender not in ``status`` once a round, interleaved: (the runs by contender,
+    whether one failed). A contender skipped or failed goes into ``status`` and sits out the
+    later rounds."""
     runs: dict[str, list[dict]] = {n: [] for n in names}
     failed = False
-    for round_ in range(args.rounds):
-        order = names if round_ % 2 == 0 else names[::-1]
+    for round_, order in interleave(names, args.rounds):
         for n in order:
             if n in status:
                 continue
@@ -770,18 +708,35 @@ def main() -> None:
                 print(f"round {round_ + 1}: {n}: FAILED {payload}", file=sys.stderr,
                       flush=True)
                 print(f"round {round_ + 1}: {n}: failed (output on stderr)", flush=True)
-    medians = {n: dict(steps_per_s=statistics.median(r["steps_per_s"] for r in runs[n]),
-                       updates_per_s=statistics.median(r["updates_per_s"] for r in runs[n]),
-                       cpu_other=statistics.median(r["cpu_other"] for r in runs[n]),
-                       envs=runs[n][0]["envs"])
-               for n in names if runs[n] and n not in status}
-    print_tables(args, names, medians, runs, status)
+    return runs, failed
+
+
+def main() -> None:
+    sb3_log_dir()  # SB3's children log nowhere lasting
+    parser, args = parse_args()
+    if args.child:
+        run_child(args.child, args)
+        return
+    check_args(parser, args)
+    if args.quick:
+        preload_child_modules()
+    names = list(args.contenders or DEFAULT_CONTENDERS)
+    if args.random_agent and "rlfast-random" not in names:
+        names.append("rlfast-random")
+    print(f"Machine: {machine()}", flush=True)
+    status = {n: f"skipped ({missing_package(n)})" for n in names if missing_package(n)}
+    for n, why in status.items():
+        print(f"{n}: {why}", flush=True)
+    runs, failed = run_rounds(args, names, status)
+    meds = {n: dict(medians(runs[n], ("steps_per_s", "updates_per_s", "cpu_other")),
+                    envs=runs[n][0]["envs"])
+            for n in names if runs[n] and n not in status}
+    print_tables(args, names, meds, runs, status)
     if args.json:
         settings = {k: getattr(args, k) for k in CHILD_ARGS + ("rounds", "quick")}
-        with open(args.json, "w") as f:
-            json.dump(dict(machine=machine(), settings=settings, ppo_hyperparameters=PPO_HP,
-                           contenders={n: CONTENDERS[n][1] for n in names},
-                           medians=medians, runs=runs, status=status), f, indent=1)
+        write_json(args.json, dict(settings=settings, ppo_hyperparameters=PPO_HP,
+                                   contenders={n: CONTENDERS[n][1] for n in names},
+                                   medians=meds, runs=runs, status=status))
     if failed:
         sys.exit(1)
 

@@ -21,7 +21,7 @@ Workers are started once per contender and worker count (outside the timing). Ea
 times one generation of every contender in turn (interleaved, so the machine's noise hits
 them alike); the table gives the median over rounds of evaluations (candidate episodes) per
 second and the ratio rlfast / pool. Usage:
-``python scripts/bench_es.py [--popsize 64] [--rounds 7] [--workers 1,2] [--quick]``.
+``python scripts/bench/bench_es.py [--popsize 64] [--rounds 7] [--workers 1,2] [--quick]``.
 """
 from __future__ import annotations
 
@@ -30,18 +30,16 @@ import concurrent.futures as futures
 import functools
 import multiprocessing as mp
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import REPO_ROOT, interleave, machine, markdown_table, median  # noqa: E402
 
-from _bench_common import machine  # noqa: E402
-
+sys.path.insert(0, REPO_ROOT)
 from rlfast.envs import make  # noqa: E402
 from rlfast.es.evaluator import EsEvaluator  # noqa: E402
 from rlfast.es.policy import EsPolicy  # noqa: E402
@@ -128,11 +126,11 @@ def run(popsize: int, rounds: int, worker_counts: list[int]) -> list[dict]:
                 raise SystemExit(f"{key} returned different episode returns; not comparable")
         steps = None
         times: dict = {key: [] for key in contenders}
-        for r in range(rounds):
+        for r, order in interleave(contenders, rounds):
             seeds = list(range(1000 * (r + 1), 1000 * (r + 1) + popsize))
-            for key, contender in contenders.items():
+            for key in order:
                 start = time.perf_counter()
-                contender.evaluate(vectors, seeds)
+                contenders[key].evaluate(vectors, seeds)
                 times[key].append(time.perf_counter() - start)
         steps = sum(contenders[("pool", worker_counts[0])].evaluate(vectors, seeds))
     finally:
@@ -140,7 +138,7 @@ def run(popsize: int, rounds: int, worker_counts: list[int]) -> list[dict]:
             contender.close()
     rows = []
     for n in worker_counts:
-        rl, pool = statistics.median(times[("rlfast", n)]), statistics.median(times[("pool", n)])
+        rl, pool = median(times[("rlfast", n)]), median(times[("pool", n)])
         rows.append(dict(workers=n, rlfast=popsize / rl, pool=popsize / pool, ratio=pool / rl,
                          steps_per_gen=int(steps)))
     return rows
@@ -160,11 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{ENV_ID}, linear policies, population {popsize}, one episode per candidate, "
           f"{rows[0]['steps_per_gen']} env steps per generation; median of {rounds} "
           f"interleaved rounds")
-    print(f"| workers | rlfast evals/s | ProcessPoolExecutor evals/s | rlfast / pool |")
-    print(f"|---|---|---|---|")
-    for row in rows:
-        print(f"| {row['workers']} | {row['rlfast']:.1f} | {row['pool']:.1f} | "
-              f"{row['ratio']:.2f}x |")
+    print(markdown_table(["workers", "rlfast evals/s", "ProcessPoolExecutor evals/s",
+                          "rlfast / pool"],
+                         [[row["workers"], f"{row['rlfast']:.1f}", f"{row['pool']:.1f}",
+                           f"{row['ratio']:.2f}x"] for row in rows]))
     return 0
 
 

@@ -1,5 +1,5 @@
-"""The CleanRL-style PPO peers of scripts/bench_atari_train.py, written here from the published
-algorithms (no code of CleanRL or LeanRL is copied): one PPO workload, two loops.
+"""The CleanRL-style PPO peers of scripts/bench/bench_atari_train.py, written here from the
+published algorithms (no code of CleanRL or LeanRL is copied): one PPO workload, two loops.
 
 - ``cleanrl_ppo``: CleanRL's ``ppo_atari_envpool`` algorithm as written there: float32
   observation storage, per-step inference under ``no_grad`` through

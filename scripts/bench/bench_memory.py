@@ -23,9 +23,9 @@ stated in the table. ``--paper FILE`` adds the paper's PPO-GRU and PPO-LSTM MMER
 a JSON object ``{"<task>": {"gru": 0.0, "lstm": 0.0, "source": "Table N"}}`` copied from the
 paper (this script holds no figures of its own, so none can be misquoted).
 
-    python scripts/bench_memory.py                                  # 3 tasks x 4 cores x 3 seeds
-    python scripts/bench_memory.py --tasks RepeatPreviousEasy --cores gru attention --seeds 0
-    python scripts/bench_memory.py --jobs 2 --steps 300000 --out data/bench_memory
+    python scripts/bench/bench_memory.py                            # 3 tasks x 4 cores x 3 seeds
+    python scripts/bench/bench_memory.py --tasks RepeatPreviousEasy --cores gru attention --seeds 0
+    python scripts/bench/bench_memory.py --jobs 2 --steps 300000 --out data/bench_memory
 """
 from __future__ import annotations
 
@@ -36,13 +36,12 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import machine  # noqa: E402
+from _common import REPO_ROOT, machine, markdown_table, run_process, write_json  # noqa: E402
+
 TASKS = ["PositionOnlyCartPoleEasy", "RepeatPreviousEasy", "CountRecallEasy"]
 CORES = ["gru", "lstm", "ln_lstm", "attention"]
 RISING_MARGIN = 0.02
@@ -89,10 +88,10 @@ def run_one(task: str, core: str, seed: int, steps: int, out: str) -> dict:
            f"agent.core={core}", "--seed", str(seed), "--steps", str(steps), "--sampler",
            "serial", "--log-dir", run_dir, "--overwrite", "--no-progress"]
     start = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    returncode, _, stderr = run_process(cmd, cwd=REPO_ROOT)
     wall = time.time() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    if returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({returncode}):\n{stderr[-2000:]}")
     return dict(task=task, core=core, seed=seed, wall=wall, **summarize(*read_curve(run_dir)))
 
 
@@ -111,10 +110,7 @@ def table(results: list[dict], tasks: list[str], cores: list[str], steps: int,
           paper: dict) -> str:
     """The markdown table: per task and core the MMER over seeds, each seed's maximum, the
     final greedy evaluation, whether still rising, the wall time, and the paper's figures."""
-    lines = [f"PPO on POPGym, {steps:,} env steps per run; machine: {machine()}",
-             "", "| task | core | MMER (mean over seeds) | per seed | last greedy eval (mean) | "
-             "still rising | wall per run (s, mean) | paper PPO-GRU | paper PPO-LSTM |",
-             "|---|---|---:|---|---:|---|---:|---:|---:|"]
+    rows = []
     for task in tasks:
         ref = paper.get(task, {})
         for core in cores:
@@ -129,8 +125,12 @@ def table(results: list[dict], tasks: list[str], cores: list[str], steps: int,
             wall = statistics.fmean(r["wall"] for r in runs)
             gru = f"{ref['gru']:.2f}" if "gru" in ref else "-"
             lstm = f"{ref['lstm']:.2f}" if "lstm" in ref else "-"
-            lines.append(f"| {task} | {core} | {mmer:.3f} | {per_seed} | {final:.2f} | {rising} "
-                         f"| {wall:.0f} | {gru} | {lstm} |")
+            rows.append([task, core, f"{mmer:.3f}", per_seed, f"{final:.2f}", rising,
+                         f"{wall:.0f}", gru, lstm])
+    lines = [f"PPO on POPGym, {steps:,} env steps per run; machine: {machine()}", "",
+             markdown_table(["task", "core", "MMER (mean over seeds)", "per seed",
+                             "last greedy eval (mean)", "still rising", "wall per run (s, mean)",
+                             "paper PPO-GRU", "paper PPO-LSTM"], rows, "llrlrlrrr")]
     sources = sorted({v.get("source", "") for v in paper.values() if v.get("source")})
     if sources:
         lines += ["", f"Paper figures: Morad et al., ICLR 2023, {', '.join(sources)}."]
@@ -145,7 +145,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=500_000)
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs at once (the preset trains on one torch thread)")
-    parser.add_argument("--out", default=os.path.join(ROOT, "data", "bench_memory"))
+    parser.add_argument("--out", default=os.path.join(REPO_ROOT, "data", "bench_memory"))
     parser.add_argument("--paper", help="JSON file of the paper's MMER per task (see above)")
     args = parser.parse_args()
     paper = {}
@@ -167,8 +167,7 @@ def main() -> int:
                   f"{result['max_return']:.3f} at {result['max_at']:,.0f}, eval "
                   f"{result['final_eval']:.2f}, rising {result['rising']}, "
                   f"{result['wall']:.0f} s", flush=True)
-    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(dict(steps=args.steps, machine=machine(), results=results), f, indent=1)
+    write_json(os.path.join(args.out, "results.json"), dict(steps=args.steps, results=results))
     print()
     print(table(results, args.tasks, args.cores, args.steps, paper))
     return 0

@@ -10,20 +10,24 @@ update_batch_priorities, transitions/s), and bytes of all storage per transition
 104x80 frame. Torch runs on one thread, so the figures are for one core. Targets:
 <= 1.1x frame bytes per transition, > 20k prioritized sample+update transitions/s.
 
-Usage: python scripts/bench_replay.py [--size 1000000] [--seconds 5]
+Usage: python scripts/bench/bench_replay.py [--size 1000000] [--seconds 5]
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import os
+import sys
 import time
 from collections import namedtuple
 
 import numpy as np
 import torch
-from _bench_common import machine, rate
 
 from rlfast.replays import PrioritizedReplayFrameBuffer, UniformReplayFrameBuffer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import machine, markdown_table, rate  # noqa: E402
 
 SamplesToBuffer = namedtuple("SamplesToBuffer", ["observation", "action", "reward", "done"])
 C, H, W, B, T_CHUNK, BATCH = 4, 104, 80, 8, 64, 32
@@ -69,7 +73,7 @@ def bench(cls, size: int, seconds: float, chunks: list) -> dict:
     sample_rate = rate(step, BATCH, seconds)
     result = dict(name=cls.__name__, first_fill=first_fill, append=steady, sample=sample_rate,
                   bytes_per=buffer.nbytes / buffer.size, T=buffer.T)
-    del buffer
+    buffer = None  # frees the storage (the closures above hold the same cell)
     gc.collect()
     return result
 
@@ -83,18 +87,18 @@ def main() -> None:
     chunks = make_chunks(4)
     results = [bench(cls, args.size, args.seconds, chunks)
                for cls in (UniformReplayFrameBuffer, PrioritizedReplayFrameBuffer)]
-    print(f"machine: {machine()}")
+    print(f"Machine: {machine()}")
     print(f"replay: {args.size:,} transitions, obs {C}x{H}x{W} uint8, B={B}, "
           f"n_step_return=3, appends of [{T_CHUNK}, {B}], batch {BATCH}, torch threads 1")
     print()
-    print("| buffer | append, first fill /s | append, wrapped /s | sample transitions/s "
-          "| bytes/transition | x one frame (target <= 1.1) |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for r in results:
-        what = "sample+update" if "Prioritized" in r["name"] else "sample"
-        print(f"| {r['name']} | {r['first_fill']:,.0f} | {r['append']:,.0f} | "
-              f"{r['sample']:,.0f} ({what}) | {r['bytes_per']:,.1f} | "
-              f"{r['bytes_per'] / FRAME_BYTES:.4f} |")
+    print(markdown_table(
+        ["buffer", "append, first fill /s", "append, wrapped /s", "sample transitions/s",
+         "bytes/transition", "x one frame (target <= 1.1)"],
+        [[r["name"], f"{r['first_fill']:,.0f}", f"{r['append']:,.0f}",
+          f"{r['sample']:,.0f} ("
+          + ("sample+update" if "Prioritized" in r["name"] else "sample") + ")",
+          f"{r['bytes_per']:,.1f}", f"{r['bytes_per'] / FRAME_BYTES:.4f}"] for r in results],
+        "lrrrrr"))
     print()
     print("append rates are transitions/s in [64, 8] chunks; 'first fill' includes the OS "
           "faulting in fresh memory pages, 'wrapped' is steady state once every page exists.")

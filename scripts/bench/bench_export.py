@@ -16,23 +16,22 @@ Each round times ``--calls`` calls of each contender (after warm-up calls); the 
 the median time per call over ``--rounds`` rounds and the ratio to the agent. Threads: torch's
 default (every core) and onnxruntime's default (every core).
 
-    python scripts/bench_export.py                       # trains a 512-step Pong run first
-    python scripts/bench_export.py --run-dir RUN --rounds 9 --calls 200
+    python scripts/bench/bench_export.py                 # trains a 512-step Pong run first
+    python scripts/bench/bench_export.py --run-dir RUN --rounds 9 --calls 200
 """
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import machine  # noqa: E402
+from _common import (REPO_ROOT, interleave, machine, markdown_table, median,  # noqa: E402
+                     run_process)
+
+sys.path.insert(0, REPO_ROOT)
 
 
 def train_short_run(out: str) -> str:
@@ -43,7 +42,9 @@ def train_short_run(out: str) -> str:
            "--no-progress", "--set", "sampler.batch_T=64", "--set",
            "runner.log_interval_steps=512", "--set", "sampler.eval_n_envs=1", "--set",
            "sampler.eval_max_steps=100", "--set", "sampler.eval_max_trajectories=1"]
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    returncode, stdout, stderr = run_process(cmd, cwd=REPO_ROOT)
+    if returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {returncode}:\n{(stdout + stderr)[-3000:]}")
     return run_dir
 
 
@@ -101,21 +102,17 @@ def main() -> int:
                 times = {name: [] for name in contenders}
                 for fn in contenders.values():
                     time_calls(fn, max(3, args.calls // 10))  # warm-up
-                for rnd in range(args.rounds):
-                    names = list(contenders)
-                    order = names if rnd % 2 == 0 else names[::-1]
+                for _, order in interleave(contenders, args.rounds):
                     for name in order:
                         times[name].append(time_calls(contenders[name], args.calls))
-            base = statistics.median(times["rlfast agent"])
+            base = median(times["rlfast agent"])
             for name, values in times.items():
-                med = statistics.median(values)
-                rows.append((batch, name, med * 1e3, batch / med, base / med))
+                med = median(values)
+                rows.append([batch, name, f"{med * 1e3:.3f}", f"{batch / med:,.0f}",
+                             f"{base / med:.2f}x"])
     print()
-    print(f"| batch | contender | ms per call (median of {args.rounds}) | frames/s | "
-          f"speed vs rlfast agent |")
-    print("|---:|---|---:|---:|---:|")
-    for batch, name, ms, fps, ratio in rows:
-        print(f"| {batch} | {name} | {ms:.3f} | {fps:,.0f} | {ratio:.2f}x |")
+    print(markdown_table(["batch", "contender", f"ms per call (median of {args.rounds})",
+                          "frames/s", "speed vs rlfast agent"], rows, "rlrrr"))
     return 0
 
 

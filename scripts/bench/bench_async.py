@@ -63,7 +63,7 @@ others (``encode_affinity(n_cpu_core=n, n_gpu=1, async_sample=True, cpu_reserved
 ``AsyncCpuSampler``: agent on the CPU in the workers); the sync contenders are the cpu sampler
 and the gpu sampler (agent on GPU 0 in the master), the master training on GPU 0.
 
-Usage: python scripts/bench_async.py [--rounds 3] [--seconds 20] [--warmup 4]
+Usage: python scripts/bench/bench_async.py [--rounds 3] [--seconds 20] [--warmup 4]
            [--dqn-replay-ratios 8 0.5] [--sac-replay-ratio 256] [--sync-samplers serial cpu]
            [--sync-threads 1 [2]] [--benchmarks dqn sac copier] [--device cpu|cuda]
            [--quiet-wait 0] [--no-pin] [--no-throttle] [--set KEY=VALUE ...]
@@ -76,18 +76,17 @@ import argparse
 import json
 import math
 import os
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from _bench_common import machine, preload_child_modules, run_forked
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import Window as BaseWindow  # noqa: E402
+from _common import (interleave, machine, machine_busy_seconds, markdown_table,  # noqa: E402
+                     median, medians, paired_ratios, parse_result, preload_child_modules,
+                     print_result, run_forked, run_process, write_json)
 
 SCRIPT = os.path.abspath(__file__)
-REPO_ROOT = os.path.dirname(os.path.dirname(SCRIPT))
-RESULT_TAG = "BENCH_ASYNC_RESULT "
 FIGURES = ("env_sps", "ups", "ratio")
 BENCHES = {
     "dqn": dict(algo="dqn", env="atari:pong", label="DQN atari:pong"),
@@ -118,20 +117,18 @@ def _run_delay(pid: int) -> float:
     return total / 1e9
 
 
-class Window:
-    """The measurement window of a run: opens ``warmup`` s after the first update, closes
-    after ``seconds``; ``observe`` is called after every iteration (sync) or received batch
-    (async) with the cumulative env steps, and returns True once the window is closed."""
+class Window(BaseWindow):
+    """The shared measurement window (its clock starts at the first update), observed after
+    every iteration (sync) or received batch (async), with what the master and its children
+    did over it: CPU, CPU wait, and the share of time spent optimizing."""
 
     def __init__(self, seconds: float, warmup: float, optimize_time: dict):
-        self.seconds, self.warmup = seconds, warmup
+        super().__init__(seconds, warmup)
         # Seconds inside algo.optimize_agent: the finished calls' total and the start of the
         # call in progress (the async runner takes in batches between single updates).
         self.optimize_time = optimize_time
-        self.learn_t = None
-        self.start = self.end = None
 
-    def _point(self, steps: int, updates: int) -> dict:
+    def point(self, steps: int, updates: int) -> dict:
         import psutil
         me = psutil.Process()
         children = children_wait = 0.0
@@ -143,48 +140,26 @@ class Window:
             except psutil.Error:
                 pass
         t = me.cpu_times()
-        machine_t = psutil.cpu_times()
-        busy = sum(machine_t) - machine_t.idle - getattr(machine_t, "iowait", 0.0)
-        now = time.perf_counter()
+        point = super().point(steps, updates)
         since = self.optimize_time["since"]
-        optimize = self.optimize_time["total"] + (0.0 if since is None else now - since)
-        return dict(t=now, wall=time.time(), steps=steps, updates=updates,
-                    cpu_master=t.user + t.system,
-                    cpu_children=children, cpu_machine=busy, optimize=optimize,
+        optimize = self.optimize_time["total"] + (0.0 if since is None else point["t"] - since)
+        return dict(point, cpu_master=t.user + t.system, cpu_children=children,
+                    cpu_machine=machine_busy_seconds(), optimize=optimize,
                     wait_master=_run_delay(me.pid), wait_children=children_wait)
 
-    def observe(self, steps: int, updates: int) -> bool:
-        if self.end is not None:
-            return True
-        now = time.perf_counter()
-        if self.learn_t is None:
-            if updates > 0:
-                self.learn_t = now
-            return False
-        if self.start is None:
-            if now - self.learn_t >= self.warmup:
-                self.start = self._point(steps, updates)
-            return False
-        if now - self.start["t"] >= self.seconds:
-            self.end = self._point(steps, updates)
-            return True
-        return False
-
     def result(self, batch_size: int) -> dict:
-        a, b = self.start, self.end
-        wall = b["t"] - a["t"]
-        steps, updates = b["steps"] - a["steps"], b["updates"] - a["updates"]
-        return dict(window_s=wall, t_start=a["wall"], t_end=b["wall"], steps=steps,
-                    updates=updates, env_sps=steps / wall,
-                    ups=updates / wall, ratio=updates * batch_size / steps if steps else 0.0,
-                    optim_busy=(b["optimize"] - a["optimize"]) / wall,
-                    cpu_master=(b["cpu_master"] - a["cpu_master"]) / wall,
-                    cpu_children=(b["cpu_children"] - a["cpu_children"]) / wall,
-                    wait_master=(b["wait_master"] - a["wait_master"]) / wall,
-                    wait_children=(b["wait_children"] - a["wait_children"]) / wall,
-                    cpu_other=max(0.0, (b["cpu_machine"] - a["cpu_machine"]
-                                        - (b["cpu_master"] - a["cpu_master"])
-                                        - (b["cpu_children"] - a["cpu_children"])) / wall))
+        r = super().result()
+        a, b, wall = self.start, self.end, r["window_s"]
+
+        def per_s(key: str) -> float:
+            return (b[key] - a[key]) / wall
+
+        return dict(r, ratio=r["updates"] * batch_size / r["steps"] if r["steps"] else 0.0,
+                    optim_busy=per_s("optimize"), cpu_master=per_s("cpu_master"),
+                    cpu_children=per_s("cpu_children"), wait_master=per_s("wait_master"),
+                    wait_children=per_s("wait_children"),
+                    cpu_other=max(0.0, per_s("cpu_machine") - per_s("cpu_master")
+                                  - per_s("cpu_children")))
 
 
 def _remap(affinity, cpus: list[int]):
@@ -207,7 +182,7 @@ def _remap(affinity, cpus: list[int]):
 
 def layout(spec: dict) -> tuple[str, dict, str | None]:
     """(sampler name for build_experiment, affinity dict, affinity code or None) of a run."""
-    from rlfast.utils.launching import affinity_from_code, encode_affinity
+    from rlfast.launching import affinity_from_code, encode_affinity
     from rlfast.utils.misc import available_cpus
 
     cpus = available_cpus()
@@ -307,8 +282,6 @@ def run_child(spec: dict) -> dict:
                 runner.train()
             except WindowDone:
                 pass
-    if window.end is None:
-        raise RuntimeError("the run ended before its measurement window closed")
     result = window.result(algo.batch_size)
     result.update(target_ratio=float(algo.replay_ratio), batch_size=algo.batch_size,
                   itr_batch=built.sampler.batch_spec.size,
@@ -406,33 +379,14 @@ def run_contender(spec: dict, timeout_s: float, fork: bool = False) -> dict:
     new interpreter, or with ``fork`` (``--quick``) a fork of this process, which spares the
     smoke test the start-up (imports) of every child; the measurements want the former."""
     if fork:
-        returncode, out, err = run_forked(
-            lambda: print(RESULT_TAG + json.dumps(run_child(spec)), flush=True), timeout_s)
-        out += err
-        if returncode is None:
-            raise RuntimeError(f"{spec['name']} did not finish within {timeout_s:.0f} s:\n"
-                               f"{out[-3000:]}")
+        finished = run_forked(lambda: print_result(run_child(spec)), timeout_s)
     else:
-        cmd = [sys.executable, SCRIPT, "--child", json.dumps(spec)]
-        env = dict(os.environ,
-                   PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=env, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout_s)
-        except BaseException:  # a timeout or Ctrl-C: no process of the run may outlive it
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            out, _ = proc.communicate()
-            raise RuntimeError(f"{spec['name']} did not finish within {timeout_s:.0f} s or was "
-                               f"interrupted:\n{out[-3000:]}")
-        returncode = proc.returncode
-    lines = [line for line in out.splitlines() if line.startswith(RESULT_TAG)]
-    if returncode != 0 or not lines:
-        raise RuntimeError(f"{spec['name']} failed (exit {returncode}):\n{out[-3000:]}")
-    return json.loads(lines[-1][len(RESULT_TAG):])
+        finished = run_process([sys.executable, SCRIPT, "--child", json.dumps(spec)],
+                               timeout_s, grace=0.0)
+    if finished[0] is None:
+        raise RuntimeError(f"{spec['name']} did not finish within {timeout_s:.0f} s:\n"
+                           f"{(finished[1] + finished[2])[-3000:]}")
+    return parse_result(spec["name"], *finished)
 
 
 def wait_for_quiet(max_s: float, max_load: float) -> float:
@@ -448,10 +402,6 @@ def wait_for_quiet(max_s: float, max_load: float) -> float:
     return time.monotonic() - start
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
 def off_ratio(m: dict) -> bool:
     """The run achieved a replay ratio more than 5% away from its target."""
     return abs(m["ratio"] / m["target_ratio"] - 1.0) > 0.05
@@ -460,21 +410,19 @@ def off_ratio(m: dict) -> bool:
 def summarize(specs: list[dict], results: dict[str, list[dict]]) -> dict:
     """Medians per contender and the ratios of each comparison: the median of the per-round
     ratios (runs of the same round ran minutes apart) and the ratio of the medians."""
-    med = {}
-    for spec in specs:
-        runs = results[spec["name"]]
-        med[spec["name"]] = {k: _median([r[k] for r in runs]) for k in
-                             ("env_sps", "ups", "ratio", "optim_busy", "cpu_master",
-                              "cpu_children", "cpu_other", "wait_master", "wait_children",
-                              "target_ratio")}
+    med = {spec["name"]: medians(results[spec["name"]],
+                                 ("env_sps", "ups", "ratio", "optim_busy", "cpu_master",
+                                  "cpu_children", "cpu_other", "wait_master", "wait_children",
+                                  "target_ratio"))
+           for spec in specs}
     comparisons = []
 
     def compare(label, num, den, kind, title=""):
-        pairs = {k: [a[k] / b[k] for a, b in zip(results[num], results[den])]
+        pairs = {k: paired_ratios([r[k] for r in results[num]], [r[k] for r in results[den]])
                  for k in ("env_sps", "ups")}
         comparisons.append(dict(
             label=label, kind=kind, title=title, num=num, den=den,
-            env_sps_paired=_median(pairs["env_sps"]), ups_paired=_median(pairs["ups"]),
+            env_sps_paired=median(pairs["env_sps"]), ups_paired=median(pairs["ups"]),
             env_sps=med[num]["env_sps"] / med[den]["env_sps"],
             ups=med[num]["ups"] / med[den]["ups"]))
 
@@ -497,23 +445,24 @@ def summarize(specs: list[dict], results: dict[str, list[dict]]) -> dict:
 
 
 def print_table(specs: list[dict], results: dict, summary: dict, args) -> None:
-    med = summary["medians"]
-    print("\n| run | env steps/s | updates/s | replay ratio (target) | optim busy "
-          "| CPU master | CPU children | CPU others | CPU wait master / children | rounds |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    med, rows = summary["medians"], []
     for spec in specs:
         m = med[spec["name"]]
-        flag = " *" if off_ratio(m) else ""
-        print(f"| {spec['name']} | {m['env_sps']:,.1f} | {m['ups']:,.2f} "
-              f"| {m['ratio']:.2f} ({m['target_ratio']:g}){flag} | {100 * m['optim_busy']:.0f}% "
-              f"| {m['cpu_master']:.2f} | {m['cpu_children']:.2f} | {m['cpu_other']:.2f} "
-              f"| {m['wait_master']:.2f} / {m['wait_children']:.2f} "
-              f"| {len(results[spec['name']])} |")
-    print("\n| comparison | env steps/s: paired (of medians) | updates/s: paired (of medians) |")
-    print("|---|---:|---:|")
-    for c in summary["comparisons"]:
-        print(f"| {c['label']} ({c['num']} / {c['den']}) | {c['env_sps_paired']:.2f}x "
-              f"({c['env_sps']:.2f}x) | {c['ups_paired']:.2f}x ({c['ups']:.2f}x) |")
+        rows.append([spec["name"], f"{m['env_sps']:,.1f}", f"{m['ups']:,.2f}",
+                     f"{m['ratio']:.2f} ({m['target_ratio']:g})" + (" *" if off_ratio(m) else ""),
+                     f"{100 * m['optim_busy']:.0f}%", f"{m['cpu_master']:.2f}",
+                     f"{m['cpu_children']:.2f}", f"{m['cpu_other']:.2f}",
+                     f"{m['wait_master']:.2f} / {m['wait_children']:.2f}",
+                     len(results[spec["name"]])])
+    print("\n" + markdown_table(
+        ["run", "env steps/s", "updates/s", "replay ratio (target)", "optim busy", "CPU master",
+         "CPU children", "CPU others", "CPU wait master / children", "rounds"], rows,
+        "l" + "r" * 9))
+    print("\n" + markdown_table(
+        ["comparison", "env steps/s: paired (of medians)", "updates/s: paired (of medians)"],
+        [[f"{c['label']} ({c['num']} / {c['den']})",
+          f"{c['env_sps_paired']:.2f}x ({c['env_sps']:.2f}x)",
+          f"{c['ups_paired']:.2f}x ({c['ups']:.2f}x)"] for c in summary["comparisons"]], "lrr"))
     print("\nMedians over rounds. replay ratio: updates x batch_size / env steps achieved in the "
           "window; * = more than 5% off the target (below it: the async optimizer fell behind a "
           "sampler that runs free, so that row's env steps/s are not at equal replay ratio). "
@@ -533,7 +482,9 @@ def print_table(specs: list[dict], results: dict, summary: dict, args) -> None:
                   + ".")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser,
+                                                       argparse.Namespace]:
+    """The parser and the arguments of ``argv`` (the command line's by default)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=20.0,
@@ -592,11 +543,11 @@ def main(argv: list[str] | None = None) -> int:
                              "every child forked from this process (no interpreter start-up)")
     parser.add_argument("--json", metavar="OUT", help="write every run and the summary here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        result = run_child(json.loads(args.child))
-        print(RESULT_TAG + json.dumps(result), flush=True)
-        return 0
+    return parser, parser.parse_args(argv)
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--quick``'s settings in place; a one-line error for settings that cannot run."""
     if args.quick:
         args.rounds, args.seconds, args.warmup, args.sync_threads = 1, 0.5, 0.0, [1]
         args.dqn_replay_ratios = args.dqn_replay_ratios[-1:]
@@ -609,7 +560,10 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         if not torch.cuda.is_available():
             parser.error("--device cuda: no CUDA device is available")
-    specs = contenders(args)
+
+
+def print_header(args: argparse.Namespace, specs: list[dict]) -> None:
+    """The machine, the settings every run shares and each comparison's own."""
     throttle = any(s["throttle"] for s in specs)
     print(f"Machine: {machine()}")
     print(f"Device {args.device}; {args.rounds} rounds, interleaved; window {args.seconds:g} s "
@@ -624,12 +578,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['replay_ratio']:g}, sampler batch_T {s['batch_T']} x batch_B {s['batch_B']}, "
               f"min_steps_learn {s['min_steps_learn']}, replay_size {s['replay_size']}")
     print(flush=True)
+
+
+def run_rounds(args: argparse.Namespace, specs: list[dict]) -> tuple[dict, dict]:
+    """Every contender once a round, interleaved: (the runs by contender, the error of each
+    one that failed, left out of the later rounds with ``--keep-going``)."""
     timeout = 300 + 3 * (args.seconds + args.warmup)
     results: dict[str, list[dict]] = {s["name"]: [] for s in specs}
     failed: dict[str, str] = {}
-    start = time.time()
-    for r in range(args.rounds):
-        for spec in (specs if r % 2 == 0 else specs[::-1]):
+    for r, order in interleave(specs, args.rounds):
+        for spec in order:
             if spec["name"] in failed:
                 continue
             waited = wait_for_quiet(args.quiet_wait, args.quiet_load)
@@ -644,18 +602,29 @@ def main(argv: list[str] | None = None) -> int:
             res["quiet_wait_s"] = waited
             results[spec["name"]].append(res)
             if args.json:  # what finished so far survives a run that is cut short
-                with open(args.json, "w") as f:
-                    json.dump(dict(machine=machine(), args=vars(args), specs=specs,
-                                   runs=results, failed=failed, summary=None), f, indent=1)
+                write_json(args.json, dict(args=vars(args), specs=specs, runs=results,
+                                           failed=failed, summary=None))
             flag = " *" if off_ratio(dict(res)) else ""
             print(f"  round {r + 1} {spec['name']:<42} {res['env_sps']:>8,.1f} steps/s "
                   f"{res['ups']:>7,.2f} updates/s  ratio {res['ratio']:.2f}{flag}  optim busy "
                   f"{100 * res['optim_busy']:3.0f}%  CPU {res['cpu_master']:.2f} + "
                   f"{res['cpu_children']:.2f}, others {res['cpu_other']:.2f}, wait "
                   f"{res['wait_master']:.2f} / {res['wait_children']:.2f}"
-                  + (f"  [{res['affinity_code']}]"
-                                                  if res.get("affinity_code") else ""),
+                  + (f"  [{res['affinity_code']}]" if res.get("affinity_code") else ""),
                   flush=True)
+    return results, failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, args = parse_args(argv)
+    if args.child:
+        print_result(run_child(json.loads(args.child)))
+        return 0
+    check_args(parser, args)
+    specs = contenders(args)
+    print_header(args, specs)
+    start = time.time()
+    results, failed = run_rounds(args, specs)
     if failed:
         specs = [s for s in specs if s["name"] not in failed]
         results = {name: runs for name, runs in results.items() if name not in failed}
@@ -665,9 +634,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [(name, k) for name, runs in results.items() for r in runs for k in FIGURES
            if not (math.isfinite(r[k]) and r[k] > 0)]
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(machine=machine(), args=vars(args), specs=specs, runs=results,
-                           failed=failed, summary=summary), f, indent=1)
+        write_json(args.json, dict(args=vars(args), specs=specs, runs=results, failed=failed,
+                                   summary=summary))
     if bad:
         print(f"Non-finite or non-positive figures: {bad}")
         return 1

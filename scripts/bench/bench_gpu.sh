@@ -7,10 +7,10 @@
 #   - PPO training env steps/s at 8, 32 (and 64) envs for each sampler, runner.overlap and
 #     algo.compile on and off, against the random-agent ceiling (rlfast-random; target: PPO
 #     at 32 envs >= 0.7 of it, PPO at 8 envs >= 6,800 steps/s), a CleanRL loop and a
-#     LeanRL-style loop on ale-py's AtariVectorEnv (scripts/_bench_cleanrl.py);
+#     LeanRL-style loop on ale-py's AtariVectorEnv (scripts/bench/_cleanrl.py);
 #   - GPU utilisation from nvidia-smi through every window;
 #   - a Pong learning run, stopped when its mean training return reaches +18 or at 5 minutes.
-# The budget (scripts/_bench_gpu_plan.py), 480 s by default (--budget): measurements run in
+# The budget (scripts/bench/_gpu_plan.py), 480 s by default (--budget): measurements run in
 # priority order, each a 2 s warm-up and a 6 s window after its start-up (--warmup, --seconds);
 # what the acceptance figures need comes first (random-agent ceiling, PPO at 32 and 8 envs,
 # algo.compile, the gpu sampler table, overlap, the LeanRL/CleanRL peers), while 320 s stay
@@ -20,10 +20,10 @@
 #
 # The replay section of issue 38 (--replay-only, or --section replay; --section all runs both,
 # more than one 10-minute call), 420 s by default, in priority order
-# (scripts/_bench_gpu_replay.py):
+# (scripts/bench/_gpu_replay.py):
 #   - DQN on atari:pong, batch 32, replay ratio 8: updates/s and env steps/s, sync (cpu and gpu
-#     sampler) and async, through scripts/bench_async.py (a 2 s warm-up and a 6 s window after
-#     3000 learning-start steps), against a CleanRL-style DQN loop (target >= 1,000 updates/s
+#     sampler) and async, through scripts/bench/bench_async.py (a 2 s warm-up and a 6 s window
+#     after 3000 learning-start steps), against a CleanRL-style DQN loop (target >= 1,000 updates/s
 #     sync; async >= 1.3x the best sync env steps/s);
 #   - SAC on HalfCheetah-v5 at LeanRL's settings through `rlfast train sac`, env steps/s over
 #     10 s from 3 s past learning start (5000 steps) and compilation, against a CleanRL-style
@@ -32,17 +32,18 @@
 #     overrides its presets lack are left out and said so).
 #
 # Usage:
-#   scripts/bench_gpu.sh --fetch-wheels   here (with internet): the cp312 wheels into .whl/
-#   scripts/bench_gpu.sh [OPTIONS]        on the GPU machine (options: _bench_gpu.py --help,
+#   scripts/bench/bench_gpu.sh --fetch-wheels
+#                                         here (with internet): the cp312 wheels into .whl/
+#   scripts/bench/bench_gpu.sh [OPTIONS]   on the GPU machine (options: _gpu.py --help,
 #                                         e.g. --budget 480, --no-learn, --only rlfast-cpu,
 #                                         --replay-only)
-#   scripts/bench_gpu.sh --dry-run        the whole run on this CPU machine at tiny sizes
+#   scripts/bench/bench_gpu.sh --dry-run   the whole run on this CPU machine at tiny sizes
 #                                         (with --replay-only: the replay section)
 # Output: the tables on stdout and, in $OUT when set (else data/bench_gpu/<time>/):
 # bench_gpu.md, bench_gpu.json, bench_gpu.log, gpu_util.csv, learn_progress.csv,
 # learn_console.log.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY="${PYTHON:-python3}"
 
 # The GPU machine lacks these; they travel as wheels (one version each: two stop the install).
@@ -71,7 +72,7 @@ fi
 if ! "$PY" -c "import gymnasium, ale_py, pyprind, mujoco, glfw" 2>/dev/null; then
     if ! compgen -G ".whl/*.whl" >/dev/null; then
         echo "gymnasium / ale-py / pyprind / mujoco / glfw missing and no wheels in .whl/:" \
-             "run scripts/bench_gpu.sh --fetch-wheels where pip reaches PyPI" >&2
+             "run scripts/bench/bench_gpu.sh --fetch-wheels where pip reaches PyPI" >&2
         exit 2
     fi
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -88,7 +89,7 @@ if [[ -n "$LEARN_DEVICE_FLAGS" ]]; then
 fi
 echo "bench_gpu: $("$PY" --version), output in $OUT_DIR"
 set +e
-"$PY" scripts/_bench_gpu.py "${ARGS[@]}" "$@" 2>&1 | tee "$OUT_DIR/bench_gpu.log"
+"$PY" scripts/bench/_gpu.py "${ARGS[@]}" "$@" 2>&1 | tee "$OUT_DIR/bench_gpu.log"
 status=${PIPESTATUS[0]}
 set -e
 exit "$status"

@@ -26,23 +26,22 @@ Weak scaling: N ranks sample N times the environments per iteration, so on a mac
 spare cores (and GPUs) env steps/s should grow with N while updates/s stays near one rank's.
 On 2 CPU cores there is nothing spare: expect little gain.
 
-Usage: python scripts/bench_sync.py [--rounds 3] [--seconds 30] [--warmup 10]
+Usage: python scripts/bench/bench_sync.py [--rounds 3] [--seconds 30] [--warmup 10]
            [--world-sizes 1 2] [--device cpu|cuda] [--quick] [--json OUT]
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import machine, preload_child_modules, run_forked  # noqa: E402
+from _common import (child_env, interleave, machine, markdown_table, medians,  # noqa: E402
+                     parse_result, preload_child_modules, print_result, ratio_cell, run_process,
+                     run_forked, write_json)
 
 
 def _child(args: argparse.Namespace) -> None:
@@ -100,16 +99,17 @@ def _child(args: argparse.Namespace) -> None:
     last = rows[-1]
     seconds = float(last["Diagnostics/CumTime (s)"]) - float(first["Diagnostics/CumTime (s)"])
     steps = int(last["Diagnostics/CumSteps"]) - int(first["Diagnostics/CumSteps"])
-    updates = int(float(last["Diagnostics/CumUpdates"])) - int(float(first["Diagnostics/CumUpdates"]))
-    print(json.dumps(dict(steps_per_s=steps / max(seconds, 1e-9),
-                          updates_per_s=updates / max(seconds, 1e-9),
-                          seconds=seconds, envs=config["sampler"]["batch_B"] * world_envs)))
+    updates = (int(float(last["Diagnostics/CumUpdates"]))
+               - int(float(first["Diagnostics/CumUpdates"])))
+    print_result(dict(steps_per_s=steps / max(seconds, 1e-9),
+                      updates_per_s=updates / max(seconds, 1e-9),
+                      seconds=seconds, envs=config["sampler"]["batch_B"] * world_envs))
 
 
 def _rank_free_env() -> dict:
     """This environment without the variables of an enclosing distributed launch: a
     contender sets up its own ranks."""
-    return {k: v for k, v in os.environ.items()
+    return {k: v for k, v in child_env().items()
             if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
             and not k.startswith("SLURM_")}
 
@@ -124,27 +124,19 @@ def _forked_child(args: argparse.Namespace, world: int) -> None:
 
 
 def _run(args: argparse.Namespace, world: int) -> dict:
+    """One contender in a child process: a new interpreter, or (``--quick``) a fork of this
+    one; its figures."""
     timeout_s = 600 + 2 * (args.warmup + args.seconds)
     if args.quick:
-        returncode, stdout, stderr = run_forked(lambda: _forked_child(args, world), timeout_s)
-        if returncode is None:
-            raise RuntimeError(f"contender world={world} did not finish within "
-                               f"{timeout_s:.0f} s")
-        if returncode != 0:
-            raise RuntimeError(f"contender world={world} failed:\n{stdout[-2000:]}\n"
-                               f"{stderr[-4000:]}")
-        return json.loads(stdout.strip().splitlines()[-1])
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--child-world", str(world),
-           "--env", args.env, "--device", args.device, "--seconds", str(args.seconds),
-           "--warmup", str(args.warmup), "--seed", str(args.seed)]
-    if args.quick:
-        cmd.append("--quick")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_rank_free_env(),
-                          timeout=timeout_s)
-    if proc.returncode != 0:
-        raise RuntimeError(f"contender world={world} failed:\n{proc.stdout[-2000:]}\n"
-                           f"{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        finished = run_forked(lambda: _forked_child(args, world), timeout_s)
+    else:
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", "--child-world",
+               str(world), "--env", args.env, "--device", args.device, "--seconds",
+               str(args.seconds), "--warmup", str(args.warmup), "--seed", str(args.seed)]
+        finished = run_process(cmd, timeout_s, env=_rank_free_env())
+    if finished[0] is None:
+        raise RuntimeError(f"contender world={world} did not finish within {timeout_s:.0f} s")
+    return parse_result(f"contender world={world}", *finished)
 
 
 def _name(world: int) -> str:
@@ -193,32 +185,28 @@ def main() -> None:
     print(f"Machine: {machine()}")
     contenders = [0] + ([-1] if args.all_core_updates else []) + list(args.world_sizes)
     results: dict[int, list[dict]] = {w: [] for w in contenders}
-    for round_ in range(args.rounds):
-        order = contenders if round_ % 2 == 0 else contenders[::-1]
+    for round_, order in interleave(contenders, args.rounds):
         for world in order:
             figures = _run(args, world)
             results[world].append(figures)
             print(f"round {round_ + 1}: {_name(world)}: {figures['steps_per_s']:,.0f} env "
                   f"steps/s, {figures['updates_per_s']:,.1f} updates/s", flush=True)
-    median = {w: dict(steps_per_s=statistics.median(r["steps_per_s"] for r in results[w]),
-                      updates_per_s=statistics.median(r["updates_per_s"] for r in results[w]),
-                      envs=results[w][0]["envs"]) for w in contenders}
-    base = median[0]
+    meds = {w: dict(medians(results[w], ("steps_per_s", "updates_per_s")),
+                    envs=results[w][0]["envs"]) for w in contenders}
+    base = meds[0]
     print(f"\nPPO on {args.env}, {args.device}, medians of {args.rounds} round(s) of "
           f"{args.seconds:g} s after {args.warmup:g} s warm-up")
-    print("| contender | envs (global) | env steps/s | updates/s | steps/s ratio | "
-          "updates/s ratio |")
-    print("|---|---|---|---|---|---|")
-    for w in contenders:
-        m = median[w]
-        print(f"| {_name(w)} | {m['envs']} | {m['steps_per_s']:,.0f} | "
-              f"{m['updates_per_s']:,.1f} | {m['steps_per_s'] / base['steps_per_s']:.2f}x | "
-              f"{m['updates_per_s'] / base['updates_per_s']:.2f}x |")
+    print(markdown_table(
+        ["contender", "envs (global)", "env steps/s", "updates/s", "steps/s ratio",
+         "updates/s ratio"],
+        [[_name(w), meds[w]["envs"], f"{meds[w]['steps_per_s']:,.0f}",
+          f"{meds[w]['updates_per_s']:,.1f}",
+          ratio_cell(meds[w]["steps_per_s"], base["steps_per_s"]),
+          ratio_cell(meds[w]["updates_per_s"], base["updates_per_s"])] for w in contenders]))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(machine=machine(), args=vars(args), runs={
-                _name(w): results[w] for w in contenders}, medians={
-                _name(w): median[w] for w in contenders}), f, indent=1)
+        write_json(args.json, dict(args=vars(args),
+                                   runs={_name(w): results[w] for w in contenders},
+                                   medians={_name(w): meds[w] for w in contenders}))
 
 
 if __name__ == "__main__":

@@ -8,21 +8,20 @@ SB3 uses its own tuned CartPole settings (rl-baselines3-zoo: 8 envs, n_steps 32,
 10-episode deterministic evaluation, whose time is reported separately and subtracted from
 its wall clock so SB3 is not charged for it (rlfast's periodic evaluations stay in its time).
 
-Usage: python scripts/bench_ppo_cartpole.py [--steps 100000] [--seeds 0 1 2] [--sampler cpu]
+Usage: python scripts/bench/bench_ppo_cartpole.py [--steps 100000] [--seeds 0 1 2] [--sampler cpu]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from _bench_common import machine, sb3_log_dir
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (machine, median, parse_result, run_process, sb3_log_dir,  # noqa: E402
+                     sb3_version)
 
 SB3_SCRIPT = r"""
 import json, sys, time
@@ -54,24 +53,21 @@ def run_rlfast(steps: int, seed: int, sampler: str) -> dict:
                str(steps), "--seed", str(seed), "--sampler", sampler, "--log-dir", log_dir,
                "--no-progress", "--snapshot-mode", "none"]
         start = time.time()
-        out = subprocess.run(cmd, capture_output=True, text=True)
+        returncode, stdout, stderr = run_process(cmd)
         wall = time.time() - start
-    if out.returncode != 0:
-        raise RuntimeError(f"rlfast failed:\n{out.stderr[-3000:]}")
-    match = re.search(r"Final evaluation return: ([\d.]+) after (\d+) steps \(best ([\d.]+) at (\d+)",
-                      out.stdout)
+    if returncode != 0:
+        raise RuntimeError(f"rlfast failed:\n{stderr[-3000:]}")
+    match = re.search(r"Final evaluation return: ([\d.]+) after (\d+) steps "
+                      r"\(best ([\d.]+) at (\d+)", stdout)
     return dict(wall_s=wall, final_return=float(match.group(1)), best=float(match.group(3)),
                 best_at=int(match.group(4)))
 
 
 def run_sb3(steps: int, seed: int) -> dict | None:
     start = time.time()
-    out = subprocess.run([sys.executable, "-c", SB3_SCRIPT, str(steps), str(seed)],
-                         capture_output=True, text=True)
+    finished = run_process([sys.executable, "-c", SB3_SCRIPT, str(steps), str(seed)])
     wall = time.time() - start
-    if out.returncode != 0:
-        raise RuntimeError(f"SB3 failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = parse_result("SB3", *finished, tag=None)
     result["wall_s"] = wall - result["eval_s"]
     return result
 
@@ -83,13 +79,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--sampler", default="cpu", choices=("serial", "cpu"))
     args = parser.parse_args()
-    try:
-        import stable_baselines3  # noqa: F401
-        have_sb3 = True
-    except ImportError:
-        have_sb3 = False
-        print("stable-baselines3 is not installed: timing rlfast only "
-              "(pip install stable-baselines3 to compare).")
+    have_sb3 = sb3_version() is not None
     print(f"Machine: {machine()}")
     print(f"PPO on CartPole-v1, {args.steps} env steps, rlfast sampler={args.sampler}\n")
     header = f"{'seed':>4} | {'rlfast s':>9} | {'rlfast final':>12} | {'rlfast best@step':>17}"
@@ -110,9 +100,9 @@ def main() -> None:
             rows.append((r, s))
         print(line, flush=True)
     if have_sb3:
-        print(f"\nMedian wall-clock ratio rlfast/SB3: {statistics.median(ratios):.2f} "
-              f"(target <= 0.60)")
-        ok = sum(r["final_return"] >= 475 for r, _ in rows), sum(s["final_return"] >= 475 for _, s in rows)
+        print(f"\nMedian wall-clock ratio rlfast/SB3: {median(ratios):.2f} (target <= 0.60)")
+        ok = (sum(r["final_return"] >= 475 for r, _ in rows),
+              sum(s["final_return"] >= 475 for _, s in rows))
         print(f"Runs with final return >= 475: rlfast {ok[0]}/{len(rows)}, SB3 {ok[1]}/{len(rows)}")
 
 

@@ -1,5 +1,5 @@
-"""The rows of ``scripts/bench_presets.py``: for each (environment, algorithm) its step budget,
-why that budget, and the Stable-Baselines3 settings that rl-baselines3-zoo publishes for it.
+"""The rows of ``scripts/bench/bench_presets.py``: for each (environment, algorithm) its step
+budget, why that budget, and the Stable-Baselines3 settings that rl-baselines3-zoo publishes for it.
 
 The SB3 settings are hyperparameter VALUES read from rl-baselines3-zoo's ``hyperparams/*.yml``
 files and written in the zoo's own notation (``"lin_0.001"`` is a learning rate or clip range
@@ -22,9 +22,9 @@ turns them into SB3 arguments. Each entry names the file and the entry it comes 
 Budgets lie in 50k-300k steps (the suite compares *default presets* on short runs, not final
 performance), except Pendulum-v1 with SAC and TD3: 20k, the budget both frameworks tuned that
 task for (see ``_PENDULUM_QPG``). The rule: the zoo's own ``n_timesteps`` for that row when
-it lies in that range, else the nearest bound of the range. The off-policy continuous rows (SAC, TD3) take the lower
-bound whatever the zoo trains: one gradient update of 256-400 wide networks per environment
-step makes them the costly rows. Each row's ``reason`` says which applies.
+it lies in that range, else the nearest bound of the range. The off-policy continuous rows
+(SAC, TD3) take the lower bound whatever the zoo trains: one gradient update of 256-400 wide
+networks per environment step makes them the costly rows. Each row's ``reason`` says which applies.
 """
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """Every GPU figure of issues 37 and 38 in one run within a wall-clock budget: what
-scripts/bench_gpu.sh runs once the packages are in place (see that script for the figures and
+scripts/bench/bench_gpu.sh runs once the packages are in place (see that script for the figures and
 the budget). ``--section`` picks the PPO section (issue 37, the default), the replay section
-(issue 38: ``--replay-only``; scripts/_bench_gpu_replay.py plans it, _bench_gpu_replay_run.py
+(issue 38: ``--replay-only``; scripts/bench/_gpu_replay.py plans it, _gpu_replay_run.py
 runs it) or both (longer than one call of the GPU machine allows).
 
-PPO measurements (scripts/_bench_gpu_plan.py plans them, in priority order): PPO training env
-steps/s of scripts/bench_atari_train.py's contenders at several env counts, one child process
-each; the sampler table of scripts/bench_sampler.py (random and Nature-CNN agent per sampler);
+PPO measurements (scripts/bench/_gpu_plan.py plans them, in priority order): PPO training env
+steps/s of scripts/bench/bench_atari_train.py's contenders at several env counts, one child process
+each; the sampler table of scripts/bench/bench_sampler.py (random and Nature-CNN agent per sampler);
 a Pong learning run of ``rlfast train ppo atari:pong`` stopped when its mean training return
 reaches the target or its time is up; nvidia-smi's utilisation sampled throughout and lined
 up with each measurement's window. Tables go to stdout and ``--out``/bench_gpu.md, the raw
@@ -28,14 +28,13 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _bench_gpu_plan as plan  # noqa: E402
-import _bench_gpu_replay as replay  # noqa: E402
-from _bench_common import child_env, stop_group  # noqa: E402
-from _bench_gpu_replay_run import ReplayRuns  # noqa: E402
-from _bench_gpu_report import write_report  # noqa: E402
+import _gpu_plan as plan  # noqa: E402
+import _gpu_replay as replay  # noqa: E402
+from _common import REPO_ROOT, child_env, run_process, stop_group  # noqa: E402
+from _gpu_replay_run import ReplayRuns  # noqa: E402
+from _gpu_report import write_report  # noqa: E402
 
-SCRIPTS = os.path.dirname(os.path.abspath(__file__))
-REPO_ROOT = os.path.dirname(SCRIPTS)
+BENCH = os.path.dirname(os.path.abspath(__file__))
 
 
 # ---- GPU utilisation ------------------------------------------------------------------------
@@ -116,23 +115,18 @@ class Runner:
         a = self.args
         out = os.path.join(self.work, f"sampler_{item.name}_{item.envs}.json")
         peers = [] if self.sampler_peer_done else ["ale"]
-        cmd = [sys.executable, os.path.join(SCRIPTS, "bench_sampler.py"), "--samplers",
+        cmd = [sys.executable, os.path.join(BENCH, "bench_sampler.py"), "--samplers",
                item.name, "--agents", "random", "nature_cnn", "--obs-type", "84x84",
                "--envs", str(item.envs), "--seconds", str(a.seconds), "--batch-T",
                str(a.sampler_batch_T), "--device", a.device, "--json", out, "--peers", *peers]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=child_env(), start_new_session=True)
-        try:
-            text, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            stop_group(proc)
+        returncode, stdout, stderr = run_process(cmd, timeout)
+        if returncode is None:
             return f"failed: did not finish within {timeout:.0f} s"
-        finally:
-            stop_group(proc)
-        if proc.returncode != 0 or not os.path.exists(out):
+        if returncode != 0 or not os.path.exists(out):
+            text = stdout + stderr
             self.results[item.key] = dict(error=text[-4000:])
             print(f"{item.key} FAILED:\n{text[-2000:]}", file=sys.stderr, flush=True)
-            return f"failed: exit {proc.returncode}"
+            return f"failed: exit {returncode}"
         with open(out) as f:
             self.results[item.key] = json.load(f)
         self.sampler_peer_done = True

@@ -72,7 +72,7 @@ rlfast-dqn's. ``--out FILE`` writes every run and the summaries as JSON.
 ``--dry-run`` checks the plumbing in seconds: 2000 steps, learning from step 1000, replay
 2000, epsilon annealed over 500 steps, a row every 500 steps, on both sides.
 
-Usage: python scripts/bench_minatar.py [--games breakout space_invaders] [--steps 2000000]
+Usage: python scripts/bench/bench_minatar.py [--games breakout space_invaders] [--steps 2000000]
            [--rounds 1] [--seed 0] [--contenders rlfast-dqn sb3-dqn] [--log-every 20000]
            [--device cpu|cuda] [--no-eval] [--dry-run] [--timeout S] [--out FILE]
 """
@@ -86,8 +86,6 @@ import math
 import os
 import resource
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -95,10 +93,10 @@ from collections import deque
 from collections.abc import Iterable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import child_env, machine, sb3_log_dir, stop_group  # noqa: E402
+from _common import (interleave, machine, markdown_table, median, parse_result,  # noqa: E402
+                     print_result, run_process, sb3_log_dir, write_json)
 
 SCRIPT = os.path.abspath(__file__)
-RESULT_TAG = "BENCH_MINATAR_RESULT "
 WINDOW = 100  # training episodes in the reported return, as the MinAtar paper averages
 GAMES = ("asterix", "breakout", "freeway", "seaquest", "space_invaders")
 # name: (rlfast algorithm, or None for SB3; description)
@@ -173,14 +171,14 @@ def summarise(runs: Iterable[dict], baseline_train_s: float | None = None) -> di
     if not runs:
         raise ValueError("summarise needs at least one run")
 
-    def median(key):
+    def of(key):
         values = [r[key] for r in runs if r.get(key) is not None]
-        return statistics.median(values) if values else None
+        return median(values) if values else None
 
-    out = dict(rounds=len(runs), wall_s=median("wall_s"), eval_s=median("eval_s"),
-               train_s=statistics.median(r["wall_s"] - r["eval_s"] for r in runs),
-               cpu_s=median("cpu_s"), steps_per_s=median("steps_per_s"),
-               final_return=median("final_return"))
+    out = dict(rounds=len(runs), wall_s=of("wall_s"), eval_s=of("eval_s"),
+               train_s=median(r["wall_s"] - r["eval_s"] for r in runs),
+               cpu_s=of("cpu_s"), steps_per_s=of("steps_per_s"),
+               final_return=of("final_return"))
     out["vs_baseline"] = out["train_s"] / baseline_train_s if baseline_train_s else None
     return out
 
@@ -343,8 +341,8 @@ def child_sb3(spec: dict) -> dict:
 
 # ---- the parent ------------------------------------------------------------------------------
 
-def _run_process(cmd: list[str], output_path: str, timeout: float | None) -> tuple[int | None,
-                                                                                   float, float]:
+def _timed_run(cmd: list[str], output_path: str,
+               timeout: float | None) -> tuple[int | None, float, float]:
     """Run ``cmd`` in its own session, its output into ``output_path``: (exit status, or None
     if stopped on timeout; wall seconds; CPU seconds of it and every process it waited for).
     On timeout or Ctrl-C its whole process group is stopped."""
@@ -352,15 +350,7 @@ def _run_process(cmd: list[str], output_path: str, timeout: float | None) -> tup
     cpu_before = usage.ru_utime + usage.ru_stime
     start = time.perf_counter()
     with open(output_path, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=child_env(),
-                                start_new_session=True)
-        try:
-            returncode = proc.wait(timeout=timeout)
-        except BaseException as error:  # a timeout or Ctrl-C: nothing may outlive it
-            stop_group(proc)
-            if not isinstance(error, subprocess.TimeoutExpired):
-                raise
-            returncode = None
+        returncode = run_process(cmd, timeout, output=out)[0]
     wall = time.perf_counter() - start
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return returncode, wall, usage.ru_utime + usage.ru_stime - cpu_before
@@ -386,7 +376,7 @@ def run_contender(name: str, game: str, seed: int, args: argparse.Namespace,
             spec = dict(game=game, seed=seed, log_every=args.log_every, device=args.device,
                         settings=sb3)
             cmd = [sys.executable, SCRIPT, "--child", json.dumps(spec)]
-        returncode, wall, cpu = _run_process(cmd, output, args.timeout)
+        returncode, wall, cpu = _timed_run(cmd, output, args.timeout)
         if returncode != 0:
             why = "timed out" if returncode is None else f"exit {returncode}"
             raise RuntimeError(f"{name} on {game} ({why}):\n{_tail(output)}")
@@ -398,10 +388,7 @@ def run_contender(name: str, game: str, seed: int, args: argparse.Namespace,
                 raise RuntimeError(f"{name} on {game}: {error}:\n{_tail(output)}") from None
         else:
             with open(output) as f:
-                lines = [line for line in f if line.startswith(RESULT_TAG)]
-            if not lines:
-                raise RuntimeError(f"{name} on {game} reported nothing:\n{_tail(output)}")
-            figures = json.loads(lines[-1][len(RESULT_TAG):])
+                figures = parse_result(f"{name} on {game}", returncode, f.read())
     finally:
         shutil.rmtree(work, ignore_errors=True)
     train_s = wall - figures["eval_s"]
@@ -414,19 +401,18 @@ def _cell(value: float | None, fmt: str, suffix: str = "") -> str:
 
 
 def print_table(game: str, names: list[str], summaries: dict, status: dict) -> None:
-    print(f"\nminatar:{game}")
-    print("| contender | rounds | wall s | eval s | steps/s | CPU s | final return | "
-          f"wall vs {BASELINE} |")
-    print("|---|---|---|---|---|---|---|---|")
+    rows = []
     for name in names:
         s = summaries.get(name)
         if s is None:
-            print(f"| {name} | 0 | {status.get(name, 'no figures')} | | | | | |")
+            rows.append([name, 0, status.get(name, "no figures")] + [""] * 5)
             continue
-        print(f"| {name} | {s['rounds']} | {_cell(s['wall_s'], '.1f')} | "
-              f"{_cell(s['eval_s'], '.1f')} | {_cell(s['steps_per_s'], ',.0f')} | "
-              f"{_cell(s['cpu_s'], '.1f')} | {_cell(s['final_return'], '.2f')} | "
-              f"{_cell(s['vs_baseline'], '.2f', 'x')} |")
+        rows.append([name, s["rounds"], _cell(s["wall_s"], ".1f"), _cell(s["eval_s"], ".1f"),
+                     _cell(s["steps_per_s"], ",.0f"), _cell(s["cpu_s"], ".1f"),
+                     _cell(s["final_return"], ".2f"), _cell(s["vs_baseline"], ".2f", "x")])
+    print(f"\nminatar:{game}")
+    print(markdown_table(["contender", "rounds", "wall s", "eval s", "steps/s", "CPU s",
+                          "final return", f"wall vs {BASELINE}"], rows))
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser,
@@ -463,33 +449,25 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser,
     return parser, args
 
 
-def main(argv: list[str] | None = None) -> None:
-    sb3_log_dir()  # SB3's children log nowhere lasting
-    parser, args = parse_args(argv)
-    if args.child:
-        print(RESULT_TAG + json.dumps(child_sb3(json.loads(args.child))), flush=True)
-        return
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A one-line error (exit status 2) for settings that cannot run here."""
     if args.steps < 1 or args.rounds < 1 or args.log_every < 1:
         parser.error(f"--steps, --rounds and --log-every must be >= 1, got {args.steps}, "
                      f"{args.rounds}, {args.log_every}")
-    names = list(dict.fromkeys(args.contenders))
-    if "sb3-dqn" in names and importlib.util.find_spec("stable_baselines3") is None:
+    if "sb3-dqn" in args.contenders and importlib.util.find_spec("stable_baselines3") is None:
         parser.error("sb3-dqn needs stable-baselines3: pip install -e '.[bench]'")
     if args.device == "cuda":
         import torch
         if not torch.cuda.is_available():
             parser.error("--device cuda needs a GPU")
-    from rlfast.experiments.presets import get_preset
 
-    sb3 = {game: sb3_settings(get_preset("dqn", f"minatar:{game}"), args.steps, args.dry_run)
-           for game in args.games}
-    print(f"Machine: {machine()}", flush=True)
-    print(f"MinAtar, {args.steps:,} env steps per run, {args.rounds} round(s), device "
-          f"{args.device}{', dry run' if args.dry_run else ''}", flush=True)
+
+def measure(args: argparse.Namespace, names: list[str], sb3: dict) -> tuple[dict, dict]:
+    """Every contender on every game, interleaved over the rounds: (the runs by game and
+    contender, the status of those that failed: left out of the later rounds)."""
     runs = {game: {name: [] for name in names} for game in args.games}
     status: dict[str, dict[str, str]] = {game: {} for game in args.games}
-    for round_ in range(args.rounds):
-        order = names if round_ % 2 == 0 else names[::-1]
+    for round_, order in interleave(names, args.rounds):
         for game in args.games:
             for name in order:
                 if name in status[game]:
@@ -508,6 +486,25 @@ def main(argv: list[str] | None = None) -> None:
                       f"{run['wall_s']:.1f} s (eval {run['eval_s']:.1f} s), "
                       f"{_cell(run['steps_per_s'], ',.0f')} steps/s, CPU {run['cpu_s']:.1f} s, "
                       f"return {_cell(run['final_return'], '.2f')}", flush=True)
+    return runs, status
+
+
+def main(argv: list[str] | None = None) -> None:
+    sb3_log_dir()  # SB3's children log nowhere lasting
+    parser, args = parse_args(argv)
+    if args.child:
+        print_result(child_sb3(json.loads(args.child)))
+        return
+    check_args(parser, args)
+    names = list(dict.fromkeys(args.contenders))
+    from rlfast.experiments.presets import get_preset
+
+    sb3 = {game: sb3_settings(get_preset("dqn", f"minatar:{game}"), args.steps, args.dry_run)
+           for game in args.games}
+    print(f"Machine: {machine()}", flush=True)
+    print(f"MinAtar, {args.steps:,} env steps per run, {args.rounds} round(s), device "
+          f"{args.device}{', dry run' if args.dry_run else ''}", flush=True)
+    runs, status = measure(args, names, sb3)
     summaries = {}
     for game in args.games:
         base = runs[game].get(BASELINE)
@@ -520,10 +517,9 @@ def main(argv: list[str] | None = None) -> None:
           f"{WINDOW} training episodes; medians over rounds.")
     if args.out:
         settings = {k: v for k, v in vars(args).items() if k != "child"}
-        with open(args.out, "w") as f:
-            json.dump(dict(machine=machine(), settings=settings, sb3_settings=sb3,
-                           contenders={n: CONTENDERS[n][1] for n in names}, runs=runs,
-                           summaries=summaries, status=status), f, indent=1)
+        write_json(args.out, dict(settings=settings, sb3_settings=sb3,
+                                  contenders={n: CONTENDERS[n][1] for n in names}, runs=runs,
+                                  summaries=summaries, status=status))
     if any(status.values()):
         sys.exit(1)
 

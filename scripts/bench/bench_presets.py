@@ -2,7 +2,7 @@
 """Benchmark: the preset generalization suite. ``rlfast train ALGO ENV`` with its DEFAULT preset
 against Stable-Baselines3 with rl-baselines3-zoo's tuned settings, on many tasks (issue 17).
 
-For every row (environment, algorithm; see ``_bench_presets_zoo.py`` for the budgets, their
+For every row (environment, algorithm; see ``_presets_zoo.py`` for the budgets, their
 reasons and the zoo settings with their sources) and every seed, rlfast and SB3 each train for
 the row's environment-step budget in their own process, interleaved (rlfast seed 0, SB3 seed 0,
 rlfast seed 1, ...); rlfast gets nothing but ``--steps`` and ``--seed``, SB3 gets the zoo's
@@ -25,7 +25,7 @@ keeps its own torch thread defaults (SB3 on the CPU, like rlfast's CPU presets).
   lower than SB3's. ``diff`` = (rlfast mean - SB3 mean) / SB3 std. A row with a failed run is
   ERROR; the failed cell shows the last line of the run's error, and the suite goes on.
 
-Usage: python scripts/bench_presets.py [--rows CartPole-v1:ppo,Pendulum-v1:sac]
+Usage: python scripts/bench/bench_presets.py [--rows CartPole-v1:ppo,Pendulum-v1:sac]
            [--seeds 0,1,2] [--steps N] [--out DIR] [--quick] [--list]
            [--slots N [--cores-per-slot K]]
 ``--slots N``: on a many-core machine, run N (row, seed) pairs side by side, each pinned to
@@ -54,10 +54,11 @@ import threading
 import time
 from typing import Any
 
-from _bench_common import machine
-from _bench_presets_zoo import ROWS, ROWS_BY_KEY, Row
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (REPO_ROOT, child_env, commit, load_average, machine,  # noqa: E402
+                     markdown_table, write_json)
+from _presets_zoo import ROWS, ROWS_BY_KEY, Row  # noqa: E402
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EVAL_EPISODES = 10
 EVAL_SEED0 = 10_000  # episode k of every evaluation starts from env seed EVAL_SEED0 + k
 QUICK_ROW = ("CartPole-v1", "ppo")
@@ -196,8 +197,7 @@ def _call(cmd: list[str], timeout: float, cpus: list[int] | None = None,
     environment variables for the child."""
     if _STOPPING.is_set():
         return False, "stopped by a signal", 0.0
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p), **(extra_env or {}))
+    env = child_env(**(extra_env or {}))
     preexec = None
     if cpus is not None:
         env.update(OMP_NUM_THREADS=str(len(cpus)), MKL_NUM_THREADS=str(len(cpus)))
@@ -231,7 +231,7 @@ def _child_json(stdout: str) -> dict:
 def run_rlfast(row: Row, steps: int, seed: int, timeout: float,
                cpus: list[int] | None = None) -> dict:
     """``rlfast train`` with the default preset, then the evaluation of its snapshot."""
-    result: dict[str, Any] = dict(seed=seed, ok=False, load_before=os.getloadavg()[0])
+    result: dict[str, Any] = dict(seed=seed, ok=False, load_before=load_average())
     if cpus is not None:
         result["cpus"] = list(cpus)
     with tempfile.TemporaryDirectory(prefix="bench_presets_") as tmp:
@@ -258,7 +258,7 @@ def run_rlfast(row: Row, steps: int, seed: int, timeout: float,
 def run_sb3(row: Row, steps: int, seed: int, timeout: float,
             cpus: list[int] | None = None) -> dict:
     """SB3 with the zoo's settings, trained and evaluated in one child process."""
-    result: dict[str, Any] = dict(seed=seed, ok=False, load_before=os.getloadavg()[0])
+    result: dict[str, Any] = dict(seed=seed, ok=False, load_before=load_average())
     if cpus is not None:
         result["cpus"] = list(cpus)
     # SB3 makes a logger folder even when it logs nothing (SB3_LOGDIR, else a new
@@ -369,20 +369,6 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def code_version() -> str:
-    """The short commit of the checkout the suite runs (``-dirty`` with uncommitted changes
-    to tracked files), or ``"unknown"`` outside a git checkout."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                              timeout=30, check=True).stdout.strip()
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return commit + ("-dirty" if dirty else "")
-
-
 def merge_records(previous: list[dict], new: list[dict]) -> list[dict]:
     """One record per row, in suite order: ``new`` replaces a ``previous`` record of the same
     (env, algo); rows the suite no longer has are dropped."""
@@ -411,7 +397,7 @@ def summarize(row: Row, steps: int, runs: dict[str, list[dict]]) -> dict:
     ``time_ratio`` and the verdict (PASS / FAIL / ERROR)."""
     record: dict[str, Any] = dict(env=row.env, algo=row.algo, budget=steps,
                                   budget_reason=row.reason if steps == row.budget
-                                  else "set with --steps / --quick", commit=code_version())
+                                  else "set with --steps / --quick", commit=commit())
     for name in FRAMEWORKS:
         good = [r for r in runs[name] if r["ok"]]
         ret_mean, ret_std = mean_std([r["final_return"] for r in good])
@@ -469,10 +455,7 @@ def table_row(record: dict) -> list[str]:
 def render_table(records: list[dict]) -> str:
     """The markdown table of the rows (one line each), then the failed runs and the range of
     the machine's load average when the runs started (other jobs inflate wall times)."""
-    rows = [HEADER] + [table_row(r) for r in records]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    lines = [markdown_table(HEADER, [table_row(r) for r in records], pad=True)]
     errors = [f"- {r['env']}:{r['algo']}: {e}" for r in records for e in r["errors"]]
     if errors:
         lines += ["", "Failed runs:"] + errors
@@ -519,8 +502,8 @@ def write_outputs(out_dir: str, header: dict, records: list[dict]) -> None:
     with open(os.path.join(out_dir, "bench_presets.md"), "w") as f:
         f.write(f"Machine: {header['machine']}\n\nSeeds: {', '.join(map(str, header['seeds']))}"
                 f"\n\n{render_table(records)}\n\n{CRITERION}\n")
-    with open(os.path.join(out_dir, "bench_presets.json"), "w") as f:
-        json.dump(dict(header, rows=records), f, indent=1, allow_nan=False)
+    write_json(os.path.join(out_dir, "bench_presets.json"), dict(header, rows=records),
+               allow_nan=False)
 
 
 # ---- command line ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The SAC peers of scripts/_bench_cleanrl_replay.py (see there), written here from the
+"""The SAC peers of scripts/bench/_cleanrl_replay.py (see there), written here from the
 published algorithm (no code of CleanRL or LeanRL is copied; LeanRL's settings are):
 
 - ``cleanrl_sac``: CleanRL's ``sac_continuous_action`` loop: one env, one critic step of batch
@@ -11,7 +11,7 @@ published algorithm (no code of CleanRL or LeanRL is copied; LeanRL's settings a
   per transition, copied in from page-locked memory), the policy step, the critic step
   (sampling, loss, backward, fused Adam, target update) and the actor and temperature steps
   each a fixed-shape function under ``torch.compile``, captured in a CUDA graph (GraphedCall
-  of scripts/_bench_cleanrl.py) and replayed; capturable fused Adam; alpha stays on the
+  of scripts/bench/_cleanrl.py) and replayed; capturable fused Adam; alpha stays on the
   device; nothing read back per step but the action. On the CPU: no graphs, compile optional.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from _bench_cleanrl import GraphedCall
+from _cleanrl import GraphedCall
 
 SAC_HP = dict(gamma=0.99, tau=0.005, batch_size=256, policy_lr=3e-4, q_lr=1e-3,
               policy_frequency=2, target_network_frequency=1)

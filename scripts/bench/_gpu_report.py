@@ -1,37 +1,19 @@
-"""The tables and raw files of scripts/bench_gpu.sh: the machine, the sampler table, the PPO
+"""The tables and raw files of scripts/bench/bench_gpu.sh: the machine, the sampler table, the PPO
 training table with its ratios and the issue's acceptance verdicts, the Pong learning run,
 GPU utilisation, and what was skipped. ``tables`` builds the text from the figures alone
 (no processes), ``write_report`` prints it and writes bench_gpu.md, bench_gpu.json and
 gpu_util.csv into ``args.out``."""
 from __future__ import annotations
 
-import json
-import math
 import os
-from collections.abc import Sequence
 
-import _bench_gpu_plan as plan
-from _bench_gpu_replay import replay_tables
+import _gpu_plan as plan
+from _common import machine, number, verdict, write_json
+from _gpu_replay import replay_tables
 
 TARGET_SHARE_32 = 0.7      # PPO at the main env count: share of the random agent's steps/s
 TARGET_STEPS_8 = 6800.0    # PPO at 8 envs: LeanRL's published H100 figure, env steps/s
 TARGET_CNN_SHARE = 0.85    # gpu sampler: Nature-CNN agent's share of the random agent's
-
-
-def _num(value: float | None, digits: int = 0) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:,.{digits}f}"
-
-
-def _verdict(ok: bool | None) -> str:
-    return "not measured" if ok is None else ("PASS" if ok else "FAIL")
-
-
-def _util(samples: Sequence[tuple], figures: dict | None) -> dict | None:
-    if not samples or not figures or "t_start" not in figures:
-        return None
-    return plan.utilisation(samples, figures["t_start"], figures["t_end"])
 
 
 def sampler_table(items, outcomes, results, samples) -> tuple[list[str], dict]:
@@ -56,9 +38,9 @@ def sampler_table(items, outcomes, results, samples) -> tuple[list[str], dict]:
         ale = ale or next((r["fps"] for r in data["results"] if r.get("peer") == "ale"), None)
         rnd, cnn = fps.get("random"), fps.get("nature_cnn")
         ratio = cnn["fps"] / rnd["fps"] if rnd and cnn and rnd["fps"] else None
-        util = _util(samples, cnn)
-        lines.append(f"| {item.name} | {_num(rnd and rnd['fps'])} | {_num(cnn and cnn['fps'])} "
-                     f"| {_num(ratio, 2)} | {_num(util and util['gpu_util'], 1)} |")
+        util = plan.window_utilisation(samples, cnn)
+        lines.append(f"| {item.name} | {number(rnd and rnd['fps'])} | {number(cnn and cnn['fps'])} "
+                     f"| {number(ratio, 2)} | {number(util and util['gpu_util'], 1)} |")
         if item.name == "gpu":
             verdicts["gpu_cnn_share"] = ratio
     lines.append("")
@@ -66,7 +48,8 @@ def sampler_table(items, outcomes, results, samples) -> tuple[list[str], dict]:
         lines.append(f"ale-py AtariVectorEnv alone, random actions: {ale:,.0f} frames/s")
     share = verdicts.get("gpu_cnn_share")
     lines.append(f"Acceptance, gpu sampler CNN / random >= {TARGET_CNN_SHARE}: "
-                 f"{_num(share, 2)} -> {_verdict(None if share is None else share >= TARGET_CNN_SHARE)}")
+                 f"{number(share, 2)} -> "
+                 f"{verdict(None if share is None else share >= TARGET_CNN_SHARE)}")
     lines.append("")
     return lines, verdicts
 
@@ -102,22 +85,33 @@ def training_table(args, items, outcomes, results, samples) -> tuple[list[str], 
         value = dict(zip(counts, (c[1] for c in cells)))
         share = (value.get(main) / random[main] if value.get(main) and random.get(main)
                  and name != "rlfast-random" else None)
-        util = _util(samples, results.get(plan.Item("train", name, main).key))
+        util = plan.window_utilisation(samples, results.get(plan.Item("train", name, main).key))
         lines.append(f"| {name} | " + " | ".join(c[0] for c in cells)
-                     + f" | {_num(share, 2)} | {_num(util and util['gpu_util'], 1)} |")
+                     + f" | {number(share, 2)} | {number(util and util['gpu_util'], 1)} |")
         if name.startswith("rlfast-") and name != "rlfast-random":
             for n, v in value.items():
                 if v is not None and v > best.get(n, (None, -1.0))[1]:
                     best[n] = (name, v)
     lines.append("")
-    verdicts = {}
+    peers = {peer: cell(peer, small)[1] for peer in ("leanrl-alevec", "cleanrl-alevec")}
+    lean = results.get(plan.Item("train", "leanrl-alevec", small).key) or {}
+    more, verdicts = _training_acceptance(small, main, best, random, peers, lean)
+    return lines + more, verdicts
+
+
+def _training_acceptance(small: int, main: int, best: dict, random: dict, peers: dict,
+                         lean: dict) -> tuple[list[str], dict]:
+    """The PPO acceptance lines from the best rlfast contender at each env count (``best``:
+    {envs: (name, steps/s)}), the random agent's steps/s, the peers' at ``small`` envs and
+    how the LeanRL-style loop ran; and the verdicts."""
+    lines, verdicts = [], {}
     if main in best and random.get(main):
         name, v = best[main]
         share = v / random[main]
         verdicts["ppo_main_share"] = share
         lines.append(f"Acceptance, PPO {main} envs >= {TARGET_SHARE_32} of the random agent: "
                      f"best {name} {v:,.0f} / {random[main]:,.0f} = {share:.2f} -> "
-                     f"{_verdict(share >= TARGET_SHARE_32)}")
+                     f"{verdict(share >= TARGET_SHARE_32)}")
     else:
         lines.append(f"Acceptance, PPO {main} envs >= {TARGET_SHARE_32} of the random agent: "
                      "not measured")
@@ -125,14 +119,12 @@ def training_table(args, items, outcomes, results, samples) -> tuple[list[str], 
         name, v = best[small]
         verdicts["ppo_small_steps"] = v
         lines.append(f"Acceptance, PPO {small} envs >= {TARGET_STEPS_8:,.0f} env steps/s: best "
-                     f"{name} {v:,.0f} -> {_verdict(v >= TARGET_STEPS_8)}"
+                     f"{name} {v:,.0f} -> {verdict(v >= TARGET_STEPS_8)}"
                      + ("" if small == 8 else " (the target is for 8 envs)"))
-    for peer in ("leanrl-alevec", "cleanrl-alevec"):
-        v = cell(peer, small)[1]
+    for peer, v in peers.items():
         if v is not None and small in best:
             lines.append(f"{peer} at {small} envs: {v:,.0f} env steps/s; best rlfast / it = "
                          f"{best[small][1] / v:.2f}")
-    lean = results.get(plan.Item("train", "leanrl-alevec", small).key) or {}
     if "compiled" in lean:
         lines.append(f"leanrl-alevec ran with compile={lean['compiled']}, CUDA graphs="
                      f"{lean.get('cuda_graphs')}"
@@ -155,13 +147,13 @@ def learning_table(args, results) -> tuple[list[str], dict]:
              "| stopped by |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     at = hit or data
-    lines.append(f"| {'yes' if hit else 'no'} | {_num(at['steps'])} | {at['wall_s']:.0f} "
-                 f"| {_num(at['train_s'])} | {_num(data['best_rolling_return'], 2)} "
-                 f"| {_num(data['last_rolling_return'], 2)} | {data['episodes']:.0f} "
-                 f"| {_num(data.get('steady_steps_per_s'))} | {data['stop_reason']} |")
+    lines.append(f"| {'yes' if hit else 'no'} | {number(at['steps'])} | {at['wall_s']:.0f} "
+                 f"| {number(at['train_s'])} | {number(data['best_rolling_return'], 2)} "
+                 f"| {number(data['last_rolling_return'], 2)} | {data['episodes']:.0f} "
+                 f"| {number(data.get('steady_steps_per_s'))} | {data['stop_reason']} |")
     ok = bool(hit) and hit["wall_s"] <= 300.0
     lines += ["", f"Acceptance, Pong mean training return >= {data['target']:+g} within 300 s: "
-              f"{_verdict(ok)}", "Command: " + " ".join(data["command"]), ""]
+              f"{verdict(ok)}", "Command: " + " ".join(data["command"]), ""]
     return lines, dict(learn_reached=bool(hit), learn_wall_s=hit and hit["wall_s"])
 
 
@@ -210,20 +202,16 @@ def tables(args, machine_line, items, outcomes, results, samples, monitor_note, 
 
 def write_report(args, items, outcomes, results, monitor, elapsed, shm_left,
                  accepted=None) -> None:
-    from _bench_common import machine
-
     machine_line = machine()
     text, verdicts = tables(args, machine_line, items, outcomes, results, monitor.samples,
                             monitor.note, elapsed, shm_left, accepted)
     print("\n" + text, flush=True)
     with open(os.path.join(args.out, "bench_gpu.md"), "w") as f:
         f.write(text)
-    with open(os.path.join(args.out, "bench_gpu.json"), "w") as f:
-        json.dump(dict(machine=machine_line, settings=vars(args), outcomes=outcomes,
-                       results=results, verdicts=verdicts, elapsed_s=elapsed,
-                       shm_left=shm_left, gpu_util_note=monitor.note,
-                       accepted_overrides=accepted), f, indent=1,
-                  default=str)
+    write_json(os.path.join(args.out, "bench_gpu.json"),
+               dict(machine=machine_line, settings=vars(args), outcomes=outcomes,
+                    results=results, verdicts=verdicts, elapsed_s=elapsed, shm_left=shm_left,
+                    gpu_util_note=monitor.note, accepted_overrides=accepted), default=str)
     if monitor.lines:
         with open(os.path.join(args.out, "gpu_util.csv"), "w") as f:
             f.write(plan.SMI_QUERY + "\n" + "\n".join(monitor.lines) + "\n")
