@@ -21,11 +21,14 @@ setup(
         # The test extra installs every optional extra the tests exercise, and pytest-xdist,
         # which runs the in-process test modules beside the process tests (-n 2; see
         # tests/_parallel.py).
-        "test": ["pytest>=7", "pytest-xdist>=3.0", "tensorboard>=2.10", "matplotlib>=3.5", "imageio>=2.20",
-                 "imageio-ffmpeg>=0.4.5", "pygame>=2.1", "submitit>=1.4",
+        "test": ["pytest>=7", "pytest-xdist>=3.0", "tensorboard>=2.10", "matplotlib>=3.5",
+                 "imageio>=2.20", "imageio-ffmpeg>=0.4.5", "pygame>=2.1", "submitit>=1.4",
                  "gymnasium[box2d,mujoco]>=0.29", "optuna>=4", "cma>=3.2",
                  "pettingzoo>=1.24", "mpe2>=1.0", "popgym>=1.0", "minatar>=1.0.15", "onnx>=1.16",
-                 "onnxscript>=0.3", "onnxruntime>=1.18", "wandb>=0.19"],
+                 "onnxscript>=0.3", "onnxruntime>=1.18", "wandb>=0.19", "ruff>=0.17,<0.18"],
+        # The linter .ci/run runs (pyproject.toml configures it). Pinned to a minor version:
+        # ruff's rules change between minor versions, and CI must not start failing on its own.
+        "lint": ["ruff>=0.17,<0.18"],
         "tensorboard": ["tensorboard>=2.10"],
         "plot": ["matplotlib>=3.5"],  # rlfast plot
         # rlfast watch --video: imageio writes mp4 through imageio-ffmpeg, which ships its own
@@ -55,9 +58,9 @@ setup(
         # through gymnasium's own extras.
         "box2d": ["gymnasium[box2d]>=0.29"],
         "mujoco": ["gymnasium[mujoco]>=0.29"],
-        # The peers scripts/bench_*.py compare against (BenchMARL's MAPPO for
-        # scripts/bench_multiagent.py), and MuJoCo for the HalfCheetah-v5 SAC figures of
-        # scripts/bench_gpu.sh --replay-only; never imported by rlfast itself.
+        # The peers scripts/bench/bench_*.py compare against (BenchMARL's MAPPO for
+        # scripts/bench/bench_multiagent.py), and MuJoCo for the HalfCheetah-v5 SAC figures of
+        # scripts/bench/bench_gpu.sh --replay-only; never imported by rlfast itself.
         "bench": ["stable-baselines3>=2.0", "envpool>=0.8", "mujoco>=3.0", "benchmarl>=1.5",
                   "pettingzoo>=1.24", "mpe2>=1.0"],
     },

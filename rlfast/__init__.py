@@ -13,7 +13,7 @@ beside it: 66 steps/s against 943 with passive waiting, the same returns), becau
 thread burned its time slices spinning while the other waited for a core. OpenMP reads the
 variable once, when torch loads it: set it (``ACTIVE`` to spin) before the first
 ``import torch`` of the process; rlfast's own processes (the CLI, sampler workers, ranks)
-import rlfast first. ``scripts/bench_threads.py`` measures both policies, idle and loaded.
+import rlfast first. ``scripts/bench/bench_threads.py`` measures both policies, idle and loaded.
 """
 import os as _os
 

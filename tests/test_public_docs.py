@@ -13,7 +13,6 @@ import pkgutil
 
 import pytest
 
-import rlfast
 from rlfast.utils.collections import is_namedarraytuple_class, is_namedtuple_class
 
 PACKAGES = ("rlfast.samplers", "rlfast.runners", "rlfast.algos")

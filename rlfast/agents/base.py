@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 import numpy as np
 import torch
 
-from rlfast.agents.recurrent import (AlternatingRecurrentAgentMixin, RecurrentAgentMixin, RnnStateStore,
-                                     rnn_state_for_storage, stored_rnn_state)
+from rlfast.agents.recurrent import (AlternatingRecurrentAgentMixin, RecurrentAgentMixin,
+                                     RnnStateStore, rnn_state_for_storage, stored_rnn_state)
 from rlfast.models.utils import strip_ddp_state_dict
 from rlfast.utils.buffer import buffer_to
 from rlfast.utils.collections import namedarraytuple
@@ -236,7 +236,8 @@ class RandomAgent(BaseAgent):
         if isinstance(n, (int, np.integer)) and tuple(space.shape) == ():
             # Discrete: one vectorized draw from numpy's global RNG (seeded by set_seed).
             low = int(np.asarray(space.low)) if getattr(space, "low", None) is not None else 0
-            action = torch.from_numpy(np.random.randint(low, low + int(n), size=lead).astype(space.dtype))
+            action = torch.from_numpy(np.random.randint(low, low + int(n), size=lead)
+                                      .astype(space.dtype))
         else:
             samples = [np.asarray(space.sample()) for _ in range(int(np.prod(lead, dtype=int)))]
             action = torch.as_tensor(np.stack(samples).reshape(lead + samples[0].shape)

@@ -3,13 +3,13 @@
 :class:`PolicyGraph` wraps an agent's model (its observation normalization and uint8-frame
 scaling are inside the model, so they travel with it) and computes the action the agent
 takes in evaluation mode, with no Python-side state: argmax of the action probabilities
-(policy gradient, categorical), the mean clamped to the action bound (policy gradient, Gaussian), argmax of the
-Q-values (the DQN family, the expected value of the atoms for categorical DQN), or the
-actor's deterministic action scaled to the action bounds (DDPG, TD3; SAC's tanh of the
-mean). ``stochastic=True`` also returns the distribution's parameters (probabilities, or
-mean and log-std). A recurrent agent's graph takes the previous action, previous reward and
-the state leaves as inputs and returns the next state leaves, so the caller carries the
-state (zeros at an episode start) exactly as the samplers do.
+(policy gradient, categorical), the mean clamped to the action bound (policy gradient,
+Gaussian), argmax of the Q-values (the DQN family, the expected value of the atoms for
+categorical DQN), or the actor's deterministic action scaled to the action bounds (DDPG,
+TD3; SAC's tanh of the mean). ``stochastic=True`` also returns the distribution's
+parameters (probabilities, or mean and log-std). A recurrent agent's graph takes the previous
+action, previous reward and the state leaves as inputs and returns the next state leaves, so the
+caller carries the state (zeros at an episode start) exactly as the samplers do.
 """
 from __future__ import annotations
 

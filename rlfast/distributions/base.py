@@ -62,11 +62,14 @@ class Distribution:
         """Entropy of each distribution in ``dist_info``; keeps leading dims."""
         raise NotImplementedError(f"{type(self).__name__} does not implement entropy().")
 
-    def likelihood_ratio(self, x: torch.Tensor, old_dist_info: Any, new_dist_info: Any) -> torch.Tensor:
+    def likelihood_ratio(self, x: torch.Tensor, old_dist_info: Any,
+                         new_dist_info: Any) -> torch.Tensor:
         """p_new(x) / p_old(x), computed as exp of the log-likelihood difference."""
-        return torch.exp(self.log_likelihood(x, new_dist_info) - self.log_likelihood(x, old_dist_info))
+        return torch.exp(self.log_likelihood(x, new_dist_info)
+                         - self.log_likelihood(x, old_dist_info))
 
-    def mean_kl(self, old_dist_info: Any, new_dist_info: Any, valid: torch.Tensor | None = None) -> torch.Tensor:
+    def mean_kl(self, old_dist_info: Any, new_dist_info: Any,
+                valid: torch.Tensor | None = None) -> torch.Tensor:
         """Mean KL over a batch, ignoring entries where ``valid`` is 0."""
         return valid_mean(self.kl(old_dist_info, new_dist_info), valid)
 

@@ -74,7 +74,8 @@ class Categorical(DiscreteMixin, Distribution):
     conversions.  All formulas reduce over the trailing (outcome) dim only.
     """
 
-    def __init__(self, dim: int, dtype: torch.dtype = torch.long, onehot_dtype: torch.dtype = torch.float):
+    def __init__(self, dim: int, dtype: torch.dtype = torch.long,
+                 onehot_dtype: torch.dtype = torch.float):
         super().__init__(dim=dim, dtype=dtype, onehot_dtype=onehot_dtype)
 
     def _prob(self, dist_info: Any) -> torch.Tensor:
@@ -94,7 +95,8 @@ class Categorical(DiscreteMixin, Distribution):
         selected = select_at_indexes(x.long(), self._prob(dist_info))
         return torch.log(selected + EPS)
 
-    def likelihood_ratio(self, x: torch.Tensor, old_dist_info: Any, new_dist_info: Any) -> torch.Tensor:
+    def likelihood_ratio(self, x: torch.Tensor, old_dist_info: Any,
+                         new_dist_info: Any) -> torch.Tensor:
         """p_new(x) / p_old(x), computed directly from the selected probabilities."""
         x = x.long()
         new = select_at_indexes(x, self._prob(new_dist_info))

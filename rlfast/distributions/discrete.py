@@ -18,7 +18,8 @@ class DiscreteMixin:
     feed a network).  Leading dims are preserved by both conversions.
     """
 
-    def __init__(self, dim: int, dtype: torch.dtype = torch.long, onehot_dtype: torch.dtype = torch.float):
+    def __init__(self, dim: int, dtype: torch.dtype = torch.long,
+                 onehot_dtype: torch.dtype = torch.float):
         self._dim = check_positive(dim, "dim", integer=True, owner=type(self).__name__)
         self.dtype = dtype
         self.onehot_dtype = onehot_dtype

@@ -31,7 +31,8 @@ def _as_epsilon(epsilon: EpsilonLike) -> torch.Tensor:
             f"got shape {tuple(eps.shape)}."
         )
     if eps.numel() == 0:
-        raise ValueError("EpsilonGreedy: epsilon vector is empty; give a scalar or one value per environment.")
+        raise ValueError("EpsilonGreedy: epsilon vector is empty; give a scalar or one value per "
+                         "environment.")
     if bool(((eps < 0) | (eps > 1) | torch.isnan(eps)).any()):
         raise ValueError(f"EpsilonGreedy: epsilon values must lie in [0, 1], got {eps.tolist()}.")
     return eps
@@ -129,17 +130,19 @@ class CategoricalEpsilonGreedy(EpsilonGreedy):
 
     def set_z(self, z: torch.Tensor | np.ndarray | list) -> None:
         """Assign the atom values (the distributional support), a vector of length ``P``."""
-        z = torch.as_tensor(np.asarray(z) if isinstance(z, (list, tuple)) else z, dtype=torch.float32)
+        z = torch.as_tensor(np.asarray(z) if isinstance(z, (list, tuple)) else z,
+                            dtype=torch.float32)
         if z.dim() != 1 or z.numel() < 1:
-            raise ValueError(f"CategoricalEpsilonGreedy: z must be a non-empty vector of atom values, got shape "
-                             f"{tuple(z.shape)}.")
+            raise ValueError("CategoricalEpsilonGreedy: z must be a non-empty vector of atom "
+                             f"values, got shape {tuple(z.shape)}.")
         self.z = z
         self._z_on = _refreshed(getattr(self, "_z_on", {}), z)
 
     def _z_for(self, p: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
         if z is None:
             if self.z is None:
-                raise ValueError("CategoricalEpsilonGreedy: no atom values; call set_z(z) or pass z to sample().")
+                raise ValueError("CategoricalEpsilonGreedy: no atom values; call set_z(z) or "
+                                 "pass z to sample().")
             if p.device == self.z.device:
                 z = self.z
             else:
@@ -149,8 +152,8 @@ class CategoricalEpsilonGreedy(EpsilonGreedy):
         z = torch.as_tensor(z, device=p.device, dtype=p.dtype)
         if p.dim() < 2 or p.shape[-1] != z.shape[-1]:
             raise ValueError(
-                f"CategoricalEpsilonGreedy: probabilities of shape {tuple(p.shape)} must be [..., A, P] "
-                f"with P = {z.shape[-1]} atoms (the length of z)."
+                f"CategoricalEpsilonGreedy: probabilities of shape {tuple(p.shape)} must be "
+                f"[..., A, P] with P = {z.shape[-1]} atoms (the length of z)."
             )
         return z
 

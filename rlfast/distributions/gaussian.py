@@ -74,7 +74,8 @@ class Gaussian(Distribution):
 
     # ---- settings --------------------------------------------------------
     def set_std(self, std: StdLike) -> None:
-        """Fix the std (scalar or broadcastable to ``[dim]``), or None to use ``dist_info.log_std``."""
+        """Fix the std (scalar or broadcastable to ``[dim]``), or None to use
+        ``dist_info.log_std``."""
         if std is not None:
             # A scalar, or one std per action dimension.
             if not bool(torch.all(torch.as_tensor(std, dtype=torch.float64) > 0)):
@@ -168,9 +169,11 @@ class Gaussian(Distribution):
             log_prob = log_prob - self._squash_log_det(x)
         return log_prob
 
-    def likelihood_ratio(self, x: torch.Tensor, old_dist_info: Any, new_dist_info: Any) -> torch.Tensor:
+    def likelihood_ratio(self, x: torch.Tensor, old_dist_info: Any,
+                         new_dist_info: Any) -> torch.Tensor:
         """p_new(x) / p_old(x) (the squash correction cancels)."""
-        return torch.exp(self.log_likelihood(x, new_dist_info) - self.log_likelihood(x, old_dist_info))
+        return torch.exp(self.log_likelihood(x, new_dist_info)
+                         - self.log_likelihood(x, old_dist_info))
 
     def sample_loglikelihood(self, dist_info: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw a differentiable sample and its log-likelihood (e.g. for SAC).
@@ -186,12 +189,14 @@ class Gaussian(Distribution):
         return x, log_prob
 
     def kl(self, old_dist_info: Any, new_dist_info: Any) -> torch.Tensor:
-        """KL(old || new) = sum log(s_new/s_old) + (s_old^2 + (m_old - m_new)^2) / (2 s_new^2) - 1/2."""
+        """KL(old || new) = sum log(s_new/s_old)
+        + (s_old^2 + (m_old - m_new)^2) / (2 s_new^2) - 1/2."""
         old_mean = self._mean(old_dist_info)
         new_mean = self._mean(new_dist_info)
         old_log_std = self._log_std(old_dist_info, old_mean)
         new_log_std = self._log_std(new_dist_info, new_mean)
-        numerator = (old_mean - new_mean) ** 2 + torch.exp(2 * old_log_std) - torch.exp(2 * new_log_std)
+        numerator = ((old_mean - new_mean) ** 2 + torch.exp(2 * old_log_std)
+                     - torch.exp(2 * new_log_std))
         denominator = 2 * torch.exp(2 * new_log_std)
         return torch.sum(numerator / denominator + new_log_std - old_log_std, dim=-1)
 

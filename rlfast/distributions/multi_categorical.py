@@ -140,7 +140,8 @@ class MultiCategorical(Distribution):
         """log p(x) = sum_d log p_d(x_d), with ``x`` shaped ``[..., D]``; returns ``[...]``."""
         return torch.sum(torch.log(self._selected(x, self._prob(dist_info)) + EPS), dim=-1)
 
-    def likelihood_ratio(self, x: torch.Tensor, old_dist_info: Any, new_dist_info: Any) -> torch.Tensor:
+    def likelihood_ratio(self, x: torch.Tensor, old_dist_info: Any,
+                         new_dist_info: Any) -> torch.Tensor:
         """p_new(x) / p_old(x) = prod_d p_new,d(x_d) / p_old,d(x_d)."""
         new = self._selected(x, self._prob(new_dist_info))
         old = self._selected(x, self._prob(old_dist_info))
@@ -160,7 +161,8 @@ class MultiCategorical(Distribution):
         a recurrent model reads as the previous action)."""
         consts = self._consts(x.device)
         index = x.long() - consts["start"] + consts["offsets"]
-        out = torch.zeros(*x.shape[:-1], self._dim, dtype=dtype or self.onehot_dtype, device=x.device)
+        out = torch.zeros(*x.shape[:-1], self._dim, dtype=dtype or self.onehot_dtype,
+                          device=x.device)
         return out.scatter_(-1, index, 1)
 
     def from_onehot(self, onehot: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -46,7 +46,8 @@ def check_popgym_task(name: str) -> type:
     if name in tasks:
         return tasks[name]
     close = difflib.get_close_matches(name, list(tasks), n=3, cutoff=0.5)
-    hint = f"did you mean {' or '.join(close)}?" if close else f"the tasks: {', '.join(sorted(tasks))}"
+    hint = (f"did you mean {' or '.join(close)}?" if close
+            else f"the tasks: {', '.join(sorted(tasks))}")
     raise PopGymError(f"unknown POPGym task {name!r}; {hint}")
 
 

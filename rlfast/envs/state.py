@@ -7,8 +7,9 @@ control, toy text) the state is exactly the plain attributes of the environment 
 wrappers: ``state`` arrays, counters such as ``TimeLimit._elapsed_steps``, flags, and the
 ``np_random`` generator. :func:`gym_env_state` walks the wrapper chain and collects those;
 it returns None when the innermost environment holds anything else (a physics engine's
-data, a Box2D world, an emulator) or a wrapper holds a deque of frames, since restoring only part of such a state would not
-continue the episode but corrupt it. The caller then starts fresh episodes instead.
+data, a Box2D world, an emulator) or a wrapper holds a deque of frames, since restoring only part of
+such a state would not continue the episode but corrupt it. The caller then starts fresh episodes
+instead.
 """
 from __future__ import annotations
 

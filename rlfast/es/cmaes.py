@@ -69,8 +69,8 @@ class CMAES(BaseES):
         options = dict(verbose=-9, **cma_options)
         options.update(popsize=self.popsize, seed=np.nan, randn=_GeneratorRandn(self._rng))
         try:
-            self._es = _import_cma().CMAEvolutionStrategy(np.array(x0, dtype=np.float64), self.sigma0,
-                                                options)
+            self._es = _import_cma().CMAEvolutionStrategy(np.array(x0, dtype=np.float64),
+                                                          self.sigma0, options)
         except ValueError as e:  # cma names an unknown option and the valid ones
             raise ValueError(f"cma rejected cma_options={cma_options!r}: {e}") from e
 

@@ -17,19 +17,22 @@ from rlfast.models.conv2d import Conv2dModel
 from rlfast.models.utils import HIDDEN_GAIN, orthogonal_init_
 from rlfast.utils.tensor import infer_leading_dims
 
-__all__ = ["A2C_CONV", "DQN_CONV", "atari_conv", "conv_features", "check_image_shape", "scale_image"]
+__all__ = ["A2C_CONV", "DQN_CONV", "atari_conv", "conv_features", "check_image_shape",
+           "scale_image"]
 
 # A2C: 16 8x8 filters at stride 4, then 32 4x4 at stride 2; on a (4, 104, 80) image 32 x 12 x 9.
 A2C_CONV = dict(channels=(16, 32), kernel_sizes=(8, 4), strides=(4, 2), paddings=(0, 1))
 # Nature DQN's filters with paddings [0, 1, 1]: on (4, 104, 80) 64 x 12 x 9 (84 x 84: 64 x 10 x 10).
-DQN_CONV = dict(channels=(32, 64, 64), kernel_sizes=(8, 4, 3), strides=(4, 2, 1), paddings=(0, 1, 1))
+DQN_CONV = dict(channels=(32, 64, 64), kernel_sizes=(8, 4, 3), strides=(4, 2, 1),
+                paddings=(0, 1, 1))
 
 
 def check_image_shape(image_shape: Sequence[int], model_name: str) -> tuple[int, int, int]:
     """Return ``image_shape`` as a (C, H, W) tuple of positive ints, or raise naming it."""
     shape = tuple(image_shape)
     if len(shape) != 3 or any(int(d) != d or d < 1 for d in shape):
-        raise ValueError(f"{model_name}: image_shape must be (C, H, W) of positive ints, got {shape!r}.")
+        raise ValueError(f"{model_name}: image_shape must be (C, H, W) of positive ints, "
+                         f"got {shape!r}.")
     return tuple(int(d) for d in shape)
 
 

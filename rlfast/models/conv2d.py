@@ -55,8 +55,9 @@ class Conv2dModel(torch.nn.Module):
         lengths = {len(channels), len(kernel_sizes), len(strides), len(paddings)}
         if len(lengths) != 1:
             raise ValueError(
-                "Conv2dModel: channels, kernel_sizes, strides and paddings must have the same length, got "
-                f"{len(channels)}, {len(kernel_sizes)}, {len(strides)}, {len(paddings)}."
+                "Conv2dModel: channels, kernel_sizes, strides and paddings must have the same "
+                f"length, got {len(channels)}, {len(kernel_sizes)}, {len(strides)}, "
+                f"{len(paddings)}."
             )
         self.in_channels = in_channels
         self.channels = list(channels)
@@ -69,7 +70,8 @@ class Conv2dModel(torch.nn.Module):
         for out_channels, kernel, stride, padding in zip(channels, kernel_sizes, strides, paddings):
             conv_stride = 1 if use_maxpool else stride
             layers.extend([
-                torch.nn.Conv2d(last_channels, out_channels, kernel_size=kernel, stride=conv_stride, padding=padding),
+                torch.nn.Conv2d(last_channels, out_channels, kernel_size=kernel,
+                                stride=conv_stride, padding=padding),
                 nonlinearity(),
             ])
             if use_maxpool and stride > 1:
@@ -109,10 +111,12 @@ class Conv2dModel(torch.nn.Module):
         ``in_channels``.
         """
         if c is not None and c != self.in_channels:
-            raise ValueError(f"Conv2dModel.conv_out_size: c={c} does not match in_channels={self.in_channels}.")
+            raise ValueError(f"Conv2dModel.conv_out_size: c={c} does not match "
+                             f"in_channels={self.in_channels}.")
         c_out, h_out, w_out = self.conv_out_shape(h, w)
         if h_out < 1 or w_out < 1:
-            raise ValueError(f"Conv2dModel: input {h}x{w} is too small; the convolutions leave {h_out}x{w_out}.")
+            raise ValueError(f"Conv2dModel: input {h}x{w} is too small; the convolutions leave "
+                             f"{h_out}x{w_out}.")
         return c_out * h_out * w_out
 
 
@@ -139,7 +143,8 @@ class Conv2dHeadModel(torch.nn.Module):
     ):
         super().__init__()
         if len(image_shape) != 3:
-            raise ValueError(f"Conv2dHeadModel: image_shape must be (C, H, W), got {tuple(image_shape)}.")
+            raise ValueError("Conv2dHeadModel: image_shape must be (C, H, W), "
+                             f"got {tuple(image_shape)}.")
         c, h, w = image_shape
         self.conv = Conv2dModel(
             in_channels=c, channels=channels, kernel_sizes=kernel_sizes, strides=strides,
@@ -147,7 +152,8 @@ class Conv2dHeadModel(torch.nn.Module):
         )
         conv_out_size = self.conv.conv_out_size(h, w)
         if hidden_sizes or output_size is not None:
-            self.head = MlpModel(conv_out_size, hidden_sizes, output_size=output_size, nonlinearity=nonlinearity)
+            self.head = MlpModel(conv_out_size, hidden_sizes, output_size=output_size,
+                                 nonlinearity=nonlinearity)
             self._output_size = self.head.output_size
         else:
             self.head = torch.nn.Identity()

@@ -50,13 +50,15 @@ def nonlinearity_class(value: str | type[torch.nn.Module] | None, name: str = "n
 def _pair(value: IntOrPair, name: str) -> tuple[int, int]:
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
-            raise ValueError(f"conv2d_output_shape: {name} must be an int or a pair, got {value!r}.")
+            raise ValueError(f"conv2d_output_shape: {name} must be an int or a pair, "
+                             f"got {value!r}.")
         return int(value[0]), int(value[1])
     return int(value), int(value)
 
 
 def conv2d_output_shape(
-    h: int, w: int, kernel_size: IntOrPair = 1, stride: IntOrPair = 1, padding: IntOrPair = 0, dilation: IntOrPair = 1
+    h: int, w: int, kernel_size: IntOrPair = 1, stride: IntOrPair = 1, padding: IntOrPair = 0,
+    dilation: IntOrPair = 1
 ) -> tuple[int, int]:
     """Output (H, W) of a convolution or pooling layer on an (h, w) input.
 
@@ -109,19 +111,22 @@ def strip_ddp_state_dict(state_dict: Mapping[str, torch.Tensor]) -> OrderedDict[
     """
     prefix = "module."
     stripped = OrderedDict(
-        (key[len(prefix):] if key.startswith(prefix) else key, value) for key, value in state_dict.items()
+        (key[len(prefix):] if key.startswith(prefix) else key, value)
+        for key, value in state_dict.items()
     )
     metadata = getattr(state_dict, "_metadata", None)
     if metadata is not None:
         stripped._metadata = OrderedDict(
-            (key[len(prefix):] if key.startswith(prefix) else ("" if key == "module" else key), value)
+            (key[len(prefix):] if key.startswith(prefix) else ("" if key == "module" else key),
+             value)
             for key, value in metadata.items()
         )
     return stripped
 
 
 def update_state_dict(
-    model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], tau: float = 1, strip_ddp: bool = True
+    model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], tau: float = 1,
+    strip_ddp: bool = True
 ) -> None:
     """Copy (``tau == 1``) or Polyak-average (``0 < tau < 1``) ``state_dict`` into ``model``.
 

@@ -1,5 +1,5 @@
-"""Replay buffers for off-policy algorithms (DQN family, DDPG/TD3/SAC): uniform or prioritized, single
-transitions or sequences, with plain or frame-wise observation storage.
+"""Replay buffers for off-policy algorithms (DQN family, DDPG/TD3/SAC): uniform or prioritized,
+single transitions or sequences, with plain or frame-wise observation storage.
 
 Every buffer pre-allocates ``[T, B]`` arrays (``T = ceil(size / B)``), appends ``[T_in, B]``
 samples at a wrapping cursor, computes n-step returns as data arrives, and never replays a step

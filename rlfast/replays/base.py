@@ -22,7 +22,8 @@ from rlfast.utils.checks import check_int
 
 __all__ = ["ReplayBufferBase", "split_priorities"]
 
-_WITH_WEIGHTS = {SamplesFromReplay: SamplesFromReplayPri, SamplesFromReplayTL: SamplesFromReplayTLPri,
+_WITH_WEIGHTS = {SamplesFromReplay: SamplesFromReplayPri,
+                 SamplesFromReplayTL: SamplesFromReplayTLPri,
                  SequenceSamplesFromReplay: SequenceSamplesFromReplayPri}
 
 

@@ -31,7 +31,8 @@ SamplesFromReplayPri = namedarraytuple(
 # by a time limit; ``bootstrap_discount`` the factor of the target value (gamma ** steps to the
 # window's end, or 0 after a true termination or where no bootstrap state is stored).
 SamplesFromReplayTL = namedarraytuple(
-    "SamplesFromReplayTL", SamplesFromReplay._fields + ("timeout", "timeout_n", "bootstrap_discount"))
+    "SamplesFromReplayTL",
+    SamplesFromReplay._fields + ("timeout", "timeout_n", "bootstrap_discount"))
 SamplesFromReplayTLPri = namedarraytuple(
     "SamplesFromReplayTLPri", SamplesFromReplayTL._fields + ("is_weights",))
 

@@ -1,4 +1,5 @@
-"""Frame-wise observation storage on a device: the twin of :class:`~rlfast.replays.frames.FrameStore`.
+"""Frame-wise observation storage on a device: the twin of
+:class:`~rlfast.replays.frames.FrameStore`.
 
 The layout is the numpy store's (see :mod:`rlfast.replays.frames`): newest frames in
 ``[T + C - 1, B, ...]`` with the first ``C - 1`` rows mirroring the last steps of the ring,

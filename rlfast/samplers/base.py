@@ -90,7 +90,8 @@ class BaseSampler(abc.ABC):
                  eval_max_steps: int | None = None, eval_max_trajectories: int | None = None,
                  check_finite: bool = True, worker_timeout: float | str | None = "auto"):
         if int(batch_T) < 1 or int(batch_B) < 1:
-            raise ValueError(f"batch_T and batch_B must be >= 1; got batch_T={batch_T}, batch_B={batch_B}")
+            raise ValueError(f"batch_T and batch_B must be >= 1; got batch_T={batch_T}, "
+                             f"batch_B={batch_B}")
         if eval_n_envs and eval_max_steps is None:
             raise ValueError("eval_n_envs > 0 needs eval_max_steps (total evaluation step budget)")
         CollectorCls = CollectorCls or self.DefaultCollectorCls
@@ -112,9 +113,11 @@ class BaseSampler(abc.ABC):
         self.TrajInfoCls = TrajInfoCls
         self.eval_n_envs = int(eval_n_envs)
         self.eval_CollectorCls = eval_CollectorCls
-        self.eval_env_kwargs = dict(eval_env_kwargs) if eval_env_kwargs is not None else dict(env_kwargs)
+        self.eval_env_kwargs = (dict(eval_env_kwargs) if eval_env_kwargs is not None
+                                else dict(env_kwargs))
         self.eval_max_steps = None if eval_max_steps is None else int(eval_max_steps)
-        self.eval_max_trajectories = None if eval_max_trajectories is None else int(eval_max_trajectories)
+        self.eval_max_trajectories = (None if eval_max_trajectories is None
+                                      else int(eval_max_trajectories))
         self.check_finite = bool(check_finite)
         self.worker_timeout = parse_worker_timeout(worker_timeout)
         self.double_buffer_np: list | None = None  # async samplers: the two batch slots

@@ -52,8 +52,9 @@ def get_example_outputs(agent, env) -> AttrDict:
         observation, reward, done, env_info = env.step(action)
     reward = np.asarray(reward, dtype=np.float32)
     agent.reset()
-    agent_inputs = torchify_buffer(AgentInputs(np.asarray(observation) if not hasattr(observation, "_fields") else observation,
-                                               np.asarray(action), reward))
+    agent_inputs = torchify_buffer(AgentInputs(
+        np.asarray(observation) if not hasattr(observation, "_fields") else observation,
+        np.asarray(action), reward))
     agent_action, agent_info = agent.step(*agent_inputs)
     agent_info = numpify_buffer(agent_info)
     if agent_info is not None and "prev_rnn_state" in agent_info:

@@ -53,7 +53,8 @@ class Box(Space):
             isinstance(other, type(self))
             and self.shape == other.shape
             and self.dtype == other.dtype
-            and all(np.array_equal(a, b) for a, b in zip(self._bound_arrays(), other._bound_arrays()))
+            and all(np.array_equal(a, b)
+                    for a, b in zip(self._bound_arrays(), other._bound_arrays()))
         )
 
     __hash__ = None  # mutable-looking value object; compare, don't hash

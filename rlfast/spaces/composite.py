@@ -59,7 +59,8 @@ class Composite(Space):
             return
         if not isinstance(seed, (int, np.integer, np.random.SeedSequence)):
             raise TypeError(f"seed must be an int, a numpy SeedSequence or None, got {seed!r}")
-        root = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(int(seed))
+        root = (seed if isinstance(seed, np.random.SeedSequence)
+                else np.random.SeedSequence(int(seed)))
         for space, child in zip(self._spaces, root.spawn(len(self._spaces))):
             space.seed(child)
 

@@ -56,7 +56,8 @@ class FloatBox(Box):
                 f"shape {self.shape}"
             ) from err
         if np.any(high_arr < low_arr):
-            raise ValueError(f"FloatBox needs high >= low everywhere, got low={low!r}, high={high!r}")
+            raise ValueError(f"FloatBox needs high >= low everywhere, got low={low!r}, "
+                             f"high={high!r}")
         self.scalar_bounds = np.ndim(low) == 0 and np.ndim(high) == 0
         if self.scalar_bounds:
             self.low: Any = float(np.asarray(low, dtype=np.float64))

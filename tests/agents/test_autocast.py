@@ -68,7 +68,8 @@ def test_call_outputs_are_float32_and_close_to_float32_agent(name):
     x = inputs(name, bf16.env_spaces, B=4)
     dist_a, value_a = f32(*x)
     dist_b, value_b = bf16(*x)
-    assert seen == [torch.bfloat16] and seen_f32 == [torch.float32]  # autocast is on, and only there
+    # autocast is on, and only there
+    assert seen == [torch.bfloat16] and seen_f32 == [torch.float32]
     assert dist_b.prob.dtype == torch.float32 and value_b.dtype == torch.float32
     assert dist_b.prob.shape == dist_a.prob.shape and value_b.shape == value_a.shape == (4,)
     torch.testing.assert_close(dist_b.prob, dist_a.prob, rtol=BF16_TOL, atol=BF16_TOL)

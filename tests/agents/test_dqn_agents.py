@@ -1,26 +1,28 @@
-"""Tests for the DQN-family agents (rlfast.agents.dqn): epsilon schedules, target networks, R2D1 state."""
+"""Tests for the DQN-family agents (rlfast.agents.dqn): epsilon schedules, target networks, R2D1
+state."""
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from rlfast.agents import (AgentStep, AlternatingAtariR2d1Agent, AlternatingR2d1Agent, AtariCatDqnAgent,
-                           AtariDqnAgent, AtariR2d1Agent, CatDqnAgent, DqnAgent, EpsilonGreedyAgentMixin,
-                           R2d1Agent)
+from rlfast.agents import (AgentStep, AlternatingAtariR2d1Agent, AlternatingR2d1Agent,
+                           AtariCatDqnAgent, AtariDqnAgent, AtariR2d1Agent, CatDqnAgent, DqnAgent,
+                           EpsilonGreedyAgentMixin, R2d1Agent)
 from rlfast.agents.dqn import AgentInfo, AgentInfoRnn, CatAgentInfo, CategoricalQPolicy
 from rlfast.agents.param_sharing import sync_shared_model
 from rlfast.distributions import CategoricalEpsilonGreedy, EpsilonGreedy
 from rlfast.envs import EnvSpaces
-from rlfast.models.dqn import (AtariCatDqnModel, AtariDqnModel, AtariR2d1Model, CatDqnMlpModel, DqnMlpModel,
-                               R2d1MlpModel)
+from rlfast.models.dqn import (AtariCatDqnModel, AtariDqnModel, AtariR2d1Model, CatDqnMlpModel,
+                               DqnMlpModel, R2d1MlpModel)
 from rlfast.spaces import FloatBox, IntBox
 
 OBS_SHAPE = (4,)
 A = 3
 SPACES = EnvSpaces(observation=FloatBox(-1, 1, shape=OBS_SHAPE), action=IntBox(0, A))
 IMAGE_SHAPE = (4, 104, 80)
-ATARI_SPACES = EnvSpaces(observation=IntBox(0, 256, shape=IMAGE_SHAPE, dtype="uint8"), action=IntBox(0, A))
+ATARI_SPACES = EnvSpaces(observation=IntBox(0, 256, shape=IMAGE_SHAPE, dtype="uint8"),
+                         action=IntBox(0, A))
 SMALL_CONV = dict(channels=[4, 8], kernel_sizes=[8, 4], strides=[4, 2], paddings=[0, 1])
 LSTM = 6
 
@@ -114,7 +116,8 @@ def test_scalar_epsilon_ignores_env_ranks():
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(eps_init=1.5), "eps_init"), (dict(eps_eval=-0.1), "eps_eval"),
-    (dict(eps_final_min=0.0), "eps_final_min"), (dict(eps_itr_min=10, eps_itr_max=5), "eps_itr_min"),
+    (dict(eps_final_min=0.0), "eps_final_min"),
+    (dict(eps_itr_min=10, eps_itr_max=5), "eps_itr_min"),
 ])
 def test_invalid_epsilon_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -197,27 +200,33 @@ def test_sync_shared_model_copies_the_model_only():
 
 
 def test_discrete_action_space_required():
-    spaces = EnvSpaces(observation=FloatBox(-1, 1, shape=OBS_SHAPE), action=FloatBox(-1, 1, shape=(2,)))
+    spaces = EnvSpaces(observation=FloatBox(-1, 1, shape=OBS_SHAPE),
+                       action=FloatBox(-1, 1, shape=(2,)))
     with pytest.raises(TypeError, match="discrete action space"):
         DqnAgent().initialize(spaces)
 
 
 def test_default_models_and_env_kwargs():
-    for Agent, Model in [(DqnAgent, DqnMlpModel), (CatDqnAgent, CatDqnMlpModel), (R2d1Agent, R2d1MlpModel)]:
+    for Agent, Model in [(DqnAgent, DqnMlpModel), (CatDqnAgent, CatDqnMlpModel),
+                         (R2d1Agent, R2d1MlpModel)]:
         agent = Agent()
         assert agent.ModelCls is Model
-        assert agent.make_env_to_model_kwargs(SPACES) == dict(observation_shape=OBS_SHAPE, output_size=A)
+        assert agent.make_env_to_model_kwargs(SPACES) == dict(observation_shape=OBS_SHAPE,
+                                                              output_size=A)
     assert AlternatingR2d1Agent().ModelCls is R2d1MlpModel
     for Agent, Model in [(AtariDqnAgent, AtariDqnModel), (AtariCatDqnAgent, AtariCatDqnModel),
-                         (AtariR2d1Agent, AtariR2d1Model), (AlternatingAtariR2d1Agent, AtariR2d1Model)]:
+                         (AtariR2d1Agent, AtariR2d1Model),
+                         (AlternatingAtariR2d1Agent, AtariR2d1Model)]:
         agent = Agent()
         assert agent.ModelCls is Model
-        assert agent.make_env_to_model_kwargs(ATARI_SPACES) == dict(image_shape=IMAGE_SHAPE, output_size=A)
+        assert agent.make_env_to_model_kwargs(ATARI_SPACES) == dict(image_shape=IMAGE_SHAPE,
+                                                                    output_size=A)
 
 
 # ---- CatDqnAgent ---------------------------------------------------------------------------------
 def make_cat(n_atoms=7, **model_kwargs):
-    agent = CatDqnAgent(n_atoms=n_atoms, model_kwargs=dict(hidden_sizes=[8], **model_kwargs), eps_eval=0.0)
+    agent = CatDqnAgent(n_atoms=n_atoms, model_kwargs=dict(hidden_sizes=[8], **model_kwargs),
+                        eps_eval=0.0)
     agent.initialize(SPACES)
     return agent
 
@@ -252,7 +261,8 @@ def test_cat_dqn_placeholder_support_before_V_min_max():
     obs = inputs((6,))
     before = agent.step(*obs).action
     agent.give_V_min_max(-100.0, 3.0)
-    assert torch.equal(agent.step(*obs).action, before)  # any increasing support: same greedy action
+    # any increasing support: same greedy action
+    assert torch.equal(agent.step(*obs).action, before)
 
 
 def test_cat_dqn_n_atoms_conflict():
@@ -274,7 +284,8 @@ def test_noisy_agent_resamples_noise_while_sampling_and_not_in_eval():
     torch.testing.assert_close(agent.step(*obs).agent_info.p, e1)
     agent.sample_mode(1)
     assert not torch.allclose(agent.step(*obs).agent_info.p, e1)
-    still = CatDqnAgent(n_atoms=5, noisy_reset=False, model_kwargs=dict(hidden_sizes=[8], noisy=True))
+    still = CatDqnAgent(n_atoms=5, noisy_reset=False,
+                        model_kwargs=dict(hidden_sizes=[8], noisy=True))
     still.initialize(SPACES)
     still.sample_mode(0)
     torch.testing.assert_close(still.step(*obs).agent_info.p, still.step(*obs).agent_info.p)
@@ -292,7 +303,8 @@ def test_r2d1_step_records_and_advances_state():
     agent.sample_mode(0)
     obs1, obs2 = inputs((B,), seed=1), inputs((B,), seed=2)
     s1 = agent.step(*obs1)
-    assert isinstance(s1.agent_info, AgentInfoRnn) and s1.agent_info._fields == ("q", "prev_rnn_state")
+    assert isinstance(s1.agent_info, AgentInfoRnn)
+    assert s1.agent_info._fields == ("q", "prev_rnn_state")
     assert s1.agent_info.prev_rnn_state.h.shape == (B, 1, LSTM)  # stored as [B, N, H]
     assert torch.count_nonzero(s1.agent_info.prev_rnn_state.h) == 0
     state_after_1 = agent.prev_rnn_state
@@ -338,8 +350,8 @@ def test_r2d1_sampling_state_survives_evaluation():
 
 
 def test_r2d1_vector_epsilon_and_greedy_eval():
-    agent = R2d1Agent(model_kwargs=dict(hidden_sizes=[8], lstm_size=LSTM, head_size=8), eps_final_min=0.01,
-                      eps_final=0.5, eps_eval=0.0)
+    agent = R2d1Agent(model_kwargs=dict(hidden_sizes=[8], lstm_size=LSTM, head_size=8),
+                      eps_final_min=0.01, eps_final=0.5, eps_eval=0.0)
     agent.initialize(SPACES, global_B=4, env_ranks=[0, 1, 2, 3])
     agent.sample_mode(10_000)
     np.testing.assert_allclose(agent.distribution.epsilon.numpy(),
@@ -375,13 +387,15 @@ def test_atari_agents_step(Agent, model_kwargs, field):
 
 # ---- alternating R2D1 ----------------------------------------------------------------------------
 def make_alternating_r2d1(**kwargs):
-    agent = AlternatingR2d1Agent(model_kwargs=dict(hidden_sizes=[8], lstm_size=LSTM, head_size=8), **kwargs)
+    agent = AlternatingR2d1Agent(model_kwargs=dict(hidden_sizes=[8], lstm_size=LSTM, head_size=8),
+                                 **kwargs)
     agent.initialize(SPACES)
     return agent
 
 
 def test_alternating_r2d1_sets_epsilon_in_every_mode():
-    agent = make_alternating_r2d1(eps_init=1.0, eps_final=0.1, eps_itr_min=0, eps_itr_max=10, eps_eval=0.05)
+    agent = make_alternating_r2d1(eps_init=1.0, eps_final=0.1, eps_itr_min=0, eps_itr_max=10,
+                                  eps_eval=0.05)
     assert isinstance(agent, EpsilonGreedyAgentMixin) and agent.recurrent and agent.alternating
     agent.sample_mode(5)
     assert float(agent.distribution.epsilon) == pytest.approx(0.55)
@@ -417,7 +431,8 @@ def test_alternating_r2d1_keeps_one_state_per_group():
 
 
 def test_alternating_atari_r2d1_steps():
-    agent = AlternatingAtariR2d1Agent(model_kwargs=dict(fc_size=16, lstm_size=LSTM, head_size=8, **SMALL_CONV))
+    agent = AlternatingAtariR2d1Agent(model_kwargs=dict(fc_size=16, lstm_size=LSTM, head_size=8,
+                                                        **SMALL_CONV))
     agent.initialize(ATARI_SPACES)
     agent.sample_mode(0)
     for seed in range(3):

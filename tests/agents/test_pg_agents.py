@@ -368,7 +368,8 @@ def test_policies_name_model_kwargs_and_build_distributions():
     from rlfast.agents.pg import CategoricalPolicy, GaussianPolicy
     from rlfast.distributions import Categorical, Gaussian
     cartpole, pendulum = spaces_of("CartPole-v1"), spaces_of("Pendulum-v1")
-    assert CategoricalPolicy().make_env_to_model_kwargs(cartpole) == dict(observation_shape=(4,), action_size=2)
+    assert CategoricalPolicy().make_env_to_model_kwargs(cartpole) == dict(observation_shape=(4,),
+                                                                          action_size=2)
     assert CategoricalPolicy(image_model=True).make_env_to_model_kwargs(cartpole) == dict(
         image_shape=(4,), output_size=2)
     assert isinstance(CategoricalPolicy().make_distribution(cartpole), Categorical)

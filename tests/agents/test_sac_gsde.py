@@ -50,7 +50,8 @@ def test_model_log_std_matches_explicit_sum_and_leading_dims():
     for b in range(5):
         for a in range(2):
             var = sum(float(z_ref[b, j]) ** 2 * float(sigma[j, a]) ** 2 for j in range(8))
-            assert float(log_std[b, a].detach()) == pytest.approx(0.5 * math.log(var + 1e-6), rel=1e-5)
+            assert float(log_std[b, a].detach()) == pytest.approx(0.5 * math.log(var + 1e-6),
+                                                                  rel=1e-5)
     assert torch.allclose(mean, model.mean_head(z_ref).clamp(-2.0, 2.0))
     # [T, B] and unbatched inputs give the same values in the caller's layout.
     m2, s2 = model(obs[:4].reshape(2, 2, 3))

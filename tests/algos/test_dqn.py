@@ -65,7 +65,8 @@ def test_projection_matches_reference(seed):
     rng = np.random.default_rng(seed)
     B, n = 16, 11
     z = np.linspace(-5.0, 5.0, n)
-    p = rng.random((B, n)); p /= p.sum(1, keepdims=True)
+    p = rng.random((B, n))
+    p /= p.sum(1, keepdims=True)
     r = rng.normal(0, 3, size=B)
     r[0] = 1.0  # lands exactly on atoms when not_done == 0
     not_done = (rng.random(B) > 0.3).astype(float)

@@ -69,7 +69,8 @@ def test_loss_burns_in_and_targets_n_steps_ahead():
         q_all.append((obs[t] @ W + h, obs[t] @ W_target + h))
     q = torch.stack([qa for qa, _ in q_all[:bT]]).gather(-1, action[wT:wT + bT, :, None])[..., 0]
     tq = torch.stack([qt for _, qt in q_all]).max(-1).values[n:]
-    y = value_rescale(ret[wT:wT + bT] + 0.81 * (~done_n[wT:wT + bT]).float() * inv_value_rescale(tq))
+    y = value_rescale(ret[wT:wT + bT]
+                      + 0.81 * (~done_n[wT:wT + bT]).float() * inv_value_rescale(tq))
     valid = torch.ones(bT, B)
     valid[2:, 0] = 0  # after env 0's done
     losses = 0.5 * (y - q) ** 2

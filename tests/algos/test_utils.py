@@ -411,7 +411,10 @@ def test_extra_trailing_dims_match_flattened():
     r, v = rng.normal(size=(6, 2, 3)), rng.normal(size=(6, 2, 3))
     d = rng.random((6, 2, 3)) < 0.3
     boot = rng.normal(size=(2, 3))
-    flat = lambda x: x.reshape(x.shape[0], -1) if x.ndim == 3 else x.reshape(-1)
+
+    def flat(x):
+        return x.reshape(x.shape[0], -1) if x.ndim == 3 else x.reshape(-1)
+
     np.testing.assert_allclose(
         discount_return(r, d, boot, 0.9).reshape(6, 6),
         discount_return(flat(r), flat(d), flat(boot), 0.9))

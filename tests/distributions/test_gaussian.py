@@ -48,11 +48,13 @@ def test_fixed_std_with_mean_only_dist_info(std):
     x = torch.randn(4, DIM, dtype=torch.float64)
     dist = Gaussian(DIM, std=std)
     ref = td.Normal(mean, torch.tensor(std, dtype=torch.float64).expand_as(mean))
-    assert torch.allclose(dist.log_likelihood(x, DistInfo(mean)), ref.log_prob(x).sum(-1), atol=1e-6)
+    assert torch.allclose(dist.log_likelihood(x, DistInfo(mean)), ref.log_prob(x).sum(-1),
+                          atol=1e-6)
     assert torch.allclose(dist.entropy(DistInfo(mean)), ref.entropy().sum(-1), atol=1e-6)
     # Fixed std wins over a log_std in dist_info.
     assert torch.allclose(
-        dist.log_likelihood(x, DistInfoStd(mean, torch.zeros_like(mean) + 5)), ref.log_prob(x).sum(-1), atol=1e-6
+        dist.log_likelihood(x, DistInfoStd(mean, torch.zeros_like(mean) + 5)),
+        ref.log_prob(x).sum(-1), atol=1e-6
     )
     dist.set_std(None)
     with pytest.raises(ValueError, match="log_std"):
@@ -144,9 +146,12 @@ def test_sample_loglikelihood():
     assert action.abs().max() < 1.5
     pre = torch.atanh(action.detach() / 1.5)
     ref = td.TransformedDistribution(
-        td.Normal(mean.detach(), log_std.detach().exp()), [td.TanhTransform(), td.AffineTransform(0.0, 1.5)]
+        td.Normal(mean.detach(), log_std.detach().exp()),
+        [td.TanhTransform(), td.AffineTransform(0.0, 1.5)]
     ).log_prob(action.detach()).sum(-1)
-    assert torch.allclose(ll.detach(), dist.log_likelihood(pre, DistInfoStd(mean.detach(), log_std.detach())), atol=1e-6)
+    assert torch.allclose(ll.detach(),
+                          dist.log_likelihood(pre, DistInfoStd(mean.detach(), log_std.detach())),
+                          atol=1e-6)
     assert torch.allclose(ll.detach(), ref, atol=1e-5)
     (action.sum() + ll.sum()).backward()
     assert mean.grad is not None and log_std.grad is not None
@@ -159,7 +164,8 @@ def test_entropy_with_squash_raises_and_setters():
     with pytest.raises(ValueError, match="squash"):
         dist.entropy(info)
     dist.set_squash(None)
-    assert torch.allclose(dist.entropy(info), torch.tensor(DIM * 0.5 * math.log(2 * math.pi * math.e)))
+    assert torch.allclose(dist.entropy(info),
+                          torch.tensor(DIM * 0.5 * math.log(2 * math.pi * math.e)))
     dist.set_clip(0.5)
     dist.set_noise_clip(0.2)
     assert dist.clip == 0.5 and dist.noise_clip == 0.2
@@ -175,6 +181,8 @@ def test_mean_kl_valid():
     dist = Gaussian(DIM)
     valid = torch.tensor([[1.0, 0.0]] * 4, dtype=torch.float64)
     kl = dist.kl(DistInfoStd(mean, log_std), DistInfoStd(mean2, log_std2))
-    assert torch.allclose(dist.mean_kl(DistInfoStd(mean, log_std), DistInfoStd(mean2, log_std2), valid), kl[:, 0].mean())
+    assert torch.allclose(dist.mean_kl(DistInfoStd(mean, log_std), DistInfoStd(mean2, log_std2),
+                                       valid), kl[:, 0].mean())
     assert bool((kl >= 0).all())
-    assert torch.allclose(dist.kl(DistInfoStd(mean, log_std), DistInfoStd(mean, log_std)), torch.zeros(4, 2, dtype=torch.float64))
+    assert torch.allclose(dist.kl(DistInfoStd(mean, log_std), DistInfoStd(mean, log_std)),
+                          torch.zeros(4, 2, dtype=torch.float64))

@@ -109,12 +109,11 @@ def test_observation_is_max_of_last_two_frames():
 def test_episodic_lives_breakout_continues_game_without_reset():
     env = AtariEnv("breakout", seed=0, max_start_noops=0, episodic_lives=True)
     assert env.lives == 5
-    obs = env.step(1).observation  # FIRE launches the ball; NOOPs then miss it
+    env.step(1)  # FIRE launches the ball; NOOPs then miss it
     for _ in range(200):
         step = env.step(0)
         if step.done:
             break
-        obs = step.observation
     assert step.done and not step.env_info.traj_done and not step.env_info.timeout
     assert env.lives == env.ale.lives() == 4
     frame_number = env.ale.getEpisodeFrameNumber()

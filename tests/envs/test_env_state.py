@@ -21,6 +21,13 @@ from rlfast.spaces import FloatBox, IntBox
 from rlfast.utils.logging import load_snapshot, logger
 from rlfast.utils.logging.snapshot import _numpy_safe_globals
 
+try:  # MuJoCo's renderer imports glfw, whose import runs a version-check subprocess: import
+    # it at collection, not inside a test that tests/_parallel.py's in-process guard watches
+    # (alone, that test failed; in the suite another module had imported it first).
+    import gymnasium.envs.mujoco.mujoco_env  # noqa: F401
+except (ImportError, gymnasium.error.DependencyNotInstalled):  # no rlfast[mujoco]: it skips
+    pass
+
 
 @pytest.fixture(autouse=True)
 def clean_logger():

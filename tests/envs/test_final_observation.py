@@ -9,12 +9,13 @@ from rlfast.envs import GymEnvWrapper, make
 
 def _run(env, actions):
     """Step through ``actions`` after a reset, resetting on done like a sampler does."""
-    steps, obs = [], env.reset()
+    steps = []
+    env.reset()
     for a in actions:
         step = env.step(a)
         steps.append(step)
         if step.done:
-            obs = env.reset()
+            env.reset()
     return steps
 
 

@@ -111,5 +111,6 @@ def test_env_info_buffer_keeps_checking_through_indexing_and_pickling():
     row[:] = 0  # broadcasting a scalar is not an env_info write
     Other = NamedTupleSchema("EnvInfo", ["timeout"])
     for target in (row, pickle.loads(pickle.dumps(checked))):
-        with pytest.raises(ValueError, match=r"SomeEnv-v0.*\['x'\] of the example step are missing"):
+        with pytest.raises(ValueError,
+                           match=r"SomeEnv-v0.*\['x'\] of the example step are missing"):
             target[0] = Other(timeout=False)

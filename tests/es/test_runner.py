@@ -40,8 +40,8 @@ def test_fitness_is_the_mean_over_common_episode_seeds():
     runner = _runner("cmaes", "Pendulum-v1", seed=3, workers=[], n_generations=2)
     told = []
     tell = runner.strategy.tell
-    runner.strategy.tell = lambda solutions, returns: (told.append((solutions.copy(), returns.copy())),
-                                                       tell(solutions, returns))
+    runner.strategy.tell = lambda solutions, returns: (
+        told.append((solutions.copy(), returns.copy())), tell(solutions, returns))
     runner.evaluator.initialize(runner.popsize + 1)
     try:
         for generation in range(2):

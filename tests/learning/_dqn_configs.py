@@ -5,7 +5,8 @@ with ``categorical=True``, C51; run it with ``tests.learning._configs.train``. E
 greedy (``eps_eval=0``) on 8 environments, at most 500 steps each (one full CartPole-v1 episode),
 counting the first 8 completed episodes. The hyperparameters were tuned on a 2-core CPU machine
 (the tuning record is in each test module's docstring); the benchmark script
-``scripts/bench_dqn_cartpole.py`` reuses them through ``DQN_CARTPOLE`` / ``dqn_cartpole_runner``.
+``scripts/bench/bench_dqn_cartpole.py`` reuses them through ``DQN_CARTPOLE`` /
+``dqn_cartpole_runner``.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ update of 128 samples per step, 128x128 network; see ``rlfast.experiments.preset
 seed 0 -85 at 19,968, seed 1 -88 at 29,952. The general preset before it
 (rlfast's CartPole tuning: 10-step double DQN, replay ratio 8, now CartPole-v1's entry in
 ``env_overrides``) reached -106 only at 79,872 steps with seed 1, and in
-``scripts/bench_presets.py`` (cpu sampler, 100k steps, 10 greedy episodes) ended at -500 / -90
+``scripts/bench/bench_presets.py`` (cpu sampler, 100k steps, 10 greedy episodes) ended at -500 / -90
 / -87 with seeds 0 / 1 / 2.
 """
 import csv

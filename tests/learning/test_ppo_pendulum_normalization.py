@@ -7,8 +7,8 @@ normalization (the ``rlfast train ppo`` preset for continuous actions).
    for half those steps stay at least 100 below the normalized run's best: a cheap check that
    the option changes learning (the tuning record below compares equal budgets).
 
-Serial sampler, one seed (deterministic; see below). Tuning record (2-core machine, 100k steps, greedy
-evaluations every 20,480 steps): with reward normalization seeds 1 / 2 evaluate -1382, -953,
+Serial sampler, one seed (deterministic; see below). Tuning record (2-core machine, 100k steps,
+greedy evaluations every 20,480 steps): with reward normalization seeds 1 / 2 evaluate -1382, -953,
 -361, -298, -123, -211 / -1345, -815, -371, -241, -181, -210; without it -1382, -990, -1163,
 -817, -485, -307 / -1345, -1007, -1052, -982, -720, -419. Each run took 22-25 s.
 Measured with the test (stop_return=-250, evaluations every 20,480 steps): seed 1 reaches

@@ -57,7 +57,8 @@ def test_default_conv_output_for_104x80_image():
 
 @pytest.mark.parametrize("use_maxpool", [False, True])
 def test_custom_conv_output_size_matches_forward(use_maxpool):
-    kwargs = dict(channels=[8, 16, 16], kernel_sizes=[5, 3, 3], strides=[2, 2, 1], paddings=[1, 0, 1])
+    kwargs = dict(channels=[8, 16, 16], kernel_sizes=[5, 3, 3], strides=[2, 2, 1],
+                  paddings=[1, 0, 1])
     model = AtariFfModel((3, 40, 36), 4, fc_sizes=[16, 8], use_maxpool=use_maxpool, **kwargs)
     h, w = 40, 36
     for k, s, p in zip(kwargs["kernel_sizes"], kwargs["strides"], kwargs["paddings"]):
@@ -174,7 +175,8 @@ def test_lstm_sequence_equals_step_by_step_with_carried_state():
         pi_t, value_t, state = model(img[t], prev_action[t], prev_reward[t], state)
         assert torch.allclose(pi[t], pi_t, atol=1e-6)
         assert torch.allclose(value[t], value_t, atol=1e-5)
-    assert torch.allclose(final.h, state.h, atol=1e-6) and torch.allclose(final.c, state.c, atol=1e-6)
+    assert torch.allclose(final.h, state.h, atol=1e-6)
+    assert torch.allclose(final.c, state.c, atol=1e-6)
 
 
 def test_lstm_none_state_is_zero_state_and_state_matters():

@@ -83,7 +83,8 @@ def test_auto_output_and_weight_gradients_match_an_nchw_reference(case):
     weights = [c.weight.detach().clone().requires_grad_(True) for c in convs(model)]
     biases = [c.bias.detach().clone().requires_grad_(True) for c in convs(model)]
     expected = reference(model, x, weights, biases)
-    assert expected.is_contiguous() and not expected.is_contiguous(memory_format=torch.channels_last)
+    assert expected.is_contiguous()
+    assert not expected.is_contiguous(memory_format=torch.channels_last)
     assert_close(out, expected)
     assert (expected > 0).any() and (expected == 0).any()  # the relus are active and cut
 

@@ -1,4 +1,5 @@
-"""Tests for the DQN-family models (rlfast.models.dqn): heads, noisy layers, Atari/MLP/R2D1 models."""
+"""Tests for the DQN-family models (rlfast.models.dqn): heads, noisy layers, Atari/MLP/R2D1
+models."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -130,7 +131,8 @@ def test_noisy_layer_eval_mode_alone_keeps_noise():
 @pytest.mark.parametrize("make", [
     lambda: DqnMlpModel(OBS_SHAPE, A, hidden_sizes=[8, 8], noisy=True),
     lambda: CatDqnMlpModel(OBS_SHAPE, A, hidden_sizes=[8], n_atoms=7, dueling=True, noisy=True),
-    lambda: AtariCatDqnModel(IMAGE_SHAPE, A, n_atoms=5, fc_sizes=8, dueling=True, noisy=True, **SMALL_CONV),
+    lambda: AtariCatDqnModel(IMAGE_SHAPE, A, n_atoms=5, fc_sizes=8, dueling=True, noisy=True,
+                             **SMALL_CONV),
 ], ids=["dqn_mlp", "cat_mlp_dueling", "atari_cat_dueling"])
 def test_noisy_models_reset_and_set_noise(make):
     model = make()
@@ -169,21 +171,24 @@ def test_atari_dqn_default_conv_output_size():
 # ---- leading dims for every model --------------------------------------------------------------
 FF_MODELS = {
     "atari_dqn": lambda: AtariDqnModel(IMAGE_SHAPE, A, fc_sizes=16, **SMALL_CONV),
-    "atari_dqn_dueling": lambda: AtariDqnModel(IMAGE_SHAPE, A, fc_sizes=[16], dueling=True, **SMALL_CONV),
+    "atari_dqn_dueling": lambda: AtariDqnModel(IMAGE_SHAPE, A, fc_sizes=[16], dueling=True,
+                                               **SMALL_CONV),
     "atari_cat": lambda: AtariCatDqnModel(IMAGE_SHAPE, A, n_atoms=7, fc_sizes=16, **SMALL_CONV),
-    "atari_cat_dueling": lambda: AtariCatDqnModel(IMAGE_SHAPE, A, n_atoms=7, fc_sizes=16, dueling=True,
-                                                  **SMALL_CONV),
+    "atari_cat_dueling": lambda: AtariCatDqnModel(IMAGE_SHAPE, A, n_atoms=7, fc_sizes=16,
+                                                  dueling=True, **SMALL_CONV),
     "mlp_dqn": lambda: DqnMlpModel(OBS_SHAPE, A, hidden_sizes=[8, 8]),
     "mlp_dqn_dueling": lambda: DqnMlpModel(OBS_SHAPE, A, hidden_sizes=[8, 8], dueling=True),
     "mlp_cat": lambda: CatDqnMlpModel(OBS_SHAPE, A, hidden_sizes=[8], n_atoms=7),
-    "mlp_cat_dueling": lambda: CatDqnMlpModel(OBS_SHAPE, A, hidden_sizes=[8, 8], n_atoms=7, dueling=True),
+    "mlp_cat_dueling": lambda: CatDqnMlpModel(OBS_SHAPE, A, hidden_sizes=[8, 8], n_atoms=7,
+                                              dueling=True),
 }
 
 
 def observations(model, lead, seed=0):
     g = torch.Generator().manual_seed(seed)
     if model.scale_uint8:
-        return torch.randint(0, 256, (*lead, *model.observation_shape), generator=g, dtype=torch.uint8)
+        return torch.randint(0, 256, (*lead, *model.observation_shape), generator=g,
+                             dtype=torch.uint8)
     return torch.randn(*lead, *model.observation_shape, generator=g)
 
 
@@ -215,7 +220,8 @@ def test_atari_models_scale_uint8_like_float_pixels(name):
     obs = observations(model, (2,))
     pixels = obs.float()
     torch.testing.assert_close(model(obs), model(pixels))
-    torch.testing.assert_close(pixels, obs.float())  # the caller's float input is not scaled in place
+    # the caller's float input is not scaled in place
+    torch.testing.assert_close(pixels, obs.float())
 
 
 def test_models_reject_wrong_observation_shape():
@@ -233,17 +239,19 @@ def test_mlp_dqn_plain_is_exactly_an_mlp():
     model = DqnMlpModel(OBS_SHAPE, A, hidden_sizes=[8, 6])
     x = torch.randn(4, *OBS_SHAPE)
     layers = linears(model)
-    assert [(l.in_features, l.out_features) for l in layers] == [(5, 8), (8, 6), (6, A)]
+    assert [(lin.in_features, lin.out_features) for lin in layers] == [(5, 8), (8, 6), (6, A)]
     torch.testing.assert_close(model(x), relu_mlp(x, layers))
 
 
 # ---- recurrent models --------------------------------------------------------------------------
 R2D1_MODELS = {
-    "atari": lambda: AtariR2d1Model(IMAGE_SHAPE, A, fc_size=16, lstm_size=6, head_size=8, **SMALL_CONV),
+    "atari": lambda: AtariR2d1Model(IMAGE_SHAPE, A, fc_size=16, lstm_size=6, head_size=8,
+                                    **SMALL_CONV),
     "atari_dueling": lambda: AtariR2d1Model(IMAGE_SHAPE, A, fc_size=16, lstm_size=6, head_size=8,
                                             dueling=True, **SMALL_CONV),
     "mlp": lambda: R2d1MlpModel(OBS_SHAPE, A, hidden_sizes=[8], lstm_size=6, head_size=8),
-    "mlp_dueling": lambda: R2d1MlpModel(OBS_SHAPE, A, hidden_sizes=[8], lstm_size=6, head_size=8, dueling=True),
+    "mlp_dueling": lambda: R2d1MlpModel(OBS_SHAPE, A, hidden_sizes=[8], lstm_size=6, head_size=8,
+                                        dueling=True),
 }
 
 
@@ -297,7 +305,8 @@ def test_r2d1_onehot_prev_action_and_zero_state(name):
 
 
 def test_r2d1_dueling_head_and_sizes():
-    model = AtariR2d1Model(IMAGE_SHAPE, A, fc_size=16, lstm_size=6, head_size=8, dueling=True, **SMALL_CONV)
+    model = AtariR2d1Model(IMAGE_SHAPE, A, fc_size=16, lstm_size=6, head_size=8, dueling=True,
+                           **SMALL_CONV)
     assert isinstance(model.head, DuelingHeadModel)
     assert model.body.core.lstm.input_size == 16 + A + 1 and model.body.core.lstm.hidden_size == 6
     default = AtariR2d1Model(IMAGE_SHAPE, A)

@@ -10,12 +10,12 @@ from rlfast.models.memory import (CORES, AttentionCore, GruCore, LnLstmCore, Lst
 from rlfast.models.pg import CategoricalPgLstmModel, MujocoLstmModel
 from rlfast.models.dqn import R2d1MlpModel
 
-T, B, I, H, K = 11, 4, 5, 8, 3
+T, B, IN, H, K = 11, 4, 5, 8, 3
 
 
 def _core(kind, seed=0):
     torch.manual_seed(seed)
-    return make_core(kind, I, H, memory_len=K)
+    return make_core(kind, IN, H, memory_len=K)
 
 
 def _random_state(core, batch=B, seed=1):
@@ -54,7 +54,7 @@ def _per_step(core, x, state, reset):
 @pytest.mark.parametrize("kind", list(CORES))
 def test_sequence_forward_equals_per_step_forward_with_resets(kind):
     core = _core(kind)
-    x = torch.randn(T, B, I)
+    x = torch.randn(T, B, IN)
     start = _random_state(core)
     out, state = core(x, start, _resets())
     ref_out, ref_state = _per_step(core, x, start, _resets())
@@ -70,7 +70,7 @@ def test_state_shapes_stay_fixed(kind):
     assert all(s[1] == B for s in shapes)  # [N, B, H]: B is dim 1 of every leaf
     state = None
     for t_len in (1, 1, 5, 1, 13):  # per-step calls and sequences longer than the window
-        _, state = core(torch.randn(t_len, B, I), state)
+        _, state = core(torch.randn(t_len, B, IN), state)
         assert [tuple(leaf.shape) for leaf in state] == shapes
         assert all(leaf.dtype == torch.float32 for leaf in state)
 
@@ -78,7 +78,7 @@ def test_state_shapes_stay_fixed(kind):
 @pytest.mark.parametrize("kind", list(CORES))
 def test_none_state_is_the_zero_state_and_zero_column_forgets(kind):
     core = _core(kind)
-    x = torch.randn(T, B, I)
+    x = torch.randn(T, B, IN)
     out_none, _ = core(x, None)
     out_zero, _ = core(x, core.zero_state(B))
     assert torch.allclose(out_none, out_zero, atol=1e-6)
@@ -91,7 +91,7 @@ def test_none_state_is_the_zero_state_and_zero_column_forgets(kind):
 @pytest.mark.parametrize("kind", list(CORES))
 def test_steps_before_a_reset_do_not_reach_the_steps_after_it(kind):
     core = _core(kind)
-    x = torch.randn(T, B, I)
+    x = torch.randn(T, B, IN)
     reset = _resets()
     out, _ = core(x, _random_state(core), reset)
     x2 = x.clone()
@@ -106,7 +106,7 @@ def test_steps_before_a_reset_do_not_reach_the_steps_after_it(kind):
 def test_fused_and_stepped_recurrences_agree(kind):
     """Without resets lstm and gru run torch's fused module; an all-False reset runs the loop."""
     core = _core(kind)
-    x, start = torch.randn(T, B, I), _random_state(core)
+    x, start = torch.randn(T, B, IN), _random_state(core)
     fused, fused_state = core(x, start)
     looped, looped_state = core(x, start, torch.zeros(T, B, dtype=torch.bool))
     assert torch.allclose(fused, looped, atol=1e-5)
@@ -118,7 +118,7 @@ def test_gru_step_matches_the_gru_equations():
     """GruCore's recurrence against the GRU equations written out (Cho et al. 2014)."""
     core = _core("gru")
     g = core.gru
-    x, h = torch.randn(1, B, I), torch.randn(1, B, H)
+    x, h = torch.randn(1, B, IN), torch.randn(1, B, H)
     out, state = core(x, (h,), torch.zeros(1, B, dtype=torch.bool))
     W_ir, W_iz, W_in = g.weight_ih_l0.chunk(3)
     W_hr, W_hz, W_hn = g.weight_hh_l0.chunk(3)
@@ -134,7 +134,7 @@ def test_gru_step_matches_the_gru_equations():
 
 def test_ln_lstm_step_matches_layer_normalised_lstm_equations():
     core = _core("ln_lstm")
-    x, h, c = torch.randn(1, B, I), torch.randn(1, B, H), torch.randn(1, B, H)
+    x, h, c = torch.randn(1, B, IN), torch.randn(1, B, H), torch.randn(1, B, H)
     out, state = core(x, (h, c))
 
     def ln(v, norm):
@@ -152,7 +152,7 @@ def test_ln_lstm_step_matches_layer_normalised_lstm_equations():
 
 def _attention_reference(core, xs):
     """Full attention of each step over itself and the ``memory_len`` steps before it, from
-    scratch, for one environment (``xs`` [T, I]): no cache, written with plain loops."""
+    scratch, for one environment (``xs`` [T, IN]): no cache, written with plain loops."""
     D, nh = core.hidden_size, core.n_heads
     dh = D // nh
     e = core.embed(xs)
@@ -176,7 +176,7 @@ def test_attention_matches_windowed_attention_from_scratch():
     core = _core("attention")
     with torch.no_grad():
         core.age_bias.normal_()  # a nonzero bias per age, so the ages must line up
-    x = torch.randn(T, B, I)
+    x = torch.randn(T, B, IN)
     out, _ = core(x)                       # one sequence call
     stepped, state = [], None
     for t in range(T):                     # per-step calls through the cache
@@ -190,7 +190,7 @@ def test_attention_matches_windowed_attention_from_scratch():
 
 def test_attention_sees_exactly_memory_len_steps_back():
     core = _core("attention")
-    x = torch.randn(T, 1, I)
+    x = torch.randn(T, 1, IN)
     out, _ = core(x)
     t = 8
     far, near = x.clone(), x.clone()
@@ -201,22 +201,22 @@ def test_attention_sees_exactly_memory_len_steps_back():
 
 
 def test_core_choice_and_bad_inputs():
-    assert isinstance(make_core("lstm", I, H), LstmCore)
-    assert isinstance(make_core("gru", I, H), GruCore)
-    assert isinstance(make_core("ln_lstm", I, H), LnLstmCore)
-    assert make_core("attention", I, H, memory_len=7).memory_len == 7
-    assert isinstance(make_core("attention", I, H), AttentionCore)
+    assert isinstance(make_core("lstm", IN, H), LstmCore)
+    assert isinstance(make_core("gru", IN, H), GruCore)
+    assert isinstance(make_core("ln_lstm", IN, H), LnLstmCore)
+    assert make_core("attention", IN, H, memory_len=7).memory_len == 7
+    assert isinstance(make_core("attention", IN, H), AttentionCore)
     with pytest.raises(ValueError, match="core must be one of lstm, gru, ln_lstm, attention"):
         check_core("transformer")
     core = _core("gru")
     with pytest.raises(ValueError, match=r"input must be \[T, B, 5\]"):
-        core(torch.randn(3, B, I + 1))
+        core(torch.randn(3, B, IN + 1))
     with pytest.raises(ValueError, match=r"reset must be \[T, B\]"):
-        core(torch.randn(3, B, I), None, torch.zeros(3, B + 1, dtype=torch.bool))
+        core(torch.randn(3, B, IN), None, torch.zeros(3, B + 1, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"state.h must be \[1, 4, 8\]"):
-        core(torch.randn(3, B, I), (torch.zeros(1, B, H + 1),))
+        core(torch.randn(3, B, IN), (torch.zeros(1, B, H + 1),))
     with pytest.raises(ValueError, match="multiple of n_heads"):
-        AttentionCore(I, 6, n_heads=4)
+        AttentionCore(IN, 6, n_heads=4)
 
 
 @pytest.mark.parametrize("kind", list(CORES))

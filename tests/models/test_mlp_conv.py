@@ -9,7 +9,7 @@ def test_mlp_structure_and_output_size():
     mlp = MlpModel(5, [8, 6], output_size=3)
     assert mlp.output_size == 3
     linears = [m for m in mlp.modules() if isinstance(m, torch.nn.Linear)]
-    assert [(l.in_features, l.out_features) for l in linears] == [(5, 8), (8, 6), (6, 3)]
+    assert [(lin.in_features, lin.out_features) for lin in linears] == [(5, 8), (8, 6), (6, 3)]
     x = torch.randn(4, 5)
     # Reference forward written out by hand: last layer linear.
     h = torch.relu(linears[0](x))
@@ -31,7 +31,8 @@ def test_mlp_without_output_ends_in_nonlinearity():
 def test_nonlinearity_by_name_as_configs_give_it():
     from rlfast.models.pg import MujocoFfModel
     from rlfast.models.utils import nonlinearity_class
-    assert nonlinearity_class("ReLU") is torch.nn.ReLU and nonlinearity_class(torch.nn.ELU) is torch.nn.ELU
+    assert nonlinearity_class("ReLU") is torch.nn.ReLU
+    assert nonlinearity_class(torch.nn.ELU) is torch.nn.ELU
     assert nonlinearity_class("none", allow_none=True) is None
     assert nonlinearity_class(None, allow_none=True) is None
     with pytest.raises(ValueError, match="hidden must be .*one of elu, gelu.*got 'swish'"):
@@ -85,9 +86,11 @@ def test_conv_argument_checks():
         Conv2dModel(3, [8], [3], [1], head_sizes=[32])
 
 
-@pytest.mark.parametrize("hidden_sizes, output_size, expected", [([32], 6, 6), ([32, 16], None, 16), ([], None, None)])
+@pytest.mark.parametrize("hidden_sizes, output_size, expected",
+                         [([32], 6, 6), ([32, 16], None, 16), ([], None, None)])
 def test_conv2d_head_model(hidden_sizes, output_size, expected):
-    model = Conv2dHeadModel((3, 20, 20), [8, 4], [5, 3], [2, 1], hidden_sizes, output_size=output_size)
+    model = Conv2dHeadModel((3, 20, 20), [8, 4], [5, 3], [2, 1], hidden_sizes,
+                            output_size=output_size)
     out = model(torch.randn(5, 3, 20, 20))
     if expected is None:
         expected = model.conv.conv_out_size(20, 20)

@@ -111,7 +111,8 @@ def test_lstm_state_continuity(model_cls):
     assert torch.allclose(full[-1].c, state.c, atol=1e-6)
     # A different initial state changes the outputs; None means zeros.
     with torch.no_grad():
-        zero = model(obs, prev_action, prev_reward, RnnState(torch.zeros(1, B, 8), torch.zeros(1, B, 8)))
+        zero = model(obs, prev_action, prev_reward,
+                     RnnState(torch.zeros(1, B, 8), torch.zeros(1, B, 8)))
         none = model(obs, prev_action, prev_reward, None)
     assert torch.allclose(zero[0], none[0])
     assert not torch.allclose(zero[0], full[0])
@@ -137,9 +138,10 @@ FF_FACTORIES = [
     lambda norm: MujocoFfModel(OBS_SHAPE, A, normalize_observation=norm, norm_obs_clip=3.0),
 ]
 LSTM_FACTORIES = [
-    lambda norm: CategoricalPgLstmModel(OBS_SHAPE, A, lstm_size=8, normalize_observation=norm, norm_obs_clip=3.0),
-    lambda norm: MujocoLstmModel(OBS_SHAPE, A, hidden_sizes=[8], lstm_size=8, normalize_observation=norm,
-                                 norm_obs_clip=3.0),
+    lambda norm: CategoricalPgLstmModel(OBS_SHAPE, A, lstm_size=8, normalize_observation=norm,
+                                        norm_obs_clip=3.0),
+    lambda norm: MujocoLstmModel(OBS_SHAPE, A, hidden_sizes=[8], lstm_size=8,
+                                 normalize_observation=norm, norm_obs_clip=3.0),
 ]
 
 

@@ -15,7 +15,8 @@ from rlfast.models.utils import (
 
 @pytest.mark.parametrize(
     "h, w, k, s, p, d",
-    [(84, 84, 8, 4, 0, 1), (21, 17, 3, 2, 1, 1), (30, 31, 5, 1, 2, 2), (10, 12, (3, 5), (1, 2), (0, 1), 1)],
+    [(84, 84, 8, 4, 0, 1), (21, 17, 3, 2, 1, 1), (30, 31, 5, 1, 2, 2),
+     (10, 12, (3, 5), (1, 2), (0, 1), 1)],
 )
 def test_conv2d_output_shape_matches_conv(h, w, k, s, p, d):
     conv = torch.nn.Conv2d(1, 1, kernel_size=k, stride=s, padding=p, dilation=d)

@@ -45,4 +45,5 @@ def test_time_limit_twins_store_extract_and_draw_alike(pair, n_step, final):
 
 
 def test_snapshot_round_trip_of_a_device_time_limit_buffer(tmp_path):
-    check_snapshot_round_trip(DeviceTlUniformReplayBuffer, TlStream(TOTAL, 3, seed=7, p_done=0.25), tmp_path)
+    check_snapshot_round_trip(DeviceTlUniformReplayBuffer, TlStream(TOTAL, 3, seed=7, p_done=0.25),
+                              tmp_path)

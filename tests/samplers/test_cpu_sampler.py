@@ -7,7 +7,7 @@ import torch
 
 from rlfast.agents import CategoricalPgAgent, RecurrentCategoricalPgAgent
 from rlfast.envs import make
-from rlfast.samplers import CpuSampler, CpuWaitResetCollector, SamplerWorkerError
+from rlfast.samplers import CpuSampler, CpuWaitResetCollector
 from rlfast.utils.buffer import buffer_func
 from rlfast.utils.seed import set_seed
 from tests.samplers._counting_env import CountingEnv

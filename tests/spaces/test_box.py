@@ -19,5 +19,6 @@ def test_both_boxes_share_null_value_equality_and_repr():
 def test_contains_uses_each_boxs_bounds_and_kinds():
     assert IntBox(0, 3).contains(np.int64(2)) and not IntBox(0, 3).contains(np.int64(3))
     assert not IntBox(0, 3).contains(1.0)  # integer arrays only
-    assert FloatBox(0.0, 3.0, shape=()).contains(3.0) and FloatBox(0.0, 3.0, shape=()).contains(np.int64(1))
+    assert FloatBox(0.0, 3.0, shape=()).contains(3.0)
+    assert FloatBox(0.0, 3.0, shape=()).contains(np.int64(1))
     assert not FloatBox(0.0, 3.0, shape=()).contains(3.5)

@@ -3,7 +3,8 @@
 ``agent_info`` layouts: ``DqnAgent`` -> ``AgentInfo(q)``, ``CatDqnAgent`` -> ``CatAgentInfo(p)``
 (its module calls it ``AgentInfo``), ``R2d1Agent`` -> ``AgentInfoRnn(q, prev_rnn_state)``.
 """
-from rlfast.agents.dqn.atari import AlternatingAtariR2d1Agent, AtariCatDqnAgent, AtariDqnAgent, AtariR2d1Agent
+from rlfast.agents.dqn.atari import (AlternatingAtariR2d1Agent, AtariCatDqnAgent, AtariDqnAgent,
+                                     AtariR2d1Agent)
 from rlfast.agents.dqn.catdqn_agent import AgentInfo as CatAgentInfo
 from rlfast.agents.dqn.catdqn_agent import CatDqnAgent, CategoricalQPolicy
 from rlfast.agents.dqn.dqn_agent import AgentInfo, AgentInfoRnn, DqnAgent, QValuePolicy

@@ -42,13 +42,14 @@ class CategoricalQPolicy:
         """``model_kwargs`` with ``n_atoms``; refuses a different ``n_atoms`` given there."""
         given = model_kwargs.get("n_atoms", self.n_atoms)
         if given != self.n_atoms:
-            raise ValueError(f"{owner}: model_kwargs n_atoms={given!r} differs from n_atoms={self.n_atoms!r}; "
-                             "give it once, as the agent's n_atoms.")
+            raise ValueError(f"{owner}: model_kwargs n_atoms={given!r} differs from "
+                             f"n_atoms={self.n_atoms!r}; give it once, as the agent's n_atoms.")
         return dict(model_kwargs, n_atoms=self.n_atoms)
 
     def make_distribution(self, n_actions: int, epsilon: float) -> CategoricalEpsilonGreedy:
         """Epsilon-greedy on expected values, over the support (or the placeholder one)."""
-        z = self.z if self.z is not None else torch.linspace(PLACEHOLDER_V_MIN, PLACEHOLDER_V_MAX, self.n_atoms)
+        z = (self.z if self.z is not None
+             else torch.linspace(PLACEHOLDER_V_MIN, PLACEHOLDER_V_MAX, self.n_atoms))
         return CategoricalEpsilonGreedy(dim=n_actions, z=z, epsilon=epsilon)
 
     def forward_kwargs(self, log_probs: bool, owner: str) -> dict:
@@ -69,7 +70,8 @@ class CategoricalQPolicy:
 
 
 class CatDqnAgent(DqnAgent):
-    """Epsilon-greedy agent over categorical Q-value distributions (default model: ``CatDqnMlpModel``).
+    """Epsilon-greedy agent over categorical Q-value distributions (default model:
+    ``CatDqnMlpModel``).
 
     ``n_atoms`` is passed to the model.  ``__call__(observation, prev_action, prev_reward,
     log_probs=False) -> p`` ``[..., A, n_atoms]`` atom probabilities (log-probabilities with

@@ -37,9 +37,10 @@ def discrete_q_model_kwargs(env_spaces, agent_name: str, image_model: bool = Fal
     ``image_shape`` instead of ``observation_shape`` with ``image_model`` (the Atari models)."""
     action_space = env_spaces.action
     if getattr(action_space, "n", None) is None or tuple(action_space.shape) != ():
-        raise TypeError(f"{agent_name} needs a scalar discrete action space (IntBox with n actions); got "
-                        f"{action_space!r}. Use DDPG/TD3/SAC agents for continuous actions and "
-                        f"MultiCategoricalPgAgent (PPO/A2C) for MultiDiscrete or MultiBinary ones.")
+        raise TypeError(f"{agent_name} needs a scalar discrete action space (IntBox with n "
+                        f"actions); got {action_space!r}. Use DDPG/TD3/SAC agents for continuous "
+                        "actions and MultiCategoricalPgAgent (PPO/A2C) for MultiDiscrete or "
+                        "MultiBinary ones.")
     shape_name = "image_shape" if image_model else "observation_shape"
     return {shape_name: array_observation_shape(env_spaces.observation, agent_name),
             "output_size": int(action_space.n)}
@@ -141,11 +142,13 @@ class DqnAgent(EpsilonGreedyAgentMixin, BaseAgent):
         if _is_agent_state(initial):
             self.initial_model_state_dict = initial["model"]
         try:
-            super().initialize(env_spaces, share_memory=share_memory, global_B=global_B, env_ranks=env_ranks)
+            super().initialize(env_spaces, share_memory=share_memory, global_B=global_B,
+                               env_ranks=env_ranks)
         finally:
             self.initial_model_state_dict = initial
         self.target_model = self.ModelCls(**self.env_model_kwargs, **self.model_kwargs)
-        self.target_model.load_state_dict(initial["target"] if _is_agent_state(initial) else self.model.state_dict())
+        self.target_model.load_state_dict(initial["target"] if _is_agent_state(initial)
+                                          else self.model.state_dict())
         self.target_model.to(self.device)
         self.distribution = self.make_distribution(int(env_spaces.action.n))
 
@@ -185,7 +188,8 @@ class DqnAgent(EpsilonGreedyAgentMixin, BaseAgent):
     # ---- parameters -----------------------------------------------------------------------
     def state_dict(self) -> dict:
         """``dict(model=..., target=...)``."""
-        return dict(model=strip_ddp_state_dict(self.model.state_dict()), target=self.target_model.state_dict())
+        return dict(model=strip_ddp_state_dict(self.model.state_dict()),
+                    target=self.target_model.state_dict())
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load ``dict(model=..., target=...)``, or a plain model state dict into both networks."""

@@ -46,10 +46,11 @@ class EpsilonGreedyAgentMixin:
         super().__init__(*args, **kwargs)
         owner = type(self).__name__
         self.eps_init = check_fraction(eps_init, "eps_init", owner=owner)
-        self.eps_final_scalar = check_fraction(eps_final, "eps_final", allow_zero=eps_final_min is None,
-                                               owner=owner)
+        self.eps_final_scalar = check_fraction(eps_final, "eps_final",
+                                               allow_zero=eps_final_min is None, owner=owner)
         self.eps_final_min = (None if eps_final_min is None
-                              else check_fraction(eps_final_min, "eps_final_min", allow_zero=False, owner=owner))
+                              else check_fraction(eps_final_min, "eps_final_min", allow_zero=False,
+                                                  owner=owner))
         self.eps_eval = check_fraction(eps_eval, "eps_eval", owner=owner)
         self.set_epsilon_itr_min_max(eps_itr_min, eps_itr_max)
         # Scalar, or after make_vec_eps one value per local environment.
@@ -57,13 +58,14 @@ class EpsilonGreedyAgentMixin:
         self.eps_sample: float | torch.Tensor = self.eps_init
 
     def set_epsilon_itr_min_max(self, eps_itr_min: int, eps_itr_max: int) -> None:
-        """Anneal epsilon over iterations ``eps_itr_min`` .. ``eps_itr_max`` (the algorithm calls this)."""
+        """Anneal epsilon over iterations ``eps_itr_min`` .. ``eps_itr_max`` (the algorithm
+        calls this)."""
         owner = type(self).__name__
         eps_itr_min = check_int(eps_itr_min, "eps_itr_min", minimum=0, owner=owner)
         eps_itr_max = check_int(eps_itr_max, "eps_itr_max", minimum=0, owner=owner)
         if eps_itr_max < eps_itr_min:
-            raise ValueError(f"{owner}: need eps_itr_min <= eps_itr_max; got eps_itr_min={eps_itr_min!r}, "
-                             f"eps_itr_max={eps_itr_max!r}")
+            raise ValueError(f"{owner}: need eps_itr_min <= eps_itr_max; got "
+                             f"eps_itr_min={eps_itr_min!r}, eps_itr_max={eps_itr_max!r}")
         self.eps_itr_min, self.eps_itr_max = eps_itr_min, eps_itr_max
 
     def sampling_state(self) -> dict:
@@ -72,7 +74,8 @@ class EpsilonGreedyAgentMixin:
                     eps_itr_max=self.eps_itr_max)
 
     def make_vec_eps(self, global_B: int, env_ranks: Sequence[int] | None) -> None:
-        """Log-spaced final epsilons over all ``global_B`` environments; keep those of ``env_ranks``.
+        """Log-spaced final epsilons over all ``global_B`` environments; keep those of
+        ``env_ranks``.
 
         Does nothing unless ``eps_final_min`` is set.  ``env_ranks=None`` keeps all of them.
         """
@@ -85,14 +88,16 @@ class EpsilonGreedyAgentMixin:
         if bad or not ranks:
             raise ValueError(f"{owner}: env_ranks must be a non-empty list of indexes in "
                              f"[0, {global_B}), got {env_ranks!r}.")
-        global_eps = torch.logspace(math.log10(self.eps_final_min), math.log10(self.eps_final_scalar),
-                                    int(global_B), dtype=torch.float64)
+        global_eps = torch.logspace(math.log10(self.eps_final_min),
+                                    math.log10(self.eps_final_scalar), int(global_B),
+                                    dtype=torch.float64)
         self.eps_final = global_eps[ranks].to(torch.float32)
 
     def initialize(self, env_spaces, share_memory: bool = False, global_B: int = 1,
                    env_ranks: list | None = None) -> None:
         """Initialize the agent; with ``env_ranks``, also take their slice of a vector epsilon."""
-        super().initialize(env_spaces, share_memory=share_memory, global_B=global_B, env_ranks=env_ranks)
+        super().initialize(env_spaces, share_memory=share_memory, global_B=global_B,
+                           env_ranks=env_ranks)
         if env_ranks is not None:
             self.make_vec_eps(global_B, env_ranks)
 
@@ -102,11 +107,14 @@ class EpsilonGreedyAgentMixin:
         self.make_vec_eps(global_B, env_ranks)
 
     def sampling_epsilon(self, itr: int) -> float | torch.Tensor:
-        """The annealed sampling epsilon at iteration ``itr`` (float, or a per-environment vector)."""
-        return linear_schedule(itr, self.eps_itr_min, self.eps_itr_max, self.eps_init, self.eps_final)
+        """The annealed sampling epsilon at iteration ``itr`` (float, or a per-environment
+        vector)."""
+        return linear_schedule(itr, self.eps_itr_min, self.eps_itr_max, self.eps_init,
+                               self.eps_final)
 
     def evaluation_epsilon(self, itr: int) -> float:
-        """``eps_eval``, or 1 for the pre-training evaluation of an untrained model at ``itr == 0``."""
+        """``eps_eval``, or 1 for the pre-training evaluation of an untrained model at
+        ``itr == 0``."""
         if itr == 0 and getattr(self, "initial_model_state_dict", None) is None:
             return 1.0
         return self.eps_eval

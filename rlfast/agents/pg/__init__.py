@@ -2,10 +2,10 @@
 (categorical, multi-categorical, Gaussian)."""
 from rlfast.agents.pg.atari import AlternatingAtariLstmAgent, AtariFfAgent, AtariLstmAgent
 from rlfast.agents.pg.base import AgentInfo, AgentInfoRnn, PgAgent
-from rlfast.agents.pg.categorical import (AlternatingRecurrentCategoricalPgAgent, CategoricalPgAgent,
-                                          RecurrentCategoricalPgAgent)
-from rlfast.agents.pg.gaussian import (AlternatingRecurrentGaussianPgAgent, GaussianPgAgent, MujocoFfAgent,
-                                       MujocoLstmAgent, RecurrentGaussianPgAgent)
+from rlfast.agents.pg.categorical import (AlternatingRecurrentCategoricalPgAgent,
+                                          CategoricalPgAgent, RecurrentCategoricalPgAgent)
+from rlfast.agents.pg.gaussian import (AlternatingRecurrentGaussianPgAgent, GaussianPgAgent,
+                                       MujocoFfAgent, MujocoLstmAgent, RecurrentGaussianPgAgent)
 from rlfast.agents.pg.multi_categorical import (AlternatingRecurrentMultiCategoricalPgAgent,
                                                 MultiCategoricalPgAgent,
                                                 RecurrentMultiCategoricalPgAgent)
@@ -18,6 +18,7 @@ __all__ = [
     "AlternatingRecurrentMultiCategoricalPgAgent",
     "CategoricalPgAgent", "RecurrentCategoricalPgAgent", "AlternatingRecurrentCategoricalPgAgent",
     "GaussianPgAgent", "RecurrentGaussianPgAgent", "AlternatingRecurrentGaussianPgAgent",
-    "MujocoFfAgent", "MujocoLstmAgent", "AtariFfAgent", "AtariLstmAgent", "AlternatingAtariLstmAgent",
+    "MujocoFfAgent", "MujocoLstmAgent", "AtariFfAgent", "AtariLstmAgent",
+    "AlternatingAtariLstmAgent",
     "MultiAgentPgAgent",
 ]

@@ -70,7 +70,8 @@ class PgAgent(BaseAgent):
         if policy is not None:
             self.policy = policy
         if self.policy is None:
-            raise ValueError(f"{type(self).__name__} needs a policy (CategoricalPolicy or GaussianPolicy)")
+            raise ValueError(f"{type(self).__name__} needs a policy (CategoricalPolicy or "
+                             "GaussianPolicy)")
 
     def make_env_to_model_kwargs(self, env_spaces) -> dict:
         """The policy's model keyword arguments for these spaces."""

@@ -6,7 +6,8 @@ from rlfast.agents.pg.base import PgAgent
 from rlfast.agents.pg.policies import CategoricalPolicy
 from rlfast.models.pg import CategoricalPgFfModel, CategoricalPgLstmModel
 
-__all__ = ["CategoricalPgAgent", "RecurrentCategoricalPgAgent", "AlternatingRecurrentCategoricalPgAgent"]
+__all__ = ["CategoricalPgAgent", "RecurrentCategoricalPgAgent",
+           "AlternatingRecurrentCategoricalPgAgent"]
 
 
 class CategoricalPgAgent(PgAgent):

@@ -14,12 +14,12 @@ class MultiAgentPgAgent(PgAgent):
     The agents are the batch columns, so sampling, evaluation and training run exactly as
     for one agent over more environments; the model
     (:class:`~rlfast.models.pg.MultiAgentPgModel`) reads the observation layout from the
-    env's observation space (:func:`~rlfast.envs.multiagent.agent_observation_box`). ``shared`` (default True):
-    one set of parameters for every agent (parameter-shared PPO, the MAPPO baseline);
-    False: one policy and value function per agent, run batched. ``central_critic``: the
-    value function reads the global state (the env must provide it: ``global_state=True``).
-    The policy follows the action space: categorical for discrete actions, Gaussian for
-    continuous ones."""
+    env's observation space (:func:`~rlfast.envs.multiagent.agent_observation_box`).
+    ``shared`` (default True): one set of parameters for every agent (parameter-shared PPO,
+    the MAPPO baseline); False: one policy and value function per agent, run batched.
+    ``central_critic``: the value function reads the global state (the env must provide it:
+    ``global_state=True``). The policy follows the action space: categorical for discrete actions,
+    Gaussian for continuous ones."""
 
     policy = CategoricalPolicy()
 

@@ -62,7 +62,8 @@ class CategoricalPolicy:
         """The most likely action."""
         return dist_info.prob.argmax(dim=-1)
 
-    def model_prev_action(self, prev_action: torch.Tensor, distribution: Categorical) -> torch.Tensor:
+    def model_prev_action(self, prev_action: torch.Tensor,
+                          distribution: Categorical) -> torch.Tensor:
         """Recurrent models read the previous action one-hot."""
         return distribution.to_onehot(prev_action)
 
@@ -110,7 +111,8 @@ class MultiCategoricalPolicy:
         """The most likely value of every dimension."""
         return distribution.argmax(dist_info)
 
-    def model_prev_action(self, prev_action: torch.Tensor, distribution: MultiCategorical) -> torch.Tensor:
+    def model_prev_action(self, prev_action: torch.Tensor,
+                          distribution: MultiCategorical) -> torch.Tensor:
         """Recurrent models read the previous action as concatenated one-hots."""
         return distribution.to_onehot(prev_action)
 
@@ -177,6 +179,7 @@ def _symmetric_bound(space) -> float | None:
     if high is None or low is None:
         return None
     high, low = np.asarray(high, dtype=np.float64), np.asarray(low, dtype=np.float64)
-    if not (np.all(np.isfinite(high)) and np.allclose(high, -low) and np.allclose(high, high.flat[0])):
+    if not (np.all(np.isfinite(high)) and np.allclose(high, -low)
+            and np.allclose(high, high.flat[0])):
         return None
     return float(high.flat[0])

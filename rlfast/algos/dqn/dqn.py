@@ -29,7 +29,8 @@ def huber(delta: torch.Tensor, delta_clip: float | None) -> torch.Tensor:
     if delta_clip is None:
         return squared
     abs_delta = delta.abs()
-    return torch.where(abs_delta <= delta_clip, squared, delta_clip * (abs_delta - 0.5 * delta_clip))
+    return torch.where(abs_delta <= delta_clip, squared,
+                       delta_clip * (abs_delta - 0.5 * delta_clip))
 
 
 class DQN(RLAlgorithm):
@@ -133,7 +134,8 @@ class DQN(RLAlgorithm):
         self.sampler_bs = batch_spec.size * (1 if async_ else self.world_size)
         self.replay_ranks = 1 if async_ else self.world_size
         self.replay_batch_size  # noqa: B018 - checks that the batch divides over the ranks
-        self.updates_per_optimize = max(1, round(self.replay_ratio * self.sampler_bs / self.batch_size))
+        self.updates_per_optimize = max(1, round(self.replay_ratio * self.sampler_bs
+                                                 / self.batch_size))
         self.min_itr_learn = int(self.min_steps_learn // self.sampler_bs)
         eps_itr_max = max(1, self.eps_steps // self.sampler_bs)
         if hasattr(agent, "set_epsilon_itr_min_max"):
@@ -321,7 +323,8 @@ class DQN(RLAlgorithm):
         batch = self._to_device(batch)
         q = select_at_indexes(batch.action, self.agent(*batch.agent_inputs))
         not_done = 1.0 - batch.done_n.float()
-        y = batch.return_ + (self.discount ** self.n_step_return) * not_done * self.target_q(batch.target_inputs)
+        y = batch.return_ + ((self.discount ** self.n_step_return) * not_done
+                             * self.target_q(batch.target_inputs))
         delta = y - q
         losses = huber(delta, self.delta_clip)
         if self.prioritized_replay:

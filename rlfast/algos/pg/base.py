@@ -65,9 +65,10 @@ class PolicyGradientAlgo(RLAlgorithm):
     limit bootstrap from the value estimate instead of being treated as terminal, and the cut
     step itself is masked out of the loss. ``normalize_reward`` scales the rewards by the
     running std of the discounted return first (:class:`RewardNormalizer`, VecNormalize's
-    reward normalization), so the critic learns returns of order one on any reward scale. The subclasses set the defaults (they differ, e.g.
-    in ``value_loss_coeff``), so every argument here is required. Every gradient step is
-    refused with ``NonFiniteError`` when its loss or gradient norm is NaN or inf.
+    reward normalization), so the critic learns returns of order one on any reward scale. The
+    subclasses set the defaults (they differ, e.g. in ``value_loss_coeff``), so every argument here
+    is required. Every gradient step is refused with ``NonFiniteError`` when its loss or gradient
+    norm is NaN or inf.
     """
 
     bootstrap_value = True
@@ -118,6 +119,7 @@ class PolicyGradientAlgo(RLAlgorithm):
         if self.initial_optim_state_dict is not None:
             self.optimizer.load_state_dict(self.initial_optim_state_dict)
         self.guarded_steps = GuardedSteps(self.optimizer, self.check_finite)
+        self.loss_fn = self.compiled_loss  # the loss, under torch.compile with compile=True
         self._program = None  # the compile=True step program, built at the first call
 
     def process_returns(self, samples: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -206,12 +208,12 @@ class PolicyGradientAlgo(RLAlgorithm):
         a flattened feedforward batch, or whole columns of a recurrent one, replayed from the
         sampler's recurrent state."""
         if batch.rnn is None:
-            return self.compiled_loss(*(batch.inputs if idxs is None else batch.inputs[idxs]))
+            return self.loss_fn(*(batch.inputs if idxs is None else batch.inputs[idxs]))
         inputs = batch.inputs if idxs is None else batch.inputs[:, idxs]
         rnn = batch.rnn if idxs is None else buffer_func(batch.rnn, lambda s: s[idxs])
         init_rnn_state = buffer_func(rnn, lambda s: s.transpose(0, 1).contiguous())  # [N, B, H]
-        return self.compiled_loss(*tuple(inputs)[:len(LossInputs._fields)],
-                                  init_rnn_state=init_rnn_state, reset=inputs.reset)
+        return self.loss_fn(*tuple(inputs)[:len(LossInputs._fields)],
+                            init_rnn_state=init_rnn_state, reset=inputs.reset)
 
     def step_terms(self, loss: torch.Tensor, info: Any,
                    set_to_none: bool = True) -> dict[str, torch.Tensor]:

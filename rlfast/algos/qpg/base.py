@@ -280,8 +280,9 @@ class QpgAlgoBase(RLAlgorithm):
         """Every loss, one backward pass and the per-group gradient clipping of one replayed
         batch (no optimizer step): ``(scalars, extra, |TD error|)``. ``scalars``: the loss
         terms, the summed loss and the gradient norms (the loss and norms must be finite;
-        all are named in an error); ``extra``: the OptInfo fields' 0-d tensors in order. Device tensors:
-        nothing is read. ``set_to_none=False`` keeps the gradients' addresses (a program)."""
+        all are named in an error); ``extra``: the OptInfo fields' 0-d tensors in order. Device
+        tensors: nothing is read. ``set_to_none=False`` keeps the gradients' addresses (a
+        program)."""
         loss, info, td_abs = self.compiled_losses(batch, update_policy)
         self.optimizer.zero_grad(set_to_none=set_to_none)
         loss.backward()

@@ -92,13 +92,15 @@ class AtariEnv(Env):
         self.game = resolve_game(game)
         self._frame_skip = check_int(frame_skip, "frame_skip", minimum=1, owner="AtariEnv")
         self._num_img_obs = check_int(num_img_obs, "num_img_obs", minimum=1, owner="AtariEnv")
-        self._max_start_noops = check_int(max_start_noops, "max_start_noops", minimum=0, owner="AtariEnv")
+        self._max_start_noops = check_int(max_start_noops, "max_start_noops", minimum=0,
+                                          owner="AtariEnv")
         if horizon is not None:
             horizon = check_int(horizon, "horizon", minimum=1, owner="AtariEnv")
         self._horizon = horizon
         self._step_limit = sys.maxsize if horizon is None else horizon
         self.obs_type = check_choice(obs_type, "obs_type", OBS_TYPES, owner="AtariEnv")
-        rap = check_fraction(repeat_action_probability, "repeat_action_probability", owner="AtariEnv")
+        rap = check_fraction(repeat_action_probability, "repeat_action_probability",
+                             owner="AtariEnv")
         self._clip_reward = bool(clip_reward)
         self._episodic_lives = bool(episodic_lives)
         self._fire_on_reset = bool(fire_on_reset)

@@ -22,15 +22,16 @@ __all__ = ["AtariDqnModel", "AtariCatDqnModel"]
 Sizes = int | Sequence[int] | None
 
 
-def _build_atari_q_model(model: FeedForwardQModel, name: str, image_shape, output_size, fc_sizes, dueling,
-                         noisy, n_atoms, use_maxpool, channels, kernel_sizes, strides, paddings) -> None:
+def _build_atari_q_model(model: FeedForwardQModel, name: str, image_shape, output_size, fc_sizes,
+                         dueling, noisy, n_atoms, use_maxpool, channels, kernel_sizes, strides,
+                         paddings) -> None:
     """Give ``model`` (an ``AtariDqnModel`` or ``AtariCatDqnModel``) its conv trunk and Q head."""
     model.image_shape = model.observation_shape = check_image_shape(image_shape, name)
     model.scale_uint8 = True
     model.output_size = check_positive(output_size, "output_size", integer=True, owner=name)
     model.dueling, model.noisy, model.n_atoms = bool(dueling), bool(noisy), n_atoms
-    conv, model.conv_out_size = atari_conv(model.image_shape, channels, kernel_sizes, strides, paddings,
-                                           use_maxpool, defaults=DQN_CONV)
+    conv, model.conv_out_size = atari_conv(model.image_shape, channels, kernel_sizes, strides,
+                                           paddings, use_maxpool, defaults=DQN_CONV)
     model.trunk = torch.nn.Sequential(conv, Flatten())
     model.conv = conv
     model.head = make_q_head(model.conv_out_size, fc_sizes, model.output_size, dueling=dueling,
@@ -61,8 +62,8 @@ class AtariDqnModel(FeedForwardQModel):
         noisy: bool = False,
     ):
         super().__init__()
-        _build_atari_q_model(self, "AtariDqnModel", image_shape, output_size, fc_sizes, dueling, noisy, None,
-                             use_maxpool, channels, kernel_sizes, strides, paddings)
+        _build_atari_q_model(self, "AtariDqnModel", image_shape, output_size, fc_sizes, dueling,
+                             noisy, None, use_maxpool, channels, kernel_sizes, strides, paddings)
 
 
 class AtariCatDqnModel(FeedForwardQModel):
@@ -91,5 +92,6 @@ class AtariCatDqnModel(FeedForwardQModel):
     ):
         super().__init__()
         n_atoms = check_int(n_atoms, "n_atoms", minimum=2, owner="AtariCatDqnModel")
-        _build_atari_q_model(self, "AtariCatDqnModel", image_shape, output_size, fc_sizes, dueling, noisy,
-                             n_atoms, use_maxpool, channels, kernel_sizes, strides, paddings)
+        _build_atari_q_model(self, "AtariCatDqnModel", image_shape, output_size, fc_sizes, dueling,
+                             noisy, n_atoms, use_maxpool, channels, kernel_sizes, strides,
+                             paddings)

@@ -16,7 +16,8 @@ from rlfast.models.dqn.noisy import linear_layer, mlp_layers
 from rlfast.models.utils import scale_grad
 from rlfast.utils.checks import check_positive
 
-__all__ = ["DuelingHeadModel", "DistributionalHeadModel", "DistributionalDuelingHeadModel", "make_q_head"]
+__all__ = ["DuelingHeadModel", "DistributionalHeadModel", "DistributionalDuelingHeadModel",
+           "make_q_head"]
 
 DEFAULT_GRAD_SCALE = 2 ** (-1 / 2)
 Sizes = int | Sequence[int] | None
@@ -27,7 +28,8 @@ def _check_sizes(owner: str, input_size, output_size, n_atoms=None) -> tuple:
     is checked too."""
     check_positive(input_size, "input_size", integer=True, owner=owner)
     output_size = check_positive(output_size, "output_size", integer=True, owner=owner)
-    return output_size, (None if n_atoms is None else check_positive(n_atoms, "n_atoms", integer=True, owner=owner))
+    return output_size, (None if n_atoms is None
+                         else check_positive(n_atoms, "n_atoms", integer=True, owner=owner))
 
 
 class _DuelingStreams(torch.nn.Module):
@@ -46,7 +48,8 @@ class _DuelingStreams(torch.nn.Module):
         self.output_size, self.width, self.grad_scale = output_size, width, float(grad_scale)
         self.value = mlp_layers(input_size, hidden_sizes, width, noisy)
         self.advantage_hidden = mlp_layers(input_size, hidden_sizes, None, noisy)
-        self.advantage_out = linear_layer(self.advantage_hidden.output_size, output_size * width, noisy, bias=False)
+        self.advantage_out = linear_layer(self.advantage_hidden.output_size, output_size * width,
+                                          noisy, bias=False)
         self.advantage_bias = torch.nn.Parameter(torch.zeros(width))
 
     def streams(self, input: torch.Tensor):
@@ -80,7 +83,8 @@ class DuelingHeadModel(torch.nn.Module):
         super().__init__()
         self.output_size, _ = _check_sizes("DuelingHeadModel", input_size, output_size)
         self.grad_scale = float(grad_scale)
-        self.streams = _DuelingStreams(input_size, hidden_sizes, self.output_size, 1, grad_scale, noisy)
+        self.streams = _DuelingStreams(input_size, hidden_sizes, self.output_size, 1, grad_scale,
+                                       noisy)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         """Q-values ``[..., output_size]`` from features ``[..., input_size]``."""
@@ -102,9 +106,11 @@ class DistributionalHeadModel(torch.nn.Module):
     ``softmax`` / ``log_softmax`` over the last dim for per-action atom probabilities.
     """
 
-    def __init__(self, input_size: int, layer_sizes: Sizes, output_size: int, n_atoms: int, noisy: bool = False):
+    def __init__(self, input_size: int, layer_sizes: Sizes, output_size: int, n_atoms: int,
+                 noisy: bool = False):
         super().__init__()
-        self.output_size, self.n_atoms = _check_sizes("DistributionalHeadModel", input_size, output_size, n_atoms)
+        self.output_size, self.n_atoms = _check_sizes("DistributionalHeadModel", input_size,
+                                                      output_size, n_atoms)
         self.mlp = mlp_layers(input_size, layer_sizes, self.output_size * self.n_atoms, noisy)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -124,10 +130,11 @@ class DistributionalDuelingHeadModel(torch.nn.Module):
     def __init__(self, input_size: int, hidden_sizes: Sizes, output_size: int, n_atoms: int,
                  grad_scale: float = DEFAULT_GRAD_SCALE, noisy: bool = False):
         super().__init__()
-        self.output_size, self.n_atoms = _check_sizes("DistributionalDuelingHeadModel", input_size, output_size,
-                                                      n_atoms)
+        self.output_size, self.n_atoms = _check_sizes("DistributionalDuelingHeadModel", input_size,
+                                                      output_size, n_atoms)
         self.grad_scale = float(grad_scale)
-        self.streams = _DuelingStreams(input_size, hidden_sizes, self.output_size, self.n_atoms, grad_scale, noisy)
+        self.streams = _DuelingStreams(input_size, hidden_sizes, self.output_size, self.n_atoms,
+                                       grad_scale, noisy)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         """Logits ``[..., output_size, n_atoms]`` from features ``[..., input_size]``."""
@@ -145,7 +152,9 @@ def make_q_head(input_size: int, hidden_sizes: Sizes, output_size: int, dueling:
         if dueling:
             return DuelingHeadModel(input_size, hidden_sizes, output_size, noisy=noisy)
         return mlp_layers(input_size, hidden_sizes,
-                          check_positive(output_size, "output_size", integer=True, owner="Q head"), noisy)
+                          check_positive(output_size, "output_size", integer=True, owner="Q head"),
+                          noisy)
     if dueling:
-        return DistributionalDuelingHeadModel(input_size, hidden_sizes, output_size, n_atoms, noisy=noisy)
+        return DistributionalDuelingHeadModel(input_size, hidden_sizes, output_size, n_atoms,
+                                              noisy=noisy)
     return DistributionalHeadModel(input_size, hidden_sizes, output_size, n_atoms, noisy=noisy)

@@ -1,4 +1,5 @@
-"""DQN models for vector observations: an MLP trunk into a Q head (plain, dueling, categorical, noisy).
+"""DQN models for vector observations: an MLP trunk into a Q head (plain, dueling, categorical,
+noisy).
 
 ``hidden_sizes`` lists every hidden layer; the last one belongs to the head, so a dueling
 model gives its value and advantage streams one hidden layer each of that size and shares the
@@ -22,8 +23,8 @@ __all__ = ["DqnMlpModel", "CatDqnMlpModel"]
 DEFAULT_HIDDEN_SIZES = (64, 64)
 
 
-def _build_mlp_q_model(model: FeedForwardQModel, name: str, observation_shape, output_size, hidden_sizes,
-                       dueling, noisy, n_atoms) -> None:
+def _build_mlp_q_model(model: FeedForwardQModel, name: str, observation_shape, output_size,
+                       hidden_sizes, dueling, noisy, n_atoms) -> None:
     """Give ``model`` (a ``DqnMlpModel`` or ``CatDqnMlpModel``) its MLP trunk (all hidden layers
     but the last) and its head."""
     model.observation_shape = observation_shape_tuple(observation_shape, name)
@@ -39,8 +40,8 @@ def _build_mlp_q_model(model: FeedForwardQModel, name: str, observation_shape, o
     else:
         model.trunk = Flatten()
         feature_size = input_size
-    model.head = make_q_head(feature_size, head_sizes, model.output_size, dueling=dueling, noisy=noisy,
-                             n_atoms=n_atoms)
+    model.head = make_q_head(feature_size, head_sizes, model.output_size, dueling=dueling,
+                             noisy=noisy, n_atoms=n_atoms)
 
 
 class DqnMlpModel(FeedForwardQModel):
@@ -52,9 +53,11 @@ class DqnMlpModel(FeedForwardQModel):
     """
 
     def __init__(self, observation_shape: Sequence[int], output_size: int,
-                 hidden_sizes: Sequence[int] | None = None, dueling: bool = False, noisy: bool = False):
+                 hidden_sizes: Sequence[int] | None = None, dueling: bool = False,
+                 noisy: bool = False):
         super().__init__()
-        _build_mlp_q_model(self, "DqnMlpModel", observation_shape, output_size, hidden_sizes, dueling, noisy, None)
+        _build_mlp_q_model(self, "DqnMlpModel", observation_shape, output_size, hidden_sizes,
+                           dueling, noisy, None)
 
 
 class CatDqnMlpModel(FeedForwardQModel):
@@ -66,9 +69,9 @@ class CatDqnMlpModel(FeedForwardQModel):
     """
 
     def __init__(self, observation_shape: Sequence[int], output_size: int,
-                 hidden_sizes: Sequence[int] | None = None, n_atoms: int = 51, dueling: bool = False,
-                 noisy: bool = False):
+                 hidden_sizes: Sequence[int] | None = None, n_atoms: int = 51,
+                 dueling: bool = False, noisy: bool = False):
         super().__init__()
         n_atoms = check_int(n_atoms, "n_atoms", minimum=2, owner="CatDqnMlpModel")
-        _build_mlp_q_model(self, "CatDqnMlpModel", observation_shape, output_size, hidden_sizes, dueling, noisy,
-                           n_atoms)
+        _build_mlp_q_model(self, "CatDqnMlpModel", observation_shape, output_size, hidden_sizes,
+                           dueling, noisy, n_atoms)

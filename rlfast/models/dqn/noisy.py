@@ -34,17 +34,21 @@ class NoisyLinear(torch.nn.Module):
     never shares noise across processes.
     """
 
-    def __init__(self, in_features: int, out_features: int, std_init: float = 0.5, bias: bool = True):
+    def __init__(self, in_features: int, out_features: int, std_init: float = 0.5,
+                 bias: bool = True):
         super().__init__()
-        self.in_features = check_positive(in_features, "in_features", integer=True, owner="NoisyLinear")
-        self.out_features = check_positive(out_features, "out_features", integer=True, owner="NoisyLinear")
+        self.in_features = check_positive(in_features, "in_features", integer=True,
+                                          owner="NoisyLinear")
+        self.out_features = check_positive(out_features, "out_features", integer=True,
+                                           owner="NoisyLinear")
         if not std_init >= 0:
             raise ValueError(f"NoisyLinear: std_init must be >= 0, got {std_init!r}.")
         self.std_init = float(std_init)
         self.noise_enabled = True
         self.weight_mu = torch.nn.Parameter(torch.empty(self.out_features, self.in_features))
         self.weight_sigma = torch.nn.Parameter(torch.empty(self.out_features, self.in_features))
-        self.register_buffer("weight_epsilon", torch.zeros(self.out_features, self.in_features), persistent=False)
+        self.register_buffer("weight_epsilon", torch.zeros(self.out_features, self.in_features),
+                             persistent=False)
         if bias:
             self.bias_mu = torch.nn.Parameter(torch.empty(self.out_features))
             self.bias_sigma = torch.nn.Parameter(torch.empty(self.out_features))
@@ -99,10 +103,12 @@ class NoisyLinear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"std_init={self.std_init}, bias={self.bias_mu is not None}, noise_enabled={self.noise_enabled}")
+                f"std_init={self.std_init}, bias={self.bias_mu is not None}, "
+                f"noise_enabled={self.noise_enabled}")
 
 
-def linear_layer(in_features: int, out_features: int, noisy: bool, bias: bool = True) -> torch.nn.Module:
+def linear_layer(in_features: int, out_features: int, noisy: bool,
+                 bias: bool = True) -> torch.nn.Module:
     """``NoisyLinear`` when ``noisy``, else ``torch.nn.Linear``."""
     if noisy:
         return NoisyLinear(in_features, out_features, bias=bias)
@@ -119,8 +125,9 @@ def mlp_layers(
     sizes = size_list(hidden_sizes)
     for size in [input_size] + sizes + ([] if output_size is None else [output_size]):
         if int(size) != size or size < 1:
-            raise ValueError(f"DQN head: layer sizes must be positive ints, got input_size={input_size}, "
-                             f"hidden_sizes={sizes}, output_size={output_size}.")
+            raise ValueError("DQN head: layer sizes must be positive ints, got "
+                             f"input_size={input_size}, hidden_sizes={sizes}, "
+                             f"output_size={output_size}.")
     layers, last = [], int(input_size)
     for size in sizes:
         layers += [linear_layer(last, size, noisy), torch.nn.ReLU()]

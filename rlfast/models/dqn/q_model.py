@@ -19,7 +19,8 @@ from rlfast.utils.tensor import infer_leading_dims, restore_leading_dims
 __all__ = ["FeedForwardQModel", "Flatten", "observation_shape_tuple", "checked_leading_dims"]
 
 
-def checked_leading_dims(observation: torch.Tensor, observation_shape: tuple, model_name: str) -> tuple:
+def checked_leading_dims(observation: torch.Tensor, observation_shape: tuple,
+                         model_name: str) -> tuple:
     """``infer_leading_dims(observation, ...)`` after checking that the observation ends in
     ``observation_shape``; raises naming the model and both shapes otherwise."""
     lead_dim, T, B, shape = infer_leading_dims(observation, len(observation_shape))
@@ -70,20 +71,22 @@ class FeedForwardQModel(NoisyModelMixin, torch.nn.Module):
         log_probs: bool = False,
     ) -> torch.Tensor:
         """Q-values (or atom probabilities); ``prev_action`` and ``prev_reward`` are unused."""
-        lead_dim, T, B, shape = checked_leading_dims(observation, self.observation_shape, type(self).__name__)
+        lead_dim, T, B, shape = checked_leading_dims(observation, self.observation_shape,
+                                                     type(self).__name__)
         x = self._prepare(observation).reshape(T * B, *shape)
         out = self.head(self.trunk(x))
         if self.n_atoms is not None:
             out = F.log_softmax(out, dim=-1) if log_probs else F.softmax(out, dim=-1)
         elif log_probs:
-            raise ValueError(f"{type(self).__name__}: log_probs=True is only for distributional models "
-                             "(n_atoms set); this model outputs Q-values.")
+            raise ValueError(f"{type(self).__name__}: log_probs=True is only for distributional "
+                             "models (n_atoms set); this model outputs Q-values.")
         return restore_leading_dims(out, lead_dim, T, B)
 
 
 def observation_shape_tuple(observation_shape: Sequence[int], model_name: str) -> tuple:
     """``observation_shape`` as a tuple of positive ints (``()`` for scalar observations)."""
-    shape = tuple(observation_shape) if not isinstance(observation_shape, int) else (observation_shape,)
+    shape = (tuple(observation_shape) if not isinstance(observation_shape, int)
+             else (observation_shape,))
     if any(int(d) != d or d < 1 for d in shape):
         raise ValueError(f"{model_name}: observation_shape must hold positive ints, got {shape!r}.")
     return tuple(int(d) for d in shape)

@@ -47,18 +47,21 @@ class _RecurrentQModel(NoisyModelMixin, RecurrentModel):
         self.body = RecurrentBody(
             observation_shape=observation_shape, action_input_size=self.output_size,
             hidden_sizes=hidden_sizes, lstm_size=self.lstm_size,
-            nonlinearity=torch.nn.ReLU, normalize_observation=False, norm_obs_clip=10, norm_obs_var_clip=1e-6,
+            nonlinearity=torch.nn.ReLU, normalize_observation=False, norm_obs_clip=10,
+            norm_obs_var_clip=1e-6,
             core=core, memory_len=memory_len,
         )
         head_size = check_positive(head_size, "head_size", integer=True, owner=name)
-        self.head = make_q_head(self.lstm_size, [head_size], self.output_size, dueling=dueling, noisy=noisy)
+        self.head = make_q_head(self.lstm_size, [head_size], self.output_size, dueling=dueling,
+                                noisy=noisy)
 
     def heads(self, lstm_out: torch.Tensor) -> tuple[torch.Tensor]:
         """Q-values ``[T*B, output_size]``."""
         return (self.head(lstm_out),)
 
     def encode(self, observation: torch.Tensor) -> torch.Tensor:
-        """Check that observations end in ``observation_shape``; then the subclass's ``features``."""
+        """Check that observations end in ``observation_shape``; then the subclass's
+        ``features``."""
         checked_leading_dims(observation, self.observation_shape, type(self).__name__)
         return self.features(observation)
 
@@ -101,11 +104,12 @@ class AtariR2d1Model(_RecurrentQModel):
         super().__init__()
         name = "AtariR2d1Model"
         self.image_shape = self.observation_shape = check_image_shape(image_shape, name)
-        self.conv, self.conv_out_size = atari_conv(self.image_shape, channels, kernel_sizes, strides, paddings,
-                                                   use_maxpool, defaults=DQN_CONV)
+        self.conv, self.conv_out_size = atari_conv(self.image_shape, channels, kernel_sizes,
+                                                   strides, paddings, use_maxpool,
+                                                   defaults=DQN_CONV)
         fc_size = check_positive(fc_size, "fc_size", integer=True, owner=name)
-        self._build_body_and_head(name, (self.conv_out_size,), output_size, [fc_size], lstm_size, head_size,
-                                  dueling, noisy, core, memory_len)
+        self._build_body_and_head(name, (self.conv_out_size,), output_size, [fc_size], lstm_size,
+                                  head_size, dueling, noisy, core, memory_len)
 
     def features(self, observation: torch.Tensor) -> torch.Tensor:
         """Flattened conv features, with the image's leading dims."""
@@ -115,7 +119,8 @@ class AtariR2d1Model(_RecurrentQModel):
 
 
 class R2d1MlpModel(_RecurrentQModel):
-    """MLP (``hidden_sizes``, ReLU) -> LSTM (``lstm_size``) -> Q head (``head_size``), vector observations."""
+    """MLP (``hidden_sizes``, ReLU) -> LSTM (``lstm_size``) -> Q head (``head_size``), vector
+    observations."""
 
     def __init__(
         self,
@@ -132,9 +137,10 @@ class R2d1MlpModel(_RecurrentQModel):
         super().__init__()
         name = "R2d1MlpModel"
         self.observation_shape = observation_shape_tuple(observation_shape, name)
-        self._build_body_and_head(name, self.observation_shape if self.observation_shape else (1,), output_size,
-                                  size_list([64] if hidden_sizes is None else hidden_sizes), lstm_size,
-                                  head_size, dueling, noisy, core, memory_len)
+        self._build_body_and_head(name, self.observation_shape if self.observation_shape else (1,),
+                                  output_size,
+                                  size_list([64] if hidden_sizes is None else hidden_sizes),
+                                  lstm_size, head_size, dueling, noisy, core, memory_len)
 
     def features(self, observation: torch.Tensor) -> torch.Tensor:
         """The observation, with a trailing dim of 1 for scalar observations."""

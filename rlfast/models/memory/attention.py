@@ -51,7 +51,8 @@ class AttentionCore(MemoryCore):
         self.qkv = torch.nn.Linear(D, 3 * D)
         self.attn_out = torch.nn.Linear(D, D)
         self.mlp_norm = torch.nn.LayerNorm(D)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(D, 2 * D), torch.nn.ReLU(), torch.nn.Linear(2 * D, D))
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(D, 2 * D), torch.nn.ReLU(),
+                                       torch.nn.Linear(2 * D, D))
         self.out_norm = torch.nn.LayerNorm(D)
         # Learned logit bias per head and age 0..memory_len (T5-style relative positions).
         self.age_bias = torch.nn.Parameter(torch.zeros(self.n_heads, self.memory_len + 1))

@@ -67,7 +67,8 @@ class LstmCore(MemoryCore):
         dtype = self.lstm.weight_ih_l0.dtype
         x = x.to(dtype)
         if reset is None:
-            hc = None if state is None else tuple(self.state_from(state, x.shape[1], dtype, x.device))
+            hc = (None if state is None
+                  else tuple(self.state_from(state, x.shape[1], dtype, x.device)))
             with _cpu_autocast_off(x):
                 out, (h, c) = self.lstm(x, hc)
             return out, RnnState(h=h, c=c)
@@ -95,7 +96,8 @@ class GruCore(MemoryCore):
 
     def zero_state(self, batch_size: int, device: Any = None, dtype: torch.dtype | None = None):
         """``GruState`` of zeros, ``[1, batch_size, hidden_size]``."""
-        return GruState(h=torch.zeros((1, batch_size, self.hidden_size), device=device, dtype=dtype))
+        return GruState(h=torch.zeros((1, batch_size, self.hidden_size), device=device,
+                                      dtype=dtype))
 
     def forward(self, x: torch.Tensor, state: Any = None,
                 reset: torch.Tensor | None = None) -> tuple[torch.Tensor, GruState]:

@@ -7,7 +7,8 @@ import torch
 
 from rlfast.models.atari_conv import A2C_CONV, atari_conv, check_image_shape, conv_features
 from rlfast.models.mlp import MlpModel, size_list
-from rlfast.models.pg.model_parts import HIDDEN_GAIN, categorical_outputs, init_mlp_, policy_value_heads
+from rlfast.models.pg.model_parts import (HIDDEN_GAIN, categorical_outputs, init_mlp_,
+                                          policy_value_heads)
 from rlfast.utils.checks import check_positive
 from rlfast.utils.tensor import restore_leading_dims
 
@@ -39,20 +40,23 @@ class AtariFfModel(torch.nn.Module):
         paddings: Sequence[int] | None = None,
     ):
         super().__init__()
-        self.output_size = check_positive(output_size, "output_size", integer=True, owner="AtariFfModel")
+        self.output_size = check_positive(output_size, "output_size", integer=True,
+                                          owner="AtariFfModel")
         self.image_shape = check_image_shape(image_shape, "AtariFfModel")
         self.conv, self.conv_out_size = atari_conv(
-            self.image_shape, channels, kernel_sizes, strides, paddings, use_maxpool, defaults=A2C_CONV)
+            self.image_shape, channels, kernel_sizes, strides, paddings, use_maxpool,
+            defaults=A2C_CONV)
         self.fc = MlpModel(self.conv_out_size, size_list(fc_sizes), output_size=None,
                            nonlinearity=torch.nn.ReLU)
         init_mlp_(self.fc, output_gain=HIDDEN_GAIN)
         self.pi, self.value = policy_value_heads(self.fc.output_size, self.output_size)
 
     def forward(
-        self, image: torch.Tensor, prev_action: torch.Tensor = None, prev_reward: torch.Tensor = None
+        self, image: torch.Tensor, prev_action: torch.Tensor = None,
+        prev_reward: torch.Tensor = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Action probabilities and state value; ``prev_action``/``prev_reward`` are unused."""
-        conv_out, lead_dim, T, B = conv_features(self.conv, image, self.image_shape, self.pi.weight.dtype,
-                                                 "AtariFfModel")
+        conv_out, lead_dim, T, B = conv_features(self.conv, image, self.image_shape,
+                                                 self.pi.weight.dtype, "AtariFfModel")
         outputs = categorical_outputs(self.pi, self.value, self.fc(conv_out))
         return restore_leading_dims(outputs, lead_dim, T, B)

@@ -45,11 +45,14 @@ class AtariLstmModel(RecurrentModel):
         memory_len: int = 32,
     ):
         super().__init__()
-        self.output_size = check_positive(output_size, "output_size", integer=True, owner="AtariLstmModel")
-        self.lstm_size = check_positive(lstm_size, "lstm_size", integer=True, owner="AtariLstmModel")
+        self.output_size = check_positive(output_size, "output_size", integer=True,
+                                          owner="AtariLstmModel")
+        self.lstm_size = check_positive(lstm_size, "lstm_size", integer=True,
+                                        owner="AtariLstmModel")
         self.image_shape = check_image_shape(image_shape, "AtariLstmModel")
         self.conv, self.conv_out_size = atari_conv(
-            self.image_shape, channels, kernel_sizes, strides, paddings, use_maxpool, defaults=A2C_CONV)
+            self.image_shape, channels, kernel_sizes, strides, paddings, use_maxpool,
+            defaults=A2C_CONV)
         self.body = RecurrentBody(
             observation_shape=(self.conv_out_size,),
             action_input_size=self.output_size,
@@ -66,8 +69,8 @@ class AtariLstmModel(RecurrentModel):
 
     def encode(self, image: torch.Tensor) -> torch.Tensor:
         """Flattened conv features, with the image's leading dims."""
-        conv_out, lead_dim, T, B = conv_features(self.conv, image, self.image_shape, self.pi.weight.dtype,
-                                                 "AtariLstmModel")
+        conv_out, lead_dim, T, B = conv_features(self.conv, image, self.image_shape,
+                                                 self.pi.weight.dtype, "AtariLstmModel")
         return restore_leading_dims(conv_out, lead_dim, T, B)
 
     def heads(self, lstm_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

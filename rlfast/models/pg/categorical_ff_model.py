@@ -38,14 +38,19 @@ class CategoricalPgFfModel(MlpPgModel):
         norm_obs_var_clip: float = 1e-6,
         action_nvec: Sequence[int] | None = None,
     ):
-        super().__init__(observation_shape, action_size, normalize_observation, "CategoricalPgFfModel")
-        self.action_nvec = check_action_nvec(action_nvec, self.action_size, "CategoricalPgFfModel")
+        super().__init__(observation_shape, action_size, normalize_observation,
+                         "CategoricalPgFfModel")
+        self.action_nvec = check_action_nvec(action_nvec, self.action_size,
+                                             "CategoricalPgFfModel")
         hidden_sizes = [64, 64] if hidden_sizes is None else list(hidden_sizes)
-        self.pi = MlpModel(self.input_size, hidden_sizes, output_size=self.action_size, nonlinearity=hidden_nonlinearity)
-        self.value = MlpModel(self.input_size, hidden_sizes, output_size=1, nonlinearity=hidden_nonlinearity)
+        self.pi = MlpModel(self.input_size, hidden_sizes, output_size=self.action_size,
+                           nonlinearity=hidden_nonlinearity)
+        self.value = MlpModel(self.input_size, hidden_sizes, output_size=1,
+                              nonlinearity=hidden_nonlinearity)
         init_mlp_(self.pi, output_gain=0.01)
         init_mlp_(self.value, output_gain=1.0)
-        self.obs_norm = ObservationNormalizer(self.observation_shape, normalize_observation, norm_obs_clip, norm_obs_var_clip)
+        self.obs_norm = ObservationNormalizer(self.observation_shape, normalize_observation,
+                                              norm_obs_clip, norm_obs_var_clip)
 
     def heads(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Action probabilities and state value."""

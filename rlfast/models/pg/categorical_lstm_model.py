@@ -41,10 +41,12 @@ class CategoricalPgLstmModel(RecurrentPgModel):
         core: str = "lstm",
         memory_len: int = 32,
     ):
-        super().__init__(observation_shape, action_size, [64] if hidden_sizes is None else list(hidden_sizes),
-                         lstm_size, nonlinearity, normalize_observation, norm_obs_clip, norm_obs_var_clip,
+        super().__init__(observation_shape, action_size,
+                         [64] if hidden_sizes is None else list(hidden_sizes), lstm_size,
+                         nonlinearity, normalize_observation, norm_obs_clip, norm_obs_var_clip,
                          "CategoricalPgLstmModel", core=core, memory_len=memory_len)
-        self.action_nvec = check_action_nvec(action_nvec, self.action_size, "CategoricalPgLstmModel")
+        self.action_nvec = check_action_nvec(action_nvec, self.action_size,
+                                             "CategoricalPgLstmModel")
         self.pi, self.value = policy_value_heads(lstm_size, self.action_size)
 
     def heads(self, lstm_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -40,7 +40,8 @@ class ObservationNormalizer(torch.nn.Module):
     ``clamp((obs - mean) / sqrt(var + var_clip), -clip, clip)``.
     """
 
-    def __init__(self, observation_shape: Sequence[int], enabled: bool, clip: float = 10, var_clip: float = 1e-6):
+    def __init__(self, observation_shape: Sequence[int], enabled: bool, clip: float = 10,
+                 var_clip: float = 1e-6):
         super().__init__()
         self.enabled = bool(enabled)
         self.clip = clip
@@ -59,7 +60,8 @@ class ObservationNormalizer(torch.nn.Module):
         return self.rms.normalize(observation, clip=self.clip, var_clip=self.var_clip)
 
 
-def policy_value_heads(input_size: int, output_size: int) -> tuple[torch.nn.Linear, torch.nn.Linear]:
+def policy_value_heads(input_size: int,
+                       output_size: int) -> tuple[torch.nn.Linear, torch.nn.Linear]:
     """Linear policy and value heads, in that order, with orthogonal init: policy gain 0.01
     (a near-uniform start), value gain 1.0."""
     pi = orthogonal_init_(torch.nn.Linear(input_size, output_size), gain=0.01)
@@ -89,8 +91,10 @@ def segment_softmax(logits: torch.Tensor, nvec: Sequence[int]) -> torch.Tensor:
     n0 = nvec[0]
     if all(n == n0 for n in nvec):  # equal sizes: one reshaped softmax
         lead = logits.shape[:-1]
-        return F.softmax(logits.reshape(*lead, len(nvec), n0), dim=-1).reshape(*lead, n0 * len(nvec))
-    return torch.cat([F.softmax(part, dim=-1) for part in logits.split(list(nvec), dim=-1)], dim=-1)
+        return (F.softmax(logits.reshape(*lead, len(nvec), n0), dim=-1)
+                .reshape(*lead, n0 * len(nvec)))
+    return torch.cat([F.softmax(part, dim=-1) for part in logits.split(list(nvec), dim=-1)],
+                     dim=-1)
 
 
 def categorical_outputs(pi: torch.nn.Module, value: torch.nn.Module, features: torch.Tensor,
@@ -115,10 +119,11 @@ class MlpPgModel(torch.nn.Module, metaclass=ABCMeta):
     whose dtype the observations are converted to.
     """
 
-    def __init__(self, observation_shape: Sequence[int], action_size: int, normalize_observation: bool,
-                 model_name: str):
+    def __init__(self, observation_shape: Sequence[int], action_size: int,
+                 normalize_observation: bool, model_name: str):
         super().__init__()
-        self.action_size = check_positive(action_size, "action_size", integer=True, owner=model_name)
+        self.action_size = check_positive(action_size, "action_size", integer=True,
+                                          owner=model_name)
         self.observation_shape = tuple(observation_shape)
         self.normalize_observation = normalize_observation
         self.input_size = int(math.prod(self.observation_shape))

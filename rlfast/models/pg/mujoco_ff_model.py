@@ -20,7 +20,8 @@ class MujocoFfModel(MlpPgModel):
     for observation leading dims ``[]``, ``[B]`` or ``[T, B]``.
     ``mu_nonlinearity`` (e.g. Tanh, or None for a linear mean) follows the mean
     MLP. Both nonlinearities may be given by name (``"relu"``, ``"tanh"``, ``"none"``; see
-    ``rlfast.models.utils.NONLINEARITIES``), as a config or ``--set`` does.  Orthogonal init: hidden gain sqrt(2), mean output 0.01, value output 1.0.
+    ``rlfast.models.utils.NONLINEARITIES``), as a config or ``--set`` does. Orthogonal init: hidden
+    gain sqrt(2), mean output 0.01, value output 1.0.
     """
 
     def __init__(
@@ -37,16 +38,21 @@ class MujocoFfModel(MlpPgModel):
     ):
         super().__init__(observation_shape, action_size, normalize_observation, "MujocoFfModel")
         hidden_sizes = [64, 64] if hidden_sizes is None else list(hidden_sizes)
-        hidden_nonlinearity = nonlinearity_class(hidden_nonlinearity, "MujocoFfModel: hidden_nonlinearity")
+        hidden_nonlinearity = nonlinearity_class(hidden_nonlinearity,
+                                                 "MujocoFfModel: hidden_nonlinearity")
         mu_nonlinearity = nonlinearity_class(mu_nonlinearity, "MujocoFfModel: mu_nonlinearity",
                                              allow_none=True)
-        mu_mlp = MlpModel(self.input_size, hidden_sizes, output_size=self.action_size, nonlinearity=hidden_nonlinearity)
+        mu_mlp = MlpModel(self.input_size, hidden_sizes, output_size=self.action_size,
+                          nonlinearity=hidden_nonlinearity)
         init_mlp_(mu_mlp, output_gain=0.01)
-        self.mu = mu_mlp if mu_nonlinearity is None else torch.nn.Sequential(mu_mlp, mu_nonlinearity())
-        self.value = MlpModel(self.input_size, hidden_sizes, output_size=1, nonlinearity=hidden_nonlinearity)
+        self.mu = (mu_mlp if mu_nonlinearity is None
+                   else torch.nn.Sequential(mu_mlp, mu_nonlinearity()))
+        self.value = MlpModel(self.input_size, hidden_sizes, output_size=1,
+                              nonlinearity=hidden_nonlinearity)
         init_mlp_(self.value, output_gain=1.0)
         self.log_std = torch.nn.Parameter(torch.full((self.action_size,), float(init_log_std)))
-        self.obs_norm = ObservationNormalizer(self.observation_shape, normalize_observation, norm_obs_clip, norm_obs_var_clip)
+        self.obs_norm = ObservationNormalizer(self.observation_shape, normalize_observation,
+                                              norm_obs_clip, norm_obs_var_clip)
 
     def heads(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Mean, log-std (the same for every observation) and state value."""

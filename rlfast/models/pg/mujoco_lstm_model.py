@@ -36,8 +36,9 @@ class MujocoLstmModel(RecurrentPgModel):
         core: str = "lstm",
         memory_len: int = 32,
     ):
-        super().__init__(observation_shape, action_size, [256] if hidden_sizes is None else list(hidden_sizes),
-                         lstm_size, nonlinearity, normalize_observation, norm_obs_clip, norm_obs_var_clip,
+        super().__init__(observation_shape, action_size,
+                         [256] if hidden_sizes is None else list(hidden_sizes), lstm_size,
+                         nonlinearity, normalize_observation, norm_obs_clip, norm_obs_var_clip,
                          "MujocoLstmModel", core=core, memory_len=memory_len)
         self.mu = orthogonal_init_(torch.nn.Linear(lstm_size, self.action_size), gain=0.01)
         # log_std head starts at exactly 0 output (std 1) and learns state dependence.

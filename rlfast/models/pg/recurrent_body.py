@@ -54,12 +54,14 @@ class RecurrentBody(torch.nn.Module):
         self.action_input_size = int(action_input_size)
         self.lstm_size = int(lstm_size)
         input_size = int(math.prod(self.observation_shape))
-        self.mlp = MlpModel(input_size, list(hidden_sizes), output_size=None, nonlinearity=nonlinearity)
+        self.mlp = MlpModel(input_size, list(hidden_sizes), output_size=None,
+                            nonlinearity=nonlinearity)
         init_mlp_(self.mlp, output_gain=HIDDEN_GAIN)
         self.core = make_core(check_core(core, "recurrent model"),
                               self.mlp.output_size + self.action_input_size + 1, self.lstm_size,
                               memory_len=memory_len)
-        self.obs_norm = ObservationNormalizer(self.observation_shape, normalize_observation, norm_obs_clip, norm_obs_var_clip)
+        self.obs_norm = ObservationNormalizer(self.observation_shape, normalize_observation,
+                                              norm_obs_clip, norm_obs_var_clip)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -83,21 +85,22 @@ class RecurrentBody(torch.nn.Module):
         """Return ``(core_out [T, B, lstm_size], next state, lead_dim, T, B)``."""
         lead_dim, T, B, _ = infer_leading_dims(observation, len(self.observation_shape))
         dtype = self.dtype
-        if prev_action.shape[-1:] != (self.action_input_size,) or prev_action.numel() != T * B * self.action_input_size:
+        if (prev_action.shape[-1:] != (self.action_input_size,)
+                or prev_action.numel() != T * B * self.action_input_size):
             raise ValueError(
-                f"recurrent model: prev_action of shape {tuple(prev_action.shape)} must have leading dims "
-                f"matching the observation's and trailing size {self.action_input_size} "
-                "(one-hot for discrete actions)."
+                f"recurrent model: prev_action of shape {tuple(prev_action.shape)} must have "
+                "leading dims matching the observation's and trailing size "
+                f"{self.action_input_size} (one-hot for discrete actions)."
             )
         if prev_reward.numel() != T * B:
             raise ValueError(
-                f"recurrent model: prev_reward of shape {tuple(prev_reward.shape)} must hold one scalar per "
-                f"step ({T * B} entries for T={T}, B={B})."
+                f"recurrent model: prev_reward of shape {tuple(prev_reward.shape)} must hold one "
+                f"scalar per step ({T * B} entries for T={T}, B={B})."
             )
         if reset is not None:
             if reset.numel() != T * B:
-                raise ValueError(f"recurrent model: reset of shape {tuple(reset.shape)} must hold one flag "
-                                 f"per step ({T * B} entries for T={T}, B={B}).")
+                raise ValueError(f"recurrent model: reset of shape {tuple(reset.shape)} must hold "
+                                 f"one flag per step ({T * B} entries for T={T}, B={B}).")
             reset = reset.reshape(T, B)
         obs = self.obs_norm(observation.to(dtype))
         features = self.mlp(obs.reshape(T * B, -1))
@@ -144,8 +147,8 @@ class RecurrentModel(torch.nn.Module, metaclass=ABCMeta):
     ) -> tuple:
         """The heads' outputs, and the core's state after the last step."""
         core_out, next_rnn_state, lead_dim, T, B = self.body(
-            self.encode(observation), self.encode_prev_action(prev_action), prev_reward, init_rnn_state,
-            reset)
+            self.encode(observation), self.encode_prev_action(prev_action), prev_reward,
+            init_rnn_state, reset)
         outputs = restore_leading_dims(self.heads(core_out.reshape(T * B, -1)), lead_dim, T, B)
         return (*outputs, next_rnn_state)
 
@@ -170,11 +173,13 @@ class RecurrentPgModel(RecurrentModel):
         memory_len: int = 32,
     ):
         super().__init__()
-        self.action_size = check_positive(action_size, "action_size", integer=True, owner=model_name)
+        self.action_size = check_positive(action_size, "action_size", integer=True,
+                                          owner=model_name)
         self.normalize_observation = normalize_observation
         self.body = RecurrentBody(
             observation_shape, self.action_size, hidden_sizes, lstm_size, nonlinearity,
-            normalize_observation, norm_obs_clip, norm_obs_var_clip, core=core, memory_len=memory_len,
+            normalize_observation, norm_obs_clip, norm_obs_var_clip, core=core,
+            memory_len=memory_len,
         )
 
     def update_obs_rms(self, observation: torch.Tensor) -> None:

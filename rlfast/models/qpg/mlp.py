@@ -41,10 +41,12 @@ class MuMlpModel(torch.nn.Module):
                  nonlinearity: type[torch.nn.Module] = torch.nn.ReLU):
         super().__init__()
         self.observation_shape = tuple(observation_shape)
-        self.action_size = check_positive(action_size, "action_size", integer=True, owner="MuMlpModel")
+        self.action_size = check_positive(action_size, "action_size", integer=True,
+                                          owner="MuMlpModel")
         self.output_max = check_positive(output_max, "output_max", owner="MuMlpModel")
-        self.mlp = MlpModel(int(math.prod(self.observation_shape)), _hidden(hidden_sizes, [400, 300]),
-                            output_size=self.action_size, nonlinearity=nonlinearity)
+        self.mlp = MlpModel(int(math.prod(self.observation_shape)),
+                            _hidden(hidden_sizes, [400, 300]), output_size=self.action_size,
+                            nonlinearity=nonlinearity)
 
     def forward(self, observation: torch.Tensor, prev_action: torch.Tensor = None,
                 prev_reward: torch.Tensor = None) -> torch.Tensor:
@@ -65,9 +67,11 @@ class PiMlpModel(torch.nn.Module):
                  action_size: int, nonlinearity: type[torch.nn.Module] = torch.nn.ReLU):
         super().__init__()
         self.observation_shape = tuple(observation_shape)
-        self.action_size = check_positive(action_size, "action_size", integer=True, owner="PiMlpModel")
-        self.mlp = MlpModel(int(math.prod(self.observation_shape)), _hidden(hidden_sizes, [256, 256]),
-                            output_size=2 * self.action_size, nonlinearity=nonlinearity)
+        self.action_size = check_positive(action_size, "action_size", integer=True,
+                                          owner="PiMlpModel")
+        self.mlp = MlpModel(int(math.prod(self.observation_shape)),
+                            _hidden(hidden_sizes, [256, 256]), output_size=2 * self.action_size,
+                            nonlinearity=nonlinearity)
 
     def forward(self, observation: torch.Tensor, prev_action: torch.Tensor = None,
                 prev_reward: torch.Tensor = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,13 +87,13 @@ class PiSdeMlpModel(torch.nn.Module):
     "Smooth Exploration for Robotic Reinforcement Learning").
 
     An MLP trunk gives features ``z(s)`` (its last hidden layer); a linear head gives the
-    pre-squash mean, clamped to ``[-mean_clip, mean_clip]`` as SB3's gSDE SAC does (clip_mean 2). The noise
-    is ``z(s) @ W`` with ``W ~ N(0, sigma^2)`` elementwise, ``sigma = exp(log_std)`` one
-    learned entry per (feature, action) pair, started at ``log_std_init``. For one ``W`` the
-    noise is a smooth function of the state; the agent keeps ``W`` for several steps, so
-    exploration is consistent in time. Over ``W`` the pre-squash action is Gaussian with
-    variance ``z(s)^2 @ sigma^2`` per action, which is the log-std that ``forward`` returns
-    (the features are detached there: the std does not train the trunk).
+    pre-squash mean, clamped to ``[-mean_clip, mean_clip]`` as SB3's gSDE SAC does (clip_mean 2).
+    The noise is ``z(s) @ W`` with ``W ~ N(0, sigma^2)`` elementwise, ``sigma = exp(log_std)`` one
+    learned entry per (feature, action) pair, started at ``log_std_init``. For one ``W`` the noise
+    is a smooth function of the state; the agent keeps ``W`` for several steps, so exploration is
+    consistent in time. Over ``W`` the pre-squash action is Gaussian with variance ``z(s)^2 @
+    sigma^2`` per action, which is the log-std that ``forward`` returns (the features are detached
+    there: the std does not train the trunk).
 
     ``forward(observation, prev_action, prev_reward, features=False) -> (mean, log_std)``,
     each ``[..., action_size]``; with ``features=True`` also ``z`` ``[..., hidden_sizes[-1]]``.
@@ -153,9 +157,11 @@ class EnsembleMlp(torch.nn.Module):
     def __init__(self, input_size: int, hidden_sizes: Sequence[int], output_size: int,
                  ensemble_size: int = 2, nonlinearity: type[torch.nn.Module] = torch.nn.ReLU):
         super().__init__()
-        self.ensemble_size = check_positive(ensemble_size, "ensemble_size", integer=True, owner="EnsembleMlp")
+        self.ensemble_size = check_positive(ensemble_size, "ensemble_size", integer=True,
+                                            owner="EnsembleMlp")
         sizes = [check_positive(input_size, "input_size", integer=True, owner="EnsembleMlp")]
-        sizes += [check_positive(h, "hidden size", integer=True, owner="EnsembleMlp") for h in hidden_sizes]
+        sizes += [check_positive(h, "hidden size", integer=True, owner="EnsembleMlp")
+                  for h in hidden_sizes]
         sizes.append(check_positive(output_size, "output_size", integer=True, owner="EnsembleMlp"))
         self.weights = torch.nn.ParameterList()
         self.biases = torch.nn.ParameterList()
@@ -186,7 +192,8 @@ class EnsembleMlp(torch.nn.Module):
             x = x.expand(weights[0].shape[0], *x.shape)
         if x.dim() != 3 or x.shape[0] != weights[0].shape[0] or x.shape[-1] != self.input_size:
             raise ValueError(f"EnsembleMlp: input must be [N, {self.input_size}] or "
-                             f"[{weights[0].shape[0]}, N, {self.input_size}], got {tuple(x.shape)}.")
+                             f"[{weights[0].shape[0]}, N, {self.input_size}], "
+                             f"got {tuple(x.shape)}.")
         h = torch.baddbmm(biases[0], x, weights[0])
         for weight, bias in zip(weights[1:], biases[1:]):
             h = torch.baddbmm(bias, self.activation(h), weight)
@@ -214,8 +221,10 @@ class QofMuMlpModel(torch.nn.Module):
                  nonlinearity: type[torch.nn.Module] = torch.nn.ReLU):
         super().__init__()
         self.observation_shape = tuple(observation_shape)
-        self.action_size = check_positive(action_size, "action_size", integer=True, owner="QofMuMlpModel")
-        self.ensemble_size = check_positive(ensemble_size, "ensemble_size", integer=True, owner="QofMuMlpModel")
+        self.action_size = check_positive(action_size, "action_size", integer=True,
+                                          owner="QofMuMlpModel")
+        self.ensemble_size = check_positive(ensemble_size, "ensemble_size", integer=True,
+                                            owner="QofMuMlpModel")
         self.mlp = EnsembleMlp(int(math.prod(self.observation_shape)) + self.action_size,
                                _hidden(hidden_sizes, [400, 300]), 1, self.ensemble_size,
                                nonlinearity)

@@ -93,7 +93,8 @@ class ParallelSamplerBase(BaseSampler):
         self.apply_traj_info_kwargs(traj_info_kwargs)
         self.agent = agent
         self.n_workers = n_workers
-        eval_split = split_envs(self.eval_n_envs, n_workers) if self.eval_n_envs else [0] * n_workers
+        eval_split = (split_envs(self.eval_n_envs, n_workers) if self.eval_n_envs
+                      else [0] * n_workers)
         self.eval_n_envs_list = eval_split
         ctx = mp_context()
         self._eval_max_T = self.eval_max_T(sum(eval_split)) if any(eval_split) else 0

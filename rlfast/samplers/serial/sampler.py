@@ -46,7 +46,8 @@ class SerialSampler(BaseSampler):
             TrajInfoCls=self.TrajInfoCls, agent=agent, global_B=global_B, env_ranks=env_ranks)
         if self.eval_n_envs > 0:
             eval_seed = None if seed is None else int(seed) + EVAL_ENV_SEED_OFFSET
-            self.eval_envs = make_envs(self.EnvCls, self.eval_n_envs, self.eval_env_kwargs, eval_seed, 0)
+            self.eval_envs = make_envs(self.EnvCls, self.eval_n_envs, self.eval_env_kwargs,
+                                       eval_seed, 0)
             self.eval_collector = self.eval_CollectorCls(
                 envs=self.eval_envs, agent=agent, TrajInfoCls=self.TrajInfoCls,
                 max_T=self.eval_max_T(self.eval_n_envs),
