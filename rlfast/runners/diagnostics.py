@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlfast.runners.cadence import LogCadence
+from rlfast.runners.overlap import PolicyLag
 from rlfast.utils.logging import logger
 from rlfast.utils.prog_bar import ProgBarCounter
 
@@ -43,7 +44,7 @@ class Diagnostics:
         self.opt_infos: dict[str, list] = {k: [] for k in algo.opt_info_fields}
         self.cum_time = 0.0
         self.cum_completed_trajs = 0
-        self.lags: list[tuple[int, int]] = []  # overlap: (iterations, gradient steps) per itr
+        self.lags: list[PolicyLag] = []  # overlap: one per iteration
         self._last_time = time.time()
         self._row_itr: int | None = None  # the iteration the last row (or start) followed
         self._pbar: ProgBarCounter | None = None
@@ -106,9 +107,11 @@ class Diagnostics:
             rate = steps / max(self.cum_time, 1e-9)
             logger.record_tabular("ETA (s)", cadence.steps_left(itr) / max(rate, 1e-9))
             if self.overlap:
-                lags = np.asarray(self.lags or [(0, 0)], dtype=np.float64)
-                logger.record_tabular("PolicyLag", float(lags[:, 0].mean()))
-                logger.record_tabular("PolicyLagGradientSteps", float(lags[:, 1].mean()))
+                lags = self.lags or [PolicyLag(0, 0)]
+                logger.record_tabular("PolicyLag", float(np.mean([lag.iterations
+                                                                   for lag in lags])))
+                logger.record_tabular("PolicyLagGradientSteps",
+                                      float(np.mean([lag.gradient_steps for lag in lags])))
                 self.lags.clear()
         self._record_stats(traj_infos)
         logger.dump_tabular(with_prefix=False)

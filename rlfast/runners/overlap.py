@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlfast.agents.param_sharing import publish_to
 from rlfast.utils.buffer import buffer_copy_, buffer_method
+
+
+class PolicyLag(NamedTuple):
+    """How stale the policy that sampled a batch was when the batch was trained on: in
+    iterations and in gradient steps (the ``PolicyLag*`` columns)."""
+    iterations: int
+    gradient_steps: int
 
 __all__ = ["BatchThread", "OverlappedBatches", "SerialBatches", "check_overlap"]
 
@@ -125,7 +132,7 @@ class OverlappedBatches:
         self._batch: Any = None  # the learner's copy, refilled in place
         self._traj_infos: list = []
         self._sampled_after = self._published = (0, 0)  # (iteration, updates) of parameters
-        self._lag = (0, 0)
+        self._lag = PolicyLag(0, 0)
 
     def begin(self, itr: int, n_itr: int) -> Any:
         """The batch of iteration ``itr``; batch itr+1 (none after the last) starts in the
@@ -138,7 +145,8 @@ class OverlappedBatches:
         if itr + 1 < n_itr:
             self.sampling_agent.sample_mode(itr + 1)
             self._thread.start(itr + 1)
-        self._lag = (itr - self._sampled_after[0], self._updates() - self._sampled_after[1])
+        self._lag = PolicyLag(itr - self._sampled_after[0],
+                              self._updates() - self._sampled_after[1])
         return self._batch
 
     def end(self, itr: int, n_itr: int) -> list:

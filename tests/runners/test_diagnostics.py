@@ -9,6 +9,7 @@ import types
 from rlfast.runners.cadence import LogCadence
 from rlfast.runners.diagnostics import Diagnostics, nan_to_none, none_to_nan
 from rlfast.runners.tracking import EvalReturns, TrainTrajWindow
+from rlfast.runners.overlap import PolicyLag
 from rlfast.utils.logging import logger_context
 
 
@@ -48,7 +49,7 @@ def test_rows_hold_progress_trajectories_and_optimizer_infos(tmp_path):
 
 def test_overlap_rows_average_the_policy_lags(tmp_path):
     diagnostics = _diagnostics(overlap=True)
-    diagnostics.lags.extend([(0, 0), (1, 4)])
+    diagnostics.lags.extend([PolicyLag(0, 0), PolicyLag(iterations=1, gradient_steps=4)])
     with logger_context(str(tmp_path), 0, "d", {}, override_prefix=True):
         diagnostics.log_row(1, [])
         diagnostics.log_row(3, [])
