@@ -18,7 +18,9 @@ can queue the next step's. :class:`GuardedSteps` keeps the guard and drops the w
   come back in ONE read before the step, which is checked on the host as before.
 
 Either way a gradient step reads the host at most once, and a call whose steps all go the
-first way reads it once in all.
+first way reads it once in all. An ``alarm`` given to :meth:`GuardedSteps.begin` (a device
+flag that the call's work may raise, e.g. a device replay's failed draw) rides along with
+every read of the call and raises its own error before any non-finite one.
 """
 from __future__ import annotations
 
@@ -159,6 +161,8 @@ class GuardedSteps:
         self._failed: torch.Tensor | None = None
         self._also: dict[str, torch.Tensor] = {}
         self.also_values: dict[str, float] | None = None
+        self._alarm: Any = None
+        self._alarm_value = 0.0
         self.steps_applied = 0  # after end(): steps before the first non-finite one
         self._slices: dict = {}
 
@@ -168,31 +172,53 @@ class GuardedSteps:
         return skips_on_device(self.optimizer)
 
     def begin(self, failed: torch.Tensor | None = None,
-              also: Mapping[str, torch.Tensor] | None = None) -> None:
+              also: Mapping[str, torch.Tensor] | None = None, alarm: Any = None) -> None:
         """Start a call: no step recorded, none failed. ``failed``: a 0-d bool device flag
         to share (a :class:`~rlfast.algos.graph_step.GraphStep`'s, so that its steps and the
         eager ones of the same call stop together), else one is made at the first step.
         ``also``: further named 0-d diagnostics of the whole call, read with its first host
         read (a host-checked step's, or :meth:`end`'s) into :attr:`also_values` (name ->
-        float)."""
+        float). ``alarm``: an object with ``flag`` (a 0-d device tensor that the call's work
+        may set, zeroed here) and ``check(value)`` (raises for a non-zero read of it); the
+        flag joins every host read of the call, and ``check`` runs before a non-finite step
+        raises (e.g. :func:`~rlfast.replays.device_buffers.priority_alarm`)."""
         self._pending = []
         self._failed = failed
         self._also = dict(also or {})
         self.also_values = None
+        self._alarm, self._alarm_value = alarm, 0.0
+        if alarm is not None:
+            alarm.flag.zero_()
+
+    @property
+    def _also_unread(self) -> bool:
+        """Whether ``also`` diagnostics wait for their first read."""
+        return bool(self._also) and self.also_values is None
 
     def _also_part(self, device: torch.device) -> list[torch.Tensor]:
-        """The ``also`` diagnostics as a float64 row for the next host read, while unread."""
-        if not self._also or self.also_values is not None:
-            return []
-        return [stack_scalars(self._also.values()).to(device)]
+        """The ``also`` diagnostics while unread, then the alarm's flag, as float64 rows for
+        the next host read."""
+        parts = [stack_scalars(self._also.values()).to(device)] if self._also_unread else []
+        if self._alarm is not None:
+            parts.append(self._alarm.flag.detach().reshape(1).to(device=device,
+                                                                 dtype=torch.float64))
+        return parts
 
     def _take_also(self, values: np.ndarray, parts: list) -> np.ndarray:
-        """Split the ``also`` values off the end of a read that carried them."""
+        """Split the ``also`` values and the alarm's flag off the end of a read that carried
+        them (the flag's value is kept for :meth:`_sound_alarm`)."""
+        if parts and self._alarm is not None:
+            self._alarm_value, values, parts = float(values[-1]), values[:-1], parts[:-1]
         if not parts:
             return values
         n = len(self._also)
         self.also_values = dict(zip(self._also, values[len(values) - n:].tolist()))
         return values[:len(values) - n]
+
+    def _sound_alarm(self) -> None:
+        """Let the alarm raise if its flag was read non-zero."""
+        if self._alarm is not None and self._alarm_value:
+            self._alarm.check(self._alarm_value)
 
     def mean_of_last(self, name: str, n: int) -> float:
         """The mean of the scalar ``name`` over the last ``n`` steps recorded in this call:
@@ -234,6 +260,7 @@ class GuardedSteps:
             also = self._also_part(head.device)
             values = np.asarray(torch.cat(parts + also).tolist(), dtype=np.float64)  # one read
             values = self._take_also(values, also)
+            self._sound_alarm()
             record = self._record(names, values[:len(names) + 1 + n_extra], n_extra)
             if values[len(names)] != 1.0:
                 self.check_finite(itr, record.scalars)
@@ -269,6 +296,7 @@ class GuardedSteps:
         values = np.asarray(torch.cat([row, read_now.detach().reshape(-1).to(
             device=row.device, dtype=torch.float64)] + also).tolist(), dtype=np.float64)
         values = self._take_also(values, also)
+        self._sound_alarm()
         record = self._record(names, values[:row.numel()], n_extra)
         if values[len(names)] != 1.0:
             self.check_finite(itr, record.scalars)
@@ -317,7 +345,8 @@ class GuardedSteps:
             parts.append(torch.stack([p.finite for p in lazy]).to(torch.float64))
             extras = [as_row(p.extra) for p in lazy if p.extra is not None]
             parts.extend(extras)
-        also = self._also_part(parts[0].device if parts else self._also_device())
+        also = self._also_part(parts[0].device if parts else self._also_device()) \
+            if parts or self._also_unread else []  # no step: nothing drawn, nothing to read
         flat = None
         if parts or also:
             flat = self._take_also(np.asarray(torch.cat(parts + also).tolist(),
@@ -332,8 +361,10 @@ class GuardedSteps:
             record = self._record(names, values, n_extra)
             if values[len(names)] != 1.0:
                 self.steps_applied = len(records)
+                self._sound_alarm()
                 self.check_finite(itr, record.scalars)
             records.append(record)
+        self._sound_alarm()
         return records
 
     def end_counted(self, itr: int, algo: Any, counter_at_begin: int) -> list[StepRecord]:

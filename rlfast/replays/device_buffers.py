@@ -21,6 +21,7 @@ from rlfast.replays.base import ReplayBufferBase
 from rlfast.replays.collections import SamplesFromReplay
 from rlfast.replays.device_storage import DeviceReplayStorage, check_device
 from rlfast.replays.device_tree import DevicePrioritizedSampling
+from rlfast.replays.draw_alarm import PriorityAlarm
 from rlfast.replays.non_sequence import transitions_at
 from rlfast.replays.ring import valid_age_range
 from rlfast.replays.sampling import UniformSampling, _not_enough, check_starts
@@ -28,7 +29,7 @@ from rlfast.utils.checks import check_int
 
 __all__ = ["DeviceUniformSampling", "DeviceUniformReplayBuffer", "DeviceUniformReplayFrameBuffer",
            "DevicePrioritizedReplayBuffer", "DevicePrioritizedReplayFrameBuffer",
-           "extract_device_transitions", "device_scheme"]
+           "extract_device_transitions", "device_scheme", "priority_alarm"]
 
 _SEED_OFFSET = 0x5EED_0F5  # the uniform scheme's generator: torch.initial_seed() + this
 
@@ -110,6 +111,17 @@ def device_scheme(buffer: Any, what: str) -> DevicePrioritizedSampling:
         raise TypeError(f"{type(buffer).__name__} is not prioritized: it has no {what}; use "
                         f"a DevicePrioritized* replay buffer")
     return buffer.scheme
+
+
+def priority_alarm(buffer: Any) -> PriorityAlarm | None:
+    """The :class:`~rlfast.replays.draw_alarm.PriorityAlarm` of a prioritized device replay
+    (any ``Device*Prioritized*`` buffer), naming it in its error; None for every other buffer
+    (uniform, host, prefetching), whose draws need no alarm or raise on the host. A learner
+    passes it to its call's guard, which reads the flag with the call's one read."""
+    scheme = getattr(buffer, "scheme", None)
+    if not isinstance(scheme, DevicePrioritizedSampling):
+        return None
+    return PriorityAlarm(scheme.tree, type(buffer).__name__)
 
 
 def extract_device_transitions(storage: DeviceReplayStorage, T_idxs: torch.Tensor,

@@ -7,8 +7,14 @@ and writes priorities back without reading the host: ``sample`` (with replacemen
 ``update_batch_priorities`` only launch kernels; ``advance`` copies host-computed indexes over.
 The host keeps what it already knows (the cursor, the wrapped flag, so the number of valid
 rows). A priority tensor is never read: a negative or non-finite entry leaves its leaf
-unchanged (host arrays are checked and rejected as in ``SumTree``). If every valid leaf has
-priority zero a draw cannot tell: it ends on leaf 0 with priority 0.
+unchanged (host arrays are checked and rejected as in ``SumTree``). Nor can a draw tell on the
+host that every valid leaf has priority zero (it then ends on leaf 0 and its importance
+weights are NaN): it raises the tree's ``draw_fault`` flag on the device instead, and a
+:class:`~rlfast.replays.draw_alarm.PriorityAlarm` turns the flag into a ``ZeroPriorityError``
+naming the buffer when the learner reads it with the rest of its call's diagnostics (one read
+per call, as before).
+``unique=True`` draws without replacement on the device too, by an exponential race (one
+top-k over the leaves, no host read).
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlfast.replays.draw_alarm import ALL_ZERO, TOO_FEW_POSITIVE
 from rlfast.replays.ring import n_valid_rows, ring_rows, valid_rows
 from rlfast.replays.sampling import (advance_tree, alpha_power, check_alpha, check_starts,
                                      importance_weights, tree_windows)
@@ -77,6 +84,10 @@ class DeviceSumTree:
         self.t = 0  # cursor: the next row to be advanced over (host)
         self.full = False  # whether the cursor has wrapped once: every row holds data (host)
         self._last_leaves: torch.Tensor | None = None
+        # Sticky device flag of the draws since it was last zeroed: a code of
+        # rlfast.replays.draw_alarm (DRAW_OK, TOO_FEW_POSITIVE, ALL_ZERO); never read here.
+        self.draw_fault = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.last_unique_n = 0  # the size of the last unique draw (host), for the message
 
     # ---------------------------------------------------------------- read-only views
     @property
@@ -208,9 +219,10 @@ class DeviceSumTree:
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Draw ``n`` leaves proportionally to priority; returns device tensors ``(T_idxs,
         B_idxs, priorities)`` and remembers the leaves for :meth:`update_batch_priorities`.
-        With replacement (the default) nothing is read on the host; ``uniforms`` (``[n]`` in
-        ``[0, 1)``, tensor or array) replace the generator's draws. ``unique=True`` draws
-        without replacement in rounds that read the host: not for a GPU hot loop."""
+        Nothing is read on the host: ``uniforms`` (``[n]`` in ``[0, 1)``, tensor or array)
+        replace the generator's draws (with replacement only); ``unique=True`` draws without
+        replacement (:meth:`_sample_unique`). A draw that found no priority to draw by raises
+        :attr:`draw_fault` on the device (see :mod:`~rlfast.replays.draw_alarm`), not an error."""
         n = check_int(n, "n", minimum=1)
         if isinstance(uniforms, torch.Tensor):  # only its shape is checked (no read)
             check_uniforms(np.zeros(tuple(uniforms.shape)), n, unique)
@@ -221,31 +233,35 @@ class DeviceSumTree:
         if self.n_valid_rows() == 0:
             raise RuntimeError(f"DeviceSumTree.sample: no valid rows yet (t={self.t}, full="
                                f"{self.full}); append more data before sampling")
-        leaves = self._sample_unique(n) if unique else self._descend(n, uniforms)
+        fault = (self.tree[1] <= 0).to(torch.int64) * ALL_ZERO
+        if unique:
+            leaves, too_few = self._sample_unique(n)
+            fault = torch.maximum(fault, too_few.to(torch.int64) * TOO_FEW_POSITIVE)
+        else:
+            leaves = self._descend(n, uniforms)
+        torch.maximum(self.draw_fault, fault, out=self.draw_fault)
         self._last_leaves = leaves
         return leaves // self.B, leaves % self.B, self.tree[leaves + self._L]
 
-    def _sample_unique(self, n: int) -> torch.Tensor:
-        """Draw without replacement: drawn leaves are zeroed between rounds, then restored
-        (host reads: the root's sign and the number of distinct draws)."""
-        chosen: list[torch.Tensor] = []
-        saved: list[torch.Tensor] = []  # the drawn leaves' values, restored at the end
-        remaining = n
-        try:
-            while remaining > 0:
-                if not bool(self.tree[1] > 0):
-                    raise RuntimeError(f"DeviceSumTree.sample(unique=True): fewer than n={n} "
-                                       f"leaves have non-zero priority")
-                draws = torch.unique(self._descend(remaining))[:remaining]
-                saved.append(self.tree[draws + self._L].clone())
-                chosen.append(draws)
-                self._set_leaves(draws, torch.zeros_like(saved[-1]))
-                remaining -= draws.numel()
-        finally:
-            if chosen:
-                self._set_leaves(torch.cat(chosen), torch.cat(saved))
-        leaves = torch.cat(chosen)
-        return leaves[torch.randperm(n, generator=self.generator, device=self.device)]
+    def _sample_unique(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(leaves, too_few)``: ``n`` distinct leaves drawn as successive proportional draws
+        without replacement, and a 0-d device flag, true when fewer than ``n`` leaves have a
+        non-zero priority (zero leaves were then drawn). An exponential race: each leaf waits
+        an exponential time of rate equal to its priority and the ``n`` first to arrive are
+        the draw, in order (P(first) = p / total, and so on among the rest). One fixed-size
+        top-k over every leaf, O(T * B) work per draw, and no host read; more than the
+        valid leaves is refused on the host (the cursor tells)."""
+        n_valid = self.n_valid_rows() * self.B
+        if n > n_valid:
+            raise RuntimeError(f"DeviceSumTree.sample(unique=True): fewer than n={n} leaves are "
+                               f"valid ({n_valid}); draw fewer or append more data first")
+        self.last_unique_n = n
+        p = self.tree[self._L:self._L + self.T * self.B]
+        positive = p > 0
+        race = torch.empty_like(p).exponential_(generator=self.generator)
+        arrival = torch.where(positive, race.log() - p.log(), math.inf)  # log(race / p)
+        leaves = torch.topk(arrival, n, largest=False, sorted=True).indices
+        return leaves, positive.sum() < n
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -272,6 +288,7 @@ class DeviceSumTree:
         self._row_valid.copy_(_host_to_device(ok, torch.bool, self.device))
         self.generator.set_state(state["generator"])
         self._last_leaves = None
+        self.draw_fault.zero_()
 
 
 def _is_priority(p: torch.Tensor) -> torch.Tensor:

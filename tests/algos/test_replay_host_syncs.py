@@ -13,12 +13,17 @@ replay needs the new priorities on the host (that read brings the step's diagnos
 The sampler's batch is host memory: appending it to a host replay reads nothing from a device,
 so the host-replay counts cover the updates (``optimize_agent(itr, samples=None)``, as the
 asynchronous runner calls it); with a device replay the append is counted too.
+
+A prioritized device replay whose valid priorities are all 0 (issue 54) cannot tell at the
+draw without a read: its flag rides with the call's one read, which raises
+``ZeroPriorityError``; the count stays the same.
 """
 from __future__ import annotations
 
 import pytest
 import torch
 
+from rlfast.replays.draw_alarm import ZeroPriorityError
 from rlfast.utils.host_sync import HostSyncCounter
 
 from tests.algos import _replay_setups
@@ -103,3 +108,64 @@ def test_prefetched_replay_reads_once_per_call_on_the_learners_thread(kind):
         assert reads == 3, f"{reads} reads in 3 calls of {steps} steps:\n{syncs.report()}"
     finally:
         algo.replay_buffer.close()
+
+
+def _zeroed_device_learner(kind: str, **algo_kwargs):
+    """A learner on a prioritized device replay whose every priority was just set to 0 (a
+    batch appended, ready for ``optimize_agent(3, None)``)."""
+    algo, sample = _replay_setups.setup(kind, replay_device="device", prioritized_replay=True,
+                                        **algo_kwargs)
+    for itr in range(3):
+        algo.optimize_agent(itr, sample(itr))
+    algo.replay_buffer.append_samples(algo.samples_to_buffer(sample(3)))
+    tree = algo.replay_buffer.priority_tree
+    n_leaves = tree.T * tree.B
+    tree.update_priorities(torch.arange(n_leaves), torch.zeros(n_leaves))
+    assert float(tree.total) == 0.0 and tree.n_valid_rows() > 0
+    return algo, sample, tree
+
+
+def _raised_in(info, function: str) -> bool:
+    return any(entry.name == function and entry.path.name == "guarded_steps.py"
+               for entry in info.traceback)
+
+
+@pytest.mark.parametrize("kind", _replay_setups.KINDS)
+def test_all_zero_device_priorities_raise_the_named_error_at_the_calls_one_read(kind):
+    """The draws return (NaN weights, steps refused on the device); the call's one read, in
+    ``GuardedSteps.end``, brings the flag and raises, naming the buffer. A call after the
+    priorities are positive again reads once and passes (the flag is zeroed per call)."""
+    algo, sample, tree = _zeroed_device_learner(kind)
+    name = type(algo.replay_buffer).__name__
+    with HostSyncCounter() as syncs:
+        with pytest.raises(ZeroPriorityError, match=f"{name}: every valid priority is 0") as info:
+            algo.optimize_agent(3, None)
+    assert syncs.count == 1, syncs.report()  # the same one read as a sound call
+    assert _raised_in(info, "end"), info.traceback
+    n_leaves = tree.T * tree.B
+    tree.update_priorities(torch.arange(n_leaves), torch.ones(n_leaves))
+    with HostSyncCounter() as syncs:
+        algo.optimize_agent(4, None)
+    assert syncs.count == 1, syncs.report()
+
+
+def test_all_zero_device_priorities_with_per_step_reads_raise_before_the_first_step():
+    """RMSprop reads each step before taking it: the flag rides with the first step's read,
+    which raises before the optimizer steps (the weights stay as they were)."""
+    algo, sample, tree = _zeroed_device_learner("dqn", OptimCls=torch.optim.RMSprop)
+    assert not algo.guarded_steps.skips_on_device
+    before = [p.detach().clone() for p in algo.agent.parameters()]
+    with HostSyncCounter() as syncs:
+        with pytest.raises(ZeroPriorityError, match="every valid priority is 0") as info:
+            algo.optimize_agent(3, None)
+    assert syncs.count == 1, syncs.report()
+    assert _raised_in(info, "step"), info.traceback
+    assert all(torch.equal(a, b) for a, b in zip(before, algo.agent.parameters()))
+
+
+def test_device_prioritized_replay_with_per_step_reads_reads_once_per_step():
+    """The flag joins each step's read: no read is added."""
+    algo, reads, steps, syncs = _count("dqn", include_append=True, replay_device="device",
+                                       prioritized_replay=True, OptimCls=torch.optim.RMSprop)
+    assert not algo.guarded_steps.skips_on_device and algo.device_priorities
+    assert reads == steps, syncs.report()

@@ -20,6 +20,8 @@ from rlfast.replays import (DevicePrioritizedReplayBuffer, DevicePrioritizedRepl
                             UniformReplayBuffer, UniformReplayFrameBuffer, make_replay_buffer,
                             replay_buffer_class)
 from rlfast.replays.base import ReplayBufferBase
+from rlfast.replays.device_buffers import priority_alarm
+from rlfast.replays.draw_alarm import ZeroPriorityError
 from rlfast.replays.ring import valid_rows
 from rlfast.replays.state import load_replay_file, replay_arrays, save_replay_file
 from rlfast.utils.buffer import torchify_buffer
@@ -322,6 +324,19 @@ COMBINATIONS = [dict(prioritized=p, frames=f, sequence=s, time_limit=t)
                  (True, True, False), (False, False, True)]]
 
 
+def _factory_arguments(options):
+    """``(example, kwargs)`` for ``make_replay_buffer`` with these options."""
+    if options["time_limit"]:
+        example = Tl(np.zeros(3, np.float32), np.zeros(1, np.float32), np.float32(0), False,
+                     False, np.zeros(3, np.float32))
+    else:
+        example = _stream(options["frames"], 0).example(with_rnn=options["sequence"])
+    kwargs = dict(size=60, B=3, n_step_return=1)
+    if options["sequence"]:
+        kwargs.update(rnn_state_interval=2, batch_T=4)
+    return example, kwargs
+
+
 @pytest.mark.parametrize("options", COMBINATIONS, ids=lambda o: "-".join(
     k for k, v in o.items() if v) or "uniform")
 def test_factory_builds_the_device_twin_of_each_combination(options):
@@ -333,14 +348,7 @@ def test_factory_builds_the_device_twin_of_each_combination(options):
     assert replay_buffer_class(device=None, **options) is numpy_cls
     with pytest.raises(ValueError, match="one process"):
         replay_buffer_class(async_=True, device="cpu", **options)
-    if options["time_limit"]:
-        example = Tl(np.zeros(3, np.float32), np.zeros(1, np.float32), np.float32(0), False,
-                     False, np.zeros(3, np.float32))
-    else:
-        example = _stream(options["frames"], 0).example(with_rnn=options["sequence"])
-    kwargs = dict(size=60, B=3, n_step_return=1)
-    if options["sequence"]:
-        kwargs.update(rnn_state_interval=2, batch_T=4)
+    example, kwargs = _factory_arguments(options)
     buffer = make_replay_buffer(example=example, device=torch.device("cpu"), **options,
                                 **kwargs)
     assert type(buffer) is device_cls and buffer.device == torch.device("cpu")
@@ -350,6 +358,38 @@ def test_factory_builds_the_device_twin_of_each_combination(options):
     with pytest.raises(ValueError, match="share_memory"):
         make_replay_buffer(example=example, device="cpu", share_memory=True, **options,
                            **kwargs)
+
+
+@pytest.mark.parametrize("options", COMBINATIONS, ids=lambda o: "-".join(
+    k for k, v in o.items() if v) or "uniform")
+def test_priority_alarm_only_for_prioritized_device_buffers_and_names_them(options):
+    example, kwargs = _factory_arguments(options)
+    device_buffer = make_replay_buffer(example=example, device="cpu", **options, **kwargs)
+    host_buffer = make_replay_buffer(example=example, **options, **kwargs)
+    alarm = priority_alarm(device_buffer)
+    assert priority_alarm(host_buffer) is None  # the numpy tree raises on the host
+    if not options["prioritized"]:
+        assert alarm is None
+        return
+    assert alarm.owner == type(device_buffer).__name__
+    assert alarm.flag is device_buffer.priority_tree.draw_fault
+    with pytest.raises(ZeroPriorityError, match=f"^{type(device_buffer).__name__}: every"):
+        alarm.check(2.0)
+
+
+def test_all_zero_device_buffer_draws_nan_weights_and_its_alarm_raises():
+    """default_priority=0 and no priorities written back: every valid priority is 0. The
+    batch comes back without a read (its weights NaN) and the alarm names the buffer."""
+    stream = _stream(False, seed=3)
+    buffer = DevicePrioritizedReplayBuffer(stream.example(), size=60, B=3, default_priority=0)
+    buffer.append_samples(stream.chunk(0, 12))
+    with HostSyncCounter() as syncs:
+        batch = buffer.sample_batch(8)
+    assert syncs.count == 0, syncs.report()
+    assert torch.isnan(batch.is_weights).all()
+    with pytest.raises(ZeroPriorityError, match="DevicePrioritizedReplayBuffer: every valid "
+                       "priority is 0"):
+        priority_alarm(buffer).check_now()
 
 
 # ------------------------------------------------------------------ snapshots

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from rlfast.replays.device_tree import DevicePrioritizedSampling, DeviceSumTree
+from rlfast.replays.draw_alarm import (ALL_ZERO, DRAW_OK, TOO_FEW_POSITIVE, PriorityAlarm,
+                                       ZeroPriorityError)
 from rlfast.replays.ring import valid_rows
 from rlfast.replays.sampling import PrioritizedSampling
 from rlfast.replays.storage import ReplayStorage
@@ -196,15 +198,17 @@ def test_no_host_reads_in_advance_sample_update():
             dev.update_batch_priorities(new)
             dev.update_priorities(leaves, new[:4])
             dev.sample(32, uniforms=torch.rand(32))
-            _ = dev.total, dev.leaves, dev.n_valid_rows()
+            dev.sample(4, unique=True)  # an exponential race: no rounds of reads
+            dev.update_batch_priorities(new[:4])
+            _ = dev.total, dev.leaves, dev.n_valid_rows(), dev.draw_fault
     assert syncs.count == 0, syncs.report()
-    # The counter sees reads: the unique path makes some (documented), and so does .item().
+    # The counter sees reads: .item() is one.
     with HostSyncCounter() as syncs:
-        dev.sample(4, unique=True)
-    assert syncs.count > 0
+        dev.total.item()
+    assert syncs.count == 1
 
 
-def test_unique_sampling_has_no_duplicates_and_restores_tree():
+def test_unique_sampling_has_no_duplicates_and_leaves_tree_alone():
     dev = DeviceSumTree(5, 4, 0, 0, enable_input_priorities=True)
     p = np.random.RandomState(2).rand(5, 4)
     p[0] = 0
@@ -213,10 +217,90 @@ def test_unique_sampling_has_no_duplicates_and_restores_tree():
     T_idxs, B_idxs, pri = dev.sample(16, unique=True)
     assert len(set((T_idxs * 4 + B_idxs).tolist())) == 16
     assert torch.all(pri > 0) and torch.all(T_idxs > 0)
-    assert torch.equal(dev.tree, before)
-    with pytest.raises(RuntimeError, match="fewer than"):
+    assert torch.equal(pri, torch.from_numpy(p[T_idxs.numpy(), B_idxs.numpy()]))
+    assert torch.equal(dev.tree, before) and int(dev.draw_fault) == DRAW_OK
+    # More than the valid leaves: the cursor tells on the host, so it raises at once.
+    with pytest.raises(RuntimeError, match="fewer than n=21 leaves are valid"):
+        dev.sample(21, unique=True)
+    # 17 of 20 valid leaves, 16 of them positive: only the device knows; the flag says so.
+    with HostSyncCounter() as syncs:
         dev.sample(17, unique=True)
-    assert torch.equal(dev.tree, before)
+    assert syncs.count == 0
+    assert int(dev.draw_fault) == TOO_FEW_POSITIVE and torch.equal(dev.tree, before)
+    with pytest.raises(ZeroPriorityError, match="Buf: a unique=True draw of n=17 found fewer"):
+        PriorityAlarm(dev, "Buf").check_now()
+
+
+def successive_inclusion(p: np.ndarray) -> np.ndarray:
+    """P(leaf i is among 2 successive proportional draws without replacement)."""
+    total = p.sum()
+    first = p / total
+    second = np.array([sum(p[j] / total * p[i] / (total - p[j]) for j in range(len(p)) if j != i)
+                       for i in range(len(p))])
+    return first + second
+
+
+def test_unique_draws_are_successive_proportional_draws_and_reproducible():
+    p = np.array([[1.0, 2.0], [3.0, 0.0], [0.5, 4.0]])
+    torch.manual_seed(5)  # the tree's generator is seeded from torch's
+    tree = DeviceSumTree(3, 2, 0, 0, enable_input_priorities=True)
+    tree.advance(3, priorities=p)
+    n_draws = 2000
+
+    def draw() -> torch.Tensor:
+        T_idxs, B_idxs, _ = tree.sample(2, unique=True)
+        return T_idxs * 2 + B_idxs
+
+    draws = torch.stack([draw() for _ in range(n_draws)]).numpy()
+    flat = p.reshape(-1)
+    assert not (draws == 3).any() and (draws[:, 0] != draws[:, 1]).all()  # leaf 3 is 0
+    # The first of each pair is one proportional draw; each leaf's inclusion in the pair is
+    # that of two successive draws without replacement (5-sigma binomial bounds).
+    for got, want in ((np.bincount(draws[:, 0], minlength=6) / n_draws, flat / flat.sum()),
+                      (np.bincount(draws.reshape(-1), minlength=6) / n_draws,
+                       successive_inclusion(flat))):
+        sigma = np.sqrt(want * (1 - want) / n_draws)
+        assert np.all(np.abs(got - want) <= 5 * sigma + 1e-12), (got, want)
+    # The tree's generator makes them: the same state, the same draws.
+    state = tree.state_dict()
+    a = tree.sample(4, unique=True)
+    tree.load_state_dict(state)
+    b = tree.sample(4, unique=True)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_all_zero_tree_raises_the_named_error_at_the_read_not_at_the_draw():
+    """Every valid leaf at 0: the draw cannot tell without a read, so it returns (NaN
+    weights) and raises the tree's flag; the alarm's read raises ZeroPriorityError."""
+    storage = make_storage(32, 2, 1)
+    scheme = DevicePrioritizedSampling(storage, off_backward=1, alpha=0.6, beta=0.4,
+                                       default_priority=0.0)
+    storage.append(random_samples(np.random.RandomState(0), 10, 2))
+    scheme.advance(10)
+    tree = scheme.tree
+    assert tree.n_valid_rows() > 0 and float(tree.total) == 0.0
+    alarm = PriorityAlarm(tree, "DevicePrioritizedReplayBuffer")
+    with HostSyncCounter() as syncs:  # neither draw reads nor raises
+        T_idxs, B_idxs, weights = scheme.sample(8)
+        scheme.tree.sample(3, unique=True)
+    assert syncs.count == 0, syncs.report()
+    assert not torch.isfinite(weights).any()  # what a learner would train on
+    assert alarm.flag is tree.draw_fault and int(alarm.flag) == ALL_ZERO
+    alarm.check(0.0)  # a clear read does not raise
+    n_valid = tree.n_valid_rows() * 2
+    with pytest.raises(ZeroPriorityError, match=rf"DevicePrioritizedReplayBuffer: every valid "
+                       rf"priority is 0 .* {n_valid} valid leaves.*default_priority=0") as info:
+        alarm.check_now()
+    assert isinstance(info.value, RuntimeError)
+    # The flag is sticky: a sound draw after positive priorities does not lower it ...
+    tree.update_priorities(np.arange(20), np.full(20, 0.5))
+    scheme.sample(8)
+    assert int(tree.draw_fault) == ALL_ZERO
+    # ... until zeroed (a learner's call does that when it begins, as a checkpoint load does).
+    tree.draw_fault.zero_()
+    scheme.sample(8)
+    alarm.check_now()
+    assert int(tree.draw_fault) == DRAW_OK
 
 
 def test_generator_sampling_is_proportional_and_reproducible():

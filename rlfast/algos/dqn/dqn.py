@@ -13,6 +13,7 @@ from rlfast.algos.guarded_steps import GuardedSteps
 from rlfast.algos.replay_choice import (REPLAY_DEVICES, finish_shared_replay, make_learner_replay,
                                         takes_device_priorities)
 from rlfast.algos.utils import build_optimizer
+from rlfast.replays.device_buffers import priority_alarm
 from rlfast.utils.buffer import buffer_to
 from rlfast.utils.checks import check_choice, check_fraction, check_int
 from rlfast.utils.collections import namedarraytuple
@@ -234,7 +235,7 @@ class DQN(RLAlgorithm):
         if not self.learning(itr):
             return OptInfo(loss=[], gradNorm=[], tdAbsErr=[])
         guard = self.guarded_steps
-        guard.begin()
+        guard.begin(alarm=priority_alarm(self.replay_buffer))  # all-zero draws
         if self._program is not None:
             self._program.begin()
         counter_at_begin = self.update_counter

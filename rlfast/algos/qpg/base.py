@@ -26,6 +26,7 @@ from rlfast.algos.graph_step import GraphStep, capture_for, check_compile
 from rlfast.algos.guarded_steps import GuardedSteps
 from rlfast.algos.replay_choice import (REPLAY_DEVICES, finish_shared_replay, make_learner_replay,
                                         takes_device_priorities)
+from rlfast.replays.device_buffers import priority_alarm
 from rlfast.utils.checks import check_choice, check_fraction, check_int, check_positive
 from rlfast.utils.collections import namedarraytuple
 
@@ -246,7 +247,7 @@ class QpgAlgoBase(RLAlgorithm):
         if self.linear_lr_schedule:
             self.schedule_learning_rates(itr if sampler_itr is None else sampler_itr)
         guard = self.guarded_steps
-        guard.begin()
+        guard.begin(alarm=priority_alarm(self.replay_buffer))  # all-zero draws
         for program in self._programs.values():
             program.begin()
         counter_at_begin = self.update_counter
