@@ -329,7 +329,8 @@ ASYNC_DEFAULTS = dict(class_defaults(AsyncRl, "copier"), sampler_throttle=True)
 # may wait on another rank before the run fails, see rlfast.runners.rank_group.RankGroup.
 DISTRIBUTED_DEFAULTS = dict(dist_timeout=DEFAULT_DIST_TIMEOUT_S)
 # Sampler safety settings every preset exposes (``--set sampler.check_finite=False``).
-SAMPLER_SAFETY = class_defaults(BaseSampler, "check_finite", "worker_timeout")
+SAMPLER_SAFETY = class_defaults(BaseSampler, "check_finite", "worker_timeout",
+                                "max_worker_restarts")
 # The runner's: ``--set runner.stop_return=X`` ends training at the first evaluation averaging
 # X or more; ``runner.log_traj_window`` training episodes are averaged in a row's training
 # return (TrainReturnWindow with evaluation).

@@ -5,7 +5,8 @@ runs the optimizer. They talk to the master through their pipes (messages below)
 other through :class:`AsyncCtrl`'s semaphores, so the master is never in the way of a batch:
 
 - sampler -> master: ``("ready", worker pids)`` once built, ``("batch", (itr, completed
-  trajectory infos, update count of the parameters it acted with))`` after each batch,
+  trajectory infos, update count of the parameters it acted with, workers restarted so
+  far))`` after each batch,
   ``("eval", (itr, trajectory infos, seconds))`` after each evaluation, ``("finished",
   n_itr)`` after the last batch; it then evaluates once more on the master's
   ``("final_eval",)`` (after the optimizer's last updates) and waits for the master's quit.
@@ -126,7 +127,8 @@ def sampler_process(conn, sampler, agent, params: AsyncParams, affinity: dict, s
             _, traj_infos = sampler.obtain_samples(itr, slot)
             if ctrl.ready is not None:
                 ctrl.ready[slot].release()
-            conn.send(("batch", (itr, traj_infos, params.sampler_updates)))
+            conn.send(("batch", (itr, traj_infos, params.sampler_updates,
+                                 sampler.worker_restarts)))
             if eval_itrs and (itr + 1) % eval_itrs == 0 and itr < n_itr - 1:
                 params.recv(agent)
                 _evaluate(conn, sampler, agent, itr)

@@ -32,11 +32,14 @@ class Diagnostics:
     """The running diagnostics of one run (made at its start-up, once the algorithm is
     initialized): optimizer infos of ``algo.opt_info_fields``, training time, completed
     trajectories (handed to the run's performance ``tracking`` too), the overlapped
-    schedule's policy lags (``overlap``) and the progress bar (``progress_bar``)."""
+    schedule's policy lags (``overlap``), the progress bar (``progress_bar``), and the
+    sampler workers restarted so far (``sampler.worker_restarts``, the ``WorkerRestarts``
+    column)."""
 
     def __init__(self, algo: Any, cadence: LogCadence, tracking: Any, overlap: bool = False,
-                 progress_bar: bool = True):
+                 progress_bar: bool = True, sampler: Any = None):
         self.algo = algo
+        self.sampler = sampler
         self.cadence = cadence
         self.tracking = tracking
         self.overlap = overlap
@@ -104,6 +107,7 @@ class Diagnostics:
             logger.record_tabular("CumCompletedTrajs", self.cum_completed_trajs)
             logger.record_tabular("CumUpdates", getattr(self.algo, "update_counter", 0))
             logger.record_tabular("EvalTime (s)", eval_time)
+            logger.record_tabular("WorkerRestarts", getattr(self.sampler, "worker_restarts", 0))
             rate = steps / max(self.cum_time, 1e-9)
             logger.record_tabular("ETA (s)", cadence.steps_left(itr) / max(rate, 1e-9))
             if self.overlap:
@@ -130,6 +134,8 @@ class Diagnostics:
         logger.record_tabular("Diagnostics/CumCompletedTrajs", 0)
         logger.record_tabular("Diagnostics/CumUpdates", 0)
         logger.record_tabular("Diagnostics/EvalTime (s)", eval_time)
+        logger.record_tabular("Diagnostics/WorkerRestarts",
+                              getattr(self.sampler, "worker_restarts", 0))
         logger.record_tabular("Diagnostics/ETA (s)", float("nan"))
         self._record_stats(traj_infos)
         logger.dump_tabular(with_prefix=False)

@@ -14,6 +14,7 @@ from rlfast.envs.multiagent import MultiAgentTrajInfo, agents_per_env
 
 from rlfast.samplers.buffer import build_samples_buffer
 from rlfast.samplers.collections import BatchSpec, Samples, TrajInfo
+from rlfast.utils.checks import check_int
 from rlfast.utils.collections import AttrDict
 from rlfast.utils.finite import check_batch_finite
 
@@ -77,6 +78,9 @@ class BaseSampler(abc.ABC):
     environment of a NaN or inf (False skips it, for speed runs on trusted environments).
     ``worker_timeout`` (parallel samplers): how long to wait on a worker that is alive but
     silent before raising an error that names it, see :func:`parse_worker_timeout`.
+    ``max_worker_restarts`` (parallel samplers): how many times in a run a worker that
+    raised, died or stayed silent is replaced instead of ending the run (0: never); see
+    :meth:`~rlfast.samplers.parallel.base.ParallelSamplerBase.obtain_samples`.
     """
 
     mid_batch_reset = True
@@ -88,7 +92,8 @@ class BaseSampler(abc.ABC):
                  max_decorrelation_steps: int = 100, TrajInfoCls=TrajInfo, eval_n_envs: int = 0,
                  eval_CollectorCls=None, eval_env_kwargs: dict | None = None,
                  eval_max_steps: int | None = None, eval_max_trajectories: int | None = None,
-                 check_finite: bool = True, worker_timeout: float | str | None = "auto"):
+                 check_finite: bool = True, worker_timeout: float | str | None = "auto",
+                 max_worker_restarts: int = 0):
         if int(batch_T) < 1 or int(batch_B) < 1:
             raise ValueError(f"batch_T and batch_B must be >= 1; got batch_T={batch_T}, "
                              f"batch_B={batch_B}")
@@ -120,6 +125,9 @@ class BaseSampler(abc.ABC):
                                       else int(eval_max_trajectories))
         self.check_finite = bool(check_finite)
         self.worker_timeout = parse_worker_timeout(worker_timeout)
+        self.max_worker_restarts = check_int(max_worker_restarts, "max_worker_restarts",
+                                             minimum=0, owner=type(self).__name__)
+        self.worker_restarts = 0  # workers replaced so far in this run
         self.double_buffer_np: list | None = None  # async samplers: the two batch slots
         self.double_buffer_pyt: list | None = None
 

@@ -325,47 +325,97 @@ class ProcessSupervisor:
                 pass
 
     def gather(self, expected: str, timeout: Deadline | float | None = None,
-               describe: Callable[[int], str] | None = None) -> list:
-        """Block until every child replied ``(expected, payload)``; return the payloads in
-        child order. A child that raised or died makes this stop all children and raise.
+               describe: Callable[[int], str] | None = None,
+               recover: Callable[[int, str], Deadline | None] | None = None,
+               indexes: Sequence[int] | None = None) -> list:
+        """Block until every child (or those in ``indexes``) replied ``(expected, payload)``;
+        return the payloads in child order. A child that raised or died makes this stop all
+        children and raise.
 
         ``timeout`` (seconds, or a :class:`Deadline` shared with other waits; None waits
         forever): when it passes, the children that have not replied are named in the error
         (see :meth:`fail_silent`), with ``describe(i)`` saying what child ``i`` was doing.
+        ``recover(i, cause)``, when given, is asked first about a child that raised, died or
+        stayed silent (``cause`` is the error text; a silent child is terminated first): it
+        may replace child ``i`` (:meth:`restart`) and send it the request again, and return
+        the deadline to wait on from then on; None means it could not, and the error is
+        raised as without it.
         """
         deadline = Deadline.of(timeout)
         replies: dict[int, Any] = {}
-        pending = {conn: i for i, conn in enumerate(self.conns)}
-        sentinels = {p.sentinel: i for i, p in enumerate(self.processes)}
-        while pending:
-            waiting = set(pending.values())
-            ready = wait_connections(list(pending) + [s for s, i in sentinels.items()
-                                                      if i in waiting],
+        waiting = set(range(self.n) if indexes is None else indexes)
+        order = sorted(waiting)
+        while waiting:
+            conns = {self.conns[i]: i for i in waiting}
+            sentinels = {self.processes[i].sentinel: i for i in waiting}
+            ready = wait_connections(list(conns) + list(sentinels),
                                      timeout=deadline.remaining())
             if not ready:
                 if deadline.expired():
-                    self.fail_silent(sorted(waiting), f"sent no {expected!r} reply", deadline,
-                                     describe)
+                    deadline = self._silent(sorted(waiting), expected, deadline, describe,
+                                            recover)
                 continue
+            failed: dict[int, str] = {}
             for obj in ready:
-                if obj in pending:  # pipes first: a failing child writes, then exits
-                    i = pending.pop(obj)
-                    kind, payload = self._read(i)
-                    if kind != expected:
-                        self.fail(f"{self._name(i)} replied {kind!r}, expected {expected!r}")
+                i = conns.get(obj)
+                if i is None:
+                    continue
+                kind, payload = self._receive(i)  # pipes first: a failing child writes, then exits
+                if kind == expected:
                     replies[i] = payload
+                    waiting.discard(i)
+                elif kind in ("error", "died"):
+                    failed[i] = payload
+                else:
+                    self.fail(f"{self._name(i)} replied {kind!r}, expected {expected!r}")
             for obj in ready:
                 i = sentinels.get(obj)
-                if i is not None and i in pending.values() and not self._has_data(i):
-                    self.fail(self._died(i))
-        return [replies[i] for i in range(len(replies))]
+                if i is not None and i in waiting and i not in failed and not self._has_data(i):
+                    failed[i] = self._died(i)
+            for i, cause in failed.items():
+                deadline = self._recover_or_fail(i, cause, recover)
+        return [replies[i] for i in order]
 
-    def fail_silent(self, indexes: Sequence[int], silence: str, deadline: Deadline,
-                    describe: Callable[[int], str] | None = None) -> NoReturn:
-        """Children ``indexes`` are alive but ``silence`` (e.g. "sent no 'done' reply") past
-        ``deadline``: stop every child (the silent ones at once: they would not answer a
-        request to quit), then raise ``error_cls`` naming each silent child (index, pid, OS
-        status) and, with ``describe(i)``, what it was doing."""
+    def _receive(self, i: int) -> tuple[str, Any]:
+        """One ``(kind, payload)`` from child ``i``; a traceback comes back as ``("error",
+        text naming the child)``, a closed pipe as ``("died", text)``."""
+        try:
+            kind, payload = self.conns[i].recv()
+        except (EOFError, OSError):
+            return "died", self._died(i)
+        if kind == "error":
+            return "error", self._raised(i, payload)
+        return kind, payload
+
+    def _recover_or_fail(self, i: int, cause: str,
+                         recover: Callable[[int, str], Deadline | None] | None) -> Deadline:
+        """The deadline ``recover`` gives after replacing child ``i``, or stop all and raise."""
+        deadline = recover(i, cause) if recover is not None else None
+        if deadline is None:
+            self.fail(cause)
+        return deadline
+
+    def _silent(self, indexes: Sequence[int], expected: str, deadline: Deadline,
+                describe: Callable[[int], str] | None,
+                recover: Callable[[int, str], Deadline | None] | None) -> Deadline:
+        """Children ``indexes`` sent no ``expected`` reply before ``deadline``: each is
+        terminated and offered to ``recover``; without it (or when it declines) every child
+        is stopped and the error names all of them (:meth:`fail_silent`)."""
+        silence = f"sent no {expected!r} reply"
+        if recover is None:
+            self.fail_silent(indexes, silence, deadline, describe)
+        lines = self._silence_lines(indexes, silence, deadline, describe)
+        new_deadline = deadline
+        for i, line in zip(indexes, lines):
+            _terminate(self.processes[i])
+            new_deadline = self._recover_or_fail(i, line, recover)
+        return new_deadline
+
+    def _silence_lines(self, indexes: Sequence[int], silence: str, deadline: Deadline,
+                       describe: Callable[[int], str] | None,
+                       with_reason: bool = True) -> list[str]:
+        """One line per silent child: index, pid, OS status, what it was doing (and, with
+        ``with_reason``, the deadline's reason appended to each)."""
         lines = []
         for i in indexes:
             pid = self.processes[i].pid
@@ -375,9 +425,42 @@ class ProcessSupervisor:
                     doing = f"; it was {describe(i)}"
                 except Exception as exc:  # noqa: BLE001 - the report must not mask the timeout
                     doing = f"; its status could not be read ({exc!r})"
-            lines.append(f"{self._name(i)} (pid {pid}) timed out: it is alive (process "
-                         f"status: {_process_status(pid)}) but {silence} within "
-                         f"{deadline.seconds:g} s{doing}.")
+            line = (f"{self._name(i)} (pid {pid}) timed out: it is alive (process status: "
+                    f"{_process_status(pid)}) but {silence} within {deadline.seconds:g} s"
+                    f"{doing}.")
+            if with_reason and deadline.reason:
+                line += f"\nTimeout of {deadline.seconds:g} s: {deadline.reason}."
+            lines.append(line)
+        return lines
+
+    def restart(self, i: int, target: Callable, kwargs: dict, name: str = "rlfast-child") -> None:
+        """Replace child ``i`` by a new one running ``target(conn, **kwargs)`` on a new pipe:
+        the old process is terminated (killed if it does not exit) and joined first. The
+        other children, and what :meth:`stop` will stop, are unchanged."""
+        old = self.processes[i]
+        _terminate(old)
+        old.join(timeout=2.0)
+        if old.is_alive():
+            old.kill()
+            old.join()
+        self.conns[i].close()
+        parent, child = self.ctx.Pipe(duplex=True)
+        self.conns[i] = parent
+        try:
+            process = self.ctx.Process(target=child_main, name=f"{name}-{i}", daemon=True,
+                                       args=(target, child, self.conns, kwargs))
+            process.start()
+        finally:
+            child.close()
+        self.processes[i] = process
+
+    def fail_silent(self, indexes: Sequence[int], silence: str, deadline: Deadline,
+                    describe: Callable[[int], str] | None = None) -> NoReturn:
+        """Children ``indexes`` are alive but ``silence`` (e.g. "sent no 'done' reply") past
+        ``deadline``: stop every child (the silent ones at once: they would not answer a
+        request to quit), then raise ``error_cls`` naming each silent child (index, pid, OS
+        status) and, with ``describe(i)``, what it was doing."""
+        lines = self._silence_lines(indexes, silence, deadline, describe, with_reason=False)
         if deadline.reason:
             lines.append(f"Timeout of {deadline.seconds:g} s: {deadline.reason}.")
         for i in indexes:

@@ -43,12 +43,16 @@ def _affinity(sampler: str) -> Optional[dict]:
 
 def ppo_cartpole_runner(sampler: str, seed: int, n_steps: int = 100_000,
                         log_interval_steps: int = 5_000,
-                        stop_return: Optional[float] = None) -> MinibatchRlEval:
+                        stop_return: Optional[float] = None, EnvCls=make,
+                        env_kwargs: Optional[dict] = None,
+                        max_worker_restarts: int = 0) -> MinibatchRlEval:
     """Feedforward PPO on CartPole-v1: 8 envs x 125 steps = 1000 steps per iteration.
-    ``stop_return``: end training at the first evaluation reaching it."""
+    ``stop_return``: end training at the first evaluation reaching it. ``EnvCls`` and
+    ``env_kwargs``: another CartPole maker (one that injects faults)."""
     SamplerCls = _sampler_cls(sampler)
-    sampler_obj = SamplerCls(EnvCls=make, env_kwargs=CARTPOLE, batch_T=125, batch_B=8,
-                             max_decorrelation_steps=100, **EVAL_KWARGS)
+    sampler_obj = SamplerCls(EnvCls=EnvCls, env_kwargs=env_kwargs or CARTPOLE, batch_T=125,
+                             batch_B=8, max_decorrelation_steps=100,
+                             max_worker_restarts=max_worker_restarts, **EVAL_KWARGS)
     agent = CategoricalPgAgent(model_kwargs=dict(hidden_sizes=[64, 64]))
     algo = PPO(discount=0.99, learning_rate=3e-3, gae_lambda=0.95, minibatches=4, epochs=4,
                ratio_clip=0.2, normalize_advantage=True, entropy_loss_coeff=0.0,

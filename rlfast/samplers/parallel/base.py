@@ -15,10 +15,23 @@ A worker that is alive but silent (stopped, deadlocked, stuck in an environment)
 status table (``rlfast.samplers.parallel.status``), and the error says what the silent one
 was doing, e.g. "stepping environment 3 (env rank 11) at step 17 of 64 of the batch of
 iteration 5".
+
+With ``max_worker_restarts=N`` (``--set sampler.max_worker_restarts=N``) the first N such
+faults of a run replace the worker instead: a new process rebuilds that worker's
+environments, seeded afresh from the run's seed, and collects the failed batch's columns
+again from their reset, so every column of the batch comes whole from a living worker and
+no step of the dead one is trained on (its unfinished episodes are dropped). Evaluation is
+redone the same way. Each restart is one console line naming the worker and the cause, and
+the runners log the count (``WorkerRestarts``). The fault after the N-th ends the run with
+the error it would have raised without restarts. Samplers whose workers take their actions
+from the master's action server (gpu, alternating) refuse the setting: the action server
+steps every worker in lockstep and has no way yet to let one rejoin.
 """
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 
 from rlfast.agents.base import BaseAgent
 from rlfast.samplers.collections import Samples
@@ -27,8 +40,13 @@ from rlfast.samplers.base import (EVAL_ENV_SEED_OFFSET, WORKER_SEED_STRIDE, Base
 from rlfast.samplers.parallel.status import StatusTable
 from rlfast.samplers.parallel.timeout import WorkerTimeout
 from rlfast.samplers.parallel.worker import sampling_process
+from rlfast.utils.logging import logger
 from rlfast.utils.misc import available_cpus
-from rlfast.utils.processes import ProcessSupervisor, mp_context
+from rlfast.utils.processes import Deadline, ProcessSupervisor, mp_context
+
+# A restarted worker's seeds: its first ones plus this times the restart's number in the run
+# (training environment seeds stay below the evaluation ones, EVAL_ENV_SEED_OFFSET).
+RESTART_SEED_STRIDE = 65_537
 
 
 class SamplerWorkerError(RuntimeError):
@@ -68,6 +86,12 @@ class ParallelSamplerBase(BaseSampler):
         (pinned to ``affinity["workers_cpus"]``) and wait until each has built its
         environments. Returns the example outputs that size replay buffers."""
         affinity = dict(affinity or {})
+        if self.max_worker_restarts and self.ActionServerCls is not None:
+            raise ValueError(f"{type(self).__name__}: max_worker_restarts="
+                             f"{self.max_worker_restarts} needs workers that run their own "
+                             f"agent (the cpu sampler): this sampler's action server steps "
+                             f"every worker in lockstep and cannot let a new one rejoin; use "
+                             f"--sampler cpu, or max_worker_restarts=0")
         B = self.batch_spec.B  # columns: environments times agents per environment
         n_envs, width = self.n_envs, self.n_agents
         workers_cpus = affinity.get("workers_cpus") or default_workers_cpus(n_envs)
@@ -151,6 +175,7 @@ class ParallelSamplerBase(BaseSampler):
                 w.update(self.action_server.worker_kwargs(i))
             workers_kwargs.append(dict(common_kwargs=common, worker_kwargs=w))
             start += n
+        self._workers_kwargs = workers_kwargs  # what a restarted worker is built from
         # Nothing the supervisor holds refers back to this sampler, so its finalizer stops
         # the workers when the sampler is dropped without shutdown().
         self._supervisor.start(sampling_process, workers_kwargs, name="rlfast-sampler",
@@ -172,14 +197,51 @@ class ParallelSamplerBase(BaseSampler):
         7"; the same text a timeout error gives."""
         return self._status.describe(i)
 
-    def _send(self, command: str, itr: int, db_idx: int | None = None) -> None:
+    def _send(self, command: str, itr: int, db_idx: int | None = None) -> tuple:
         # The agent's algorithm-given sampling settings travel with each command (see
         # BaseAgent.sampling_state): the workers' agent copies were forked before they were set.
-        self._supervisor.send_all((command, itr, self.agent.sampling_state(), db_idx))
+        message = (command, itr, self.agent.sampling_state(), db_idx)
+        self._supervisor.send_all(message)
+        return message
 
-    def _gather_traj_infos(self, deadline) -> list:
-        replies = self._supervisor.gather("done", deadline, self._status.describe)
+    def _gather_traj_infos(self, deadline, message: tuple | None = None,
+                           new_deadline: Callable[[], Deadline] | None = None) -> list:
+        """The trajectory infos of every worker's reply to ``message``; with restarts allowed
+        (and ``message``), a failed worker is replaced and sent ``message`` again, and the
+        wait goes on until ``new_deadline()``."""
+        recover = None
+        if self.max_worker_restarts and message is not None:
+            recover = functools.partial(self._restart_worker, message=message,
+                                        new_deadline=new_deadline)
+        replies = self._supervisor.gather("done", deadline, self._status.describe, recover)
         return [info for infos in replies for info in infos]
+
+    def _restart_worker(self, i: int, cause: str, message: tuple,
+                        new_deadline: Callable[[], Deadline]) -> Deadline:
+        """Replace failed worker ``i`` (see the module docstring) and send it ``message``
+        again; returns the deadline of the re-collection. With every restart used up, stop
+        all workers and raise the worker's error, saying so."""
+        if self.worker_restarts >= self.max_worker_restarts:
+            self._supervisor.fail(f"{cause}\n(All {self.max_worker_restarts} worker restarts "
+                                  f"that sampler.max_worker_restarts allows were used.)")
+        self.worker_restarts += 1
+        n = self.worker_restarts
+        kwargs = self._workers_kwargs[i]
+        worker = dict(kwargs["worker_kwargs"])
+        offset = RESTART_SEED_STRIDE * n
+        worker["seed"] = worker["seed"] + offset
+        for key in ("env_seed", "eval_env_seed"):
+            if worker.get(key) is not None:
+                worker[key] = worker[key] + offset
+        logger.log(f"Sampler worker {i} restarted ({n} of {self.max_worker_restarts} "
+                   f"allowed), iteration {message[1]} collected again: {_cause_line(cause)}")
+        self._supervisor.restart(i, sampling_process,
+                                 dict(common_kwargs=kwargs["common_kwargs"],
+                                      worker_kwargs=worker), name="rlfast-sampler")
+        self._supervisor.gather("ready", self._timeouts.startup(self.worker_timeout),
+                                self._status.describe, indexes=[i])
+        self._supervisor.send_all(message, indexes=[i])
+        return new_deadline()
 
     def _before_batch(self) -> None:
         """Hook: make the latest parameters visible to the workers (CPU sampler)."""
@@ -201,10 +263,11 @@ class ParallelSamplerBase(BaseSampler):
         self._before_batch()
         deadline = self._timeouts.batch(self.worker_timeout)  # shared by this batch's waits
         start = time.monotonic()
-        self._send("sample", itr, db_idx)
+        message = self._send("sample", itr, db_idx)
         if self.action_server is not None:
             self.action_server.serve_actions(itr, deadline)
-        traj_infos = self._gather_traj_infos(deadline)
+        traj_infos = self._gather_traj_infos(
+            deadline, message, lambda: self._timeouts.batch(self.worker_timeout))
         self._timeouts.record_batch(time.monotonic() - start)
         self.check_batch(self.samples_np, itr, self.env_offset)
         return self.samples_pyt, traj_infos
@@ -217,12 +280,15 @@ class ParallelSamplerBase(BaseSampler):
         self._before_batch()
         if self.action_server is not None:
             self.action_server.prepare_evaluation()
-        deadline = self._timeouts.evaluation(self.worker_timeout, self._eval_max_T)
+        def eval_deadline() -> Deadline:
+            return self._timeouts.evaluation(self.worker_timeout, self._eval_max_T)
+
+        deadline = eval_deadline()
         start = time.monotonic()
-        self._send("eval", itr)
+        message = self._send("eval", itr)
         if self.action_server is not None:
             self.action_server.serve_actions_evaluation(itr, deadline)
-        traj_infos = self._gather_traj_infos(deadline)
+        traj_infos = self._gather_traj_infos(deadline, message, eval_deadline)
         self._timeouts.record_evaluation(time.monotonic() - start)
         return traj_infos
 
@@ -235,3 +301,14 @@ class ParallelSamplerBase(BaseSampler):
         action_server = getattr(self, "action_server", None)
         if action_server is not None:
             action_server.close()
+
+
+def _cause_line(cause: str) -> str:
+    """The last line of a worker's error text: the exception of a traceback, or the whole
+    text of a death or a timeout's first line."""
+    lines = [line.strip() for line in cause.strip().splitlines() if line.strip()]
+    if not lines:
+        return "unknown cause"
+    if "Traceback" in cause:
+        return f"{lines[0].rstrip(':')}: {lines[-1]}"
+    return lines[0]
