@@ -77,6 +77,12 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--affinity", default=None, metavar="CODE",
                        help="hardware affinity code (rlfast.launching), e.g. "
                             "0slt_2cpu_0gpu_0hto; without a slot token, slot 0 is used")
+    train.add_argument("--snapshot-every", type=float, default=None, metavar="MINUTES",
+                       help="also snapshot on the wall clock: at the end of the first "
+                            "iteration once MINUTES (a positive number, e.g. 30 or 0.5) "
+                            "passed since the last snapshot, so that a run killed without "
+                            "warning (a power cut) loses at most that much; kept by rlfast "
+                            "resume (default: snapshots at the log rows only)")
     train.add_argument("--snapshot-replay", action="store_true",
                        help="also save the replay buffer beside each snapshot (.npz), so that "
                             "rlfast resume continues replay-based runs exactly")
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # Subcommand -> (module, function taking the parsed args and returning the exit status).
-_COMMANDS = dict(train=("rlfast.experiments.assembly", "train_main"),
+_COMMANDS = dict(train=("rlfast.experiments.resume", "restartable_train_main"),
                  resume=("rlfast.experiments.resume", "resume_main"),
                  eval=("rlfast.experiments.playback", "eval_main"),
                  watch=("rlfast.experiments.playback", "watch_main"),

@@ -30,13 +30,17 @@ from rlfast.experiments.placement import default_sampler, run_affinity
 from rlfast.experiments.presets import build_experiment, check_runner, get_preset, run_params
 from rlfast.experiments.run_dir import check_log_dir, existing_run_message, log_dir_for_run
 from rlfast.runners import TrainingInterrupted
+from rlfast.runners.cadence import check_snapshot_minutes
+from rlfast.runners.rank_group import elastic_restart
 from rlfast.utils.distributed import DistEnv, launch_env
 from rlfast.utils.interrupts import signal_name
 from rlfast.utils.logging.context import ExistingRunError
+from rlfast.utils.logging.serialization import NoSpaceError
 
 __all__ = ["TrainRun", "resolve_config", "train_config", "named_options", "OPTION_FLAGS",
            "affinity_for_run", "check_env_id", "configure_train", "budget_notes",
-           "distributed_setup", "run_train", "run_command", "config_error", "train_main"]
+           "distributed_setup", "run_train", "run_command", "config_error", "train_main",
+           "snapshot_cadence"]
 
 
 @dataclasses.dataclass
@@ -199,6 +203,7 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
     notes: list[str] = []
     config = train_config(args, notes)
     check_runner(args.algo, runner_kind)
+    snapshot_every = snapshot_cadence(getattr(args, "snapshot_every", None), args.snapshot_mode)
     affinity = affinity_for_run(args.affinity, runner_kind)
     dist_env, world_size = distributed_setup(getattr(args, "world_size", None), affinity,
                                              runner_kind)
@@ -222,6 +227,7 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
                               backend=backend, distributed=distributed)
     runner.progress_bar = not args.no_progress
     runner.snapshot_replay = bool(getattr(args, "snapshot_replay", False))
+    runner.snapshots.every_minutes = snapshot_every
     log_params = run_params(args.algo, args.env, config, args.sampler, args.seed,
                             affinity=args.affinity, runner=runner_kind, world_size=world_size,
                             backend=backend,
@@ -229,7 +235,11 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
                             device=device_label(cuda_idx))
     log_params.update(snapshot_mode=args.snapshot_mode,
                       snapshot_replay=bool(getattr(args, "snapshot_replay", False)),
+                      snapshot_every=snapshot_every,
                       tensorboard=bool(getattr(args, "tensorboard", False)))
+    run_id = elastic_restart()[1] if dist_env is not None else None
+    if run_id is not None and dist_env.launcher == "torchrun":  # a restart finds its run by it
+        log_params["launcher_run_id"] = run_id
     tracking = wandb_settings(args)
     if tracking is not None:
         from rlfast.experiments.wandb_tracking import require_wandb
@@ -240,6 +250,18 @@ def configure_train(args: argparse.Namespace) -> TrainRun:
                     exp_dir=exp_dir, dist_env=dist_env,
                     device=device_summary(affinity, args.sampler, multi_rank=multi_rank),
                     notes=notes)
+
+
+def snapshot_cadence(minutes: float | None, snapshot_mode: str) -> float | None:
+    """``--snapshot-every``'s minutes (None: not given), checked: a positive finite number,
+    and refused with ``--snapshot-mode none``, which keeps no snapshot."""
+    if minutes is None:
+        return None
+    minutes = check_snapshot_minutes(minutes, "--snapshot-every")
+    if snapshot_mode == "none":
+        raise ConfigError(f"--snapshot-every {minutes:g} needs snapshots, and the snapshot "
+                          f"mode is none; use --snapshot-mode last, all or gap")
+    return minutes
 
 
 def budget_notes(algo: str, runner: Any, config: Mapping, world_size: int = 1,
@@ -378,7 +400,9 @@ def run_command(configure: Callable[[argparse.Namespace], TrainRun],
     an exception propagates with its full traceback (a bug there must not be mistaken for a
     typo in the command line). An interrupted run (the runner has logged it, saved a final
     snapshot when one was due and stopped its workers) prints ``rlfast: interrupted
-    (SIGTERM)`` or ``(SIGINT)`` and returns 128 + the signal number.
+    (SIGTERM)`` or ``(SIGINT)`` and returns 128 + the signal number. A full disk while a
+    snapshot is written (:class:`~rlfast.utils.logging.NoSpaceError`: the run has stopped
+    cleanly, the previous snapshot intact) is one line too, and returns 1.
     """
     try:
         try:
@@ -389,6 +413,9 @@ def run_command(configure: Callable[[argparse.Namespace], TrainRun],
             run_train(run)
         except ExistingRunError:  # a run appeared in the directory since the check
             return config_error(existing_run_message(run.exp_dir, log_dir_option(args)))
+        except NoSpaceError as e:
+            print(f"rlfast: error: {e}", file=sys.stderr)
+            return 1
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM as TrainingInterrupted
         signum = e.signum if isinstance(e, TrainingInterrupted) else signal.SIGINT
         print(f"rlfast: interrupted ({signal_name(signum)})", file=sys.stderr)

@@ -6,7 +6,8 @@ override the ES preset (``rlfast.experiments.es_presets``), ``--affinity CODE`` 
 master and gives the workers their cores (one worker per entry of the code's
 ``workers_cpus``; by default one worker per available core), ``--snapshot-mode``,
 ``--verbose``. Options that only mean something for gradient-based training (``--sampler``,
-``--n-envs``, ``--runner async``, ``--world-size``, ``--backend``, ``--snapshot-replay``) are
+``--n-envs``, ``--runner async``, ``--world-size``, ``--backend``, ``--snapshot-replay``,
+``--snapshot-every``) are
 refused with the reason; so is ``--device cuda[:N]`` (the candidates play on CPU workers;
 ``auto`` and ``cpu`` are accepted).
 """
@@ -52,6 +53,9 @@ def _refuse_rl_options(args: argparse.Namespace) -> None:
         refused.append("--backend (ES uses no torch.distributed group)")
     if getattr(args, "snapshot_replay", False):
         refused.append("--snapshot-replay (ES has no replay buffer)")
+    if getattr(args, "snapshot_every", None) is not None:
+        refused.append("--snapshot-every (ES snapshots at its log rows: "
+                       "runner.log_interval_generations)")
     check_no_device(getattr(args, "device", None), f"rlfast train {args.algo}")
     if refused:
         raise ValueError(f"rlfast train {args.algo} does not take " + "; ".join(refused))
@@ -155,7 +159,8 @@ def configure_es_resume(args: argparse.Namespace, params: dict, run_dir: str, sn
     check_no_device(getattr(args, "device", None), f"{run_dir} (an evolution-strategies run)")
     for option, value in (("--n-envs", args.n_envs), ("--sampler", args.sampler),
                           ("--world-size", args.world_size if args.world_size != 1 else None),
-                          ("--snapshot-replay", args.snapshot_replay)):
+                          ("--snapshot-replay", args.snapshot_replay),
+                          ("--snapshot-every", getattr(args, "snapshot_every", None))):
         if value is not None:
             raise ConfigError(f"{run_dir} is an evolution-strategies run; {option} does not "
                               f"apply to it")

@@ -32,29 +32,44 @@ environments and replay buffer, while the other ranks start new episodes and ref
 An asynchronous run (``--runner async``) resumes with its sampler process starting at the
 snapshot's iteration, acting with the snapshot's parameters, and its replay buffer restored
 (or refilled) before the sampler starts; its environments start new episodes.
+
+A multi-rank ``rlfast train`` under torchrun's elastic agent (``--max-restarts N``) is
+restartable: when a rank dies the agent restarts every rank with the same command line and
+``TORCHELASTIC_RESTART_COUNT`` > 0, and :func:`configure_train_or_restart` turns that
+``train`` into this module's resume of the run in ``--log-dir`` from its newest snapshot.
+It does so only for the run that the same torchrun invocation wrote there
+(``params.json`` records its ``TORCHELASTIC_RUN_ID`` as ``launcher_run_id``) with the same
+algorithm, environment, seed, runner and configuration; a run that saved no snapshot yet
+is trained again from the start in its own directory, and any other directory is treated
+as ``rlfast train`` treats it (one that holds another run is refused).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from typing import Any
 
-from rlfast.experiments import catalog
+from rlfast.experiments import assembly, catalog
 from rlfast.experiments.arguments import add_console_arguments, add_wandb_arguments, wandb_settings
 from rlfast.experiments.assembly import (TrainRun, affinity_for_run, distributed_setup,
-                                         resolve_config, run_command)
+                                         resolve_config, run_command, snapshot_cadence)
 from rlfast.experiments.config import ConfigError
 from rlfast.experiments.device import device_label, device_summary, learner_device
 from rlfast.experiments.placement import run_affinity
 from rlfast.experiments.presets import RUNNERS, build_experiment
 from rlfast.experiments.resume_changes import checked_changes, config_changes, resume_record
-from rlfast.experiments.run_dir import latest_snapshot, reopening
+from rlfast.experiments.run_dir import (RunDirError, latest_snapshot, log_dir_for_run,
+                                        read_run_params, reopening, snapshot_files)
+from rlfast.runners.rank_group import elastic_restart
 from rlfast.runners.snapshots import check_resumable
 from rlfast.utils.distributed import launch_env
+from rlfast.utils.logging.serialization import json_safe
 from rlfast.utils.logging.snapshot import load_snapshot
 
 __all__ = ["add_resume_parser", "configure_resume", "config_changes", "checked_changes",
-           "resume_record", "resume_main"]
+           "resume_record", "resume_main", "restarted_run", "configure_train_or_restart",
+           "restartable_train_main"]
 
 
 def add_resume_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -88,6 +103,9 @@ def add_resume_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "or srun the launcher's)")
     resume.add_argument("--force", action="store_true",
                         help="accept configuration changes; they are recorded in params.json")
+    resume.add_argument("--snapshot-every", type=float, default=None, metavar="MINUTES",
+                        help="snapshot on the wall clock every MINUTES as well as at the log "
+                             "rows (default: as the run did)")
     resume.add_argument("--snapshot-replay", default=None, action=argparse.BooleanOptionalAction,
                         help="save the replay buffer with each snapshot (default: as the run "
                              "did)")
@@ -170,11 +188,15 @@ def _rebuild_run(args: argparse.Namespace, run_dir: str, params: dict) -> Any:
     snapshot_replay = (params.get("snapshot_replay", False) if args.snapshot_replay is None
                        else bool(args.snapshot_replay))
     runner.snapshot_replay = snapshot_replay
+    snapshot_every = snapshot_cadence(params.get("snapshot_every") if args.snapshot_every is None
+                                      else args.snapshot_every, params.get("snapshot_mode", "last"))
+    runner.snapshots.every_minutes = snapshot_every
     runner.resume_from(snapshot, os.path.dirname(snapshot_path))
 
     log_params = {k: v for k, v in params.items() if k not in ("name", "run_ID")}
     log_params.update(config=config, sampler=sampler, affinity=affinity_code,
-                      snapshot_replay=snapshot_replay, world_size=world_size,
+                      snapshot_replay=snapshot_replay, snapshot_every=snapshot_every,
+                      world_size=world_size,
                       launcher=dist_env.launcher if dist_env is not None else None,
                       device=device_label(cuda_idx))
     tracking = wandb_settings(args, params.get("wandb"))
@@ -195,3 +217,88 @@ def resume_main(args: argparse.Namespace) -> int:
     """``rlfast resume``: rebuild the run, then continue training it (exit status as for
     ``rlfast train``)."""
     return run_command(configure_resume, args)
+
+
+# ---- a rank group restarted by torchrun ----------------------------------------------------
+def restarted_run(args: argparse.Namespace) -> tuple[str, str | None] | None:
+    """What ``rlfast train ARGS`` continues as a rank group that torchrun's elastic agent
+    restarted: ``(run directory, its newest snapshot, or None when the run saved none
+    yet)``, or None when this is no restart of a run (outside torchrun, its first start, no
+    ``--log-dir``, or a directory that holds no run of this torchrun invocation and command
+    line; see the module docstring)."""
+    restarts, run_id = elastic_restart()
+    if restarts == 0 or run_id is None or getattr(args, "log_dir", None) is None:
+        return None
+    env = launch_env()
+    if env is None or env.launcher != "torchrun":
+        return None
+    run_dir = log_dir_for_run(args)
+    try:
+        params = read_run_params(run_dir)
+    except RunDirError:  # nothing written yet, or not a run
+        return None
+    if params.get("launcher_run_id") != run_id or not _same_run(args, params):
+        return None
+    found = snapshot_files(run_dir)
+    return run_dir, (found[-1] if found else None)
+
+
+def _same_run(args: argparse.Namespace, params: dict) -> bool:
+    """Whether the run ``params.json`` describes is the one ``rlfast train ARGS`` starts: the
+    same algorithm, environment, seed, runner, sampler (when given) and configuration."""
+    recorded = (params.get("algo"), params.get("env"), params.get("seed"),
+                params.get("runner") or "sync")
+    if recorded != (args.algo, args.env, args.seed, getattr(args, "runner", "sync")):
+        return False
+    if args.sampler is not None and args.sampler != params.get("sampler"):
+        return False
+    config = json.loads(json.dumps(json_safe(assembly.train_config(args))))  # as recorded
+    return not config_changes(params["config"], config)
+
+
+def _resume_args(args: argparse.Namespace, run_dir: str, snapshot: str) -> argparse.Namespace:
+    """``rlfast resume RUN_DIR --snapshot SNAPSHOT`` with its defaults, and the console,
+    device, rank and W&B options of the ``train`` command line being restarted."""
+    parser = argparse.ArgumentParser(prog="rlfast")
+    add_resume_parser(parser.add_subparsers(dest="command"))
+    resumed = parser.parse_args(["resume", run_dir, "--snapshot", snapshot])
+    for name in ("device", "world_size", "no_progress", "verbose", "wandb",
+                 "wandb_artifacts", "wandb_group"):
+        if hasattr(args, name):
+            setattr(resumed, name, getattr(args, name))
+    return resumed
+
+
+def configure_train_or_restart(args: argparse.Namespace) -> TrainRun:
+    """``rlfast train``'s run: :func:`~rlfast.experiments.assembly.configure_train`, or, in
+    a rank group that torchrun restarted (:func:`restarted_run`), :func:`configure_resume`
+    of the run in ``--log-dir`` from its newest snapshot (a run with no snapshot yet starts
+    over in its directory). Its ``notes`` name the restart."""
+    restart = restarted_run(args)
+    restarts, _ = elastic_restart()
+    if restart is None:
+        run = assembly.configure_train(args)
+        if restarts and args.log_dir is None and run.dist_env is not None:
+            run.notes.append(f"warning: torchrun restart {restarts}: without --log-dir every "
+                             f"start writes a new directory, so this one cannot find the "
+                             f"snapshots of the run before it and trains from the start")
+        return run
+    run_dir, snapshot = restart
+    if snapshot is None:  # the run's own files, no snapshot to continue from
+        args.overwrite = True
+        run = assembly.configure_train(args)
+        run.notes.append(f"note: torchrun restart {restarts}: {run_dir} holds no snapshot "
+                         f"of this run yet; training starts over")
+        return run
+    run = configure_resume(_resume_args(args, run_dir, snapshot))
+    run.log_params["resumes"][-1]["launcher_restart"] = restarts
+    run.notes.append(f"note: torchrun restart {restarts}: resuming {run_dir} from "
+                     f"{os.path.basename(snapshot)} (iteration {run.resume['itr']})")
+    return run
+
+
+def restartable_train_main(args: argparse.Namespace) -> int:
+    """``rlfast train`` of an algorithm (exit status as
+    :func:`~rlfast.experiments.assembly.train_main`), resuming the run instead when torchrun
+    restarted its rank group (:func:`configure_train_or_restart`)."""
+    return run_command(configure_train_or_restart, args)

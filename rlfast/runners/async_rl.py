@@ -134,7 +134,7 @@ class AsyncRlBase(abc.ABC):
         paced by the batches the sampler process sends."""
         with self.interrupts.guarding(self):  # shutdown() on leaving
             n_itr = self.startup()
-            self.itrs_done = self.snapshots.covered_itrs = self._start_itr
+            self.itrs_done = self.snapshots.start(self._start_itr)
             self.diagnostics.start_progress()
             with blame_failed_rank(self.opt_ranks):  # an optimizer rank's failure named
                 self._optimize_loop(n_itr)
@@ -179,7 +179,7 @@ class AsyncRlBase(abc.ABC):
         self._published = algo.update_counter
         self.tracking = self.new_tracking()
         self.diagnostics = Diagnostics(algo, self.cadence, self.tracking,
-                                       progress_bar=self.progress_bar)
+                                       progress_bar=self.progress_bar, sampler=self.sampler)
         self.pace = ReplayPace(algo, self.itr_batch_size, self._append_slot,
                                self.sampler_throttle)
         if resume is not None:
@@ -273,9 +273,10 @@ class AsyncRlBase(abc.ABC):
     def _handle(self, messages: list) -> None:
         for _, kind, payload in messages:
             if kind == "batch":
-                itr, traj_infos, param_updates = payload
+                itr, traj_infos, param_updates, self.sampler.worker_restarts = payload
                 self.pace.batch_arrived(itr, param_updates, self.copier == "optimizer")
                 self.on_batch(itr, traj_infos)
+                self.snapshot_if_due(itr)  # the wall-clock cadence (--snapshot-every)
             elif kind == "copied":
                 self.pace.copied += 1
             elif kind == "eval":
@@ -303,6 +304,7 @@ class AsyncRlBase(abc.ABC):
     get_traj_info_kwargs = common.get_traj_info_kwargs
     new_tracking = common.new_tracking
     save_itr_snapshot = common.save_itr_snapshot
+    snapshot_if_due = common.snapshot_if_due
     resume_from = common.resume_from
     runner_state = common.runner_state
     load_runner_state = common.load_runner_state

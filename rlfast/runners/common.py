@@ -8,8 +8,9 @@ them as class attributes (``n_itr = common.n_itr``): a function both classes use
 class, so that neither family's inheritance grows (see ARCHITECTURE.md, "Runners and
 agents": no runner subclasses another to replace its core, at most three levels).
 
-Each member reads the runner's ``cadence``, ``diagnostics``, ``snapshots``, ``algo``,
-``rank``, ``itrs_done``, ``tracking_cls`` and ``log_traj_window``, which every runner has.
+Each member reads the runner's ``cadence``, ``diagnostics``, ``snapshots``, ``interrupts``,
+``algo``, ``rank``, ``itrs_done``, ``tracking_cls`` and ``log_traj_window``, which every
+runner has.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from rlfast.utils.checks import check_int
 
 __all__ = ["check_tracking_settings", "final_result", "get_traj_info_kwargs",
            "itr_batch_size", "load_runner_state", "n_itr", "new_tracking", "resume_from",
-           "runner_state", "save_itr_snapshot", "write_window_row"]
+           "runner_state", "save_itr_snapshot", "snapshot_if_due", "write_window_row"]
 
 _EVALUATING = "MinibatchRlEval, SyncRlEval, AsyncRlEval"
 
@@ -86,6 +87,16 @@ def save_itr_snapshot(self: Any, itr: int) -> None:
     parameters (the asynchronous master is rank 0)."""
     if self.rank == 0:
         self.snapshots.save(self, itr)
+
+
+def snapshot_if_due(self: Any, itr: int) -> None:
+    """At the end of iteration ``itr``: save its snapshot when the wall-clock cadence asks for
+    one (``--snapshot-every``, see ``Snapshots.time_due``), with SIGTERM and Ctrl-C held
+    until it is written. Rank 0 alone saves, as in :func:`save_itr_snapshot`; it needs no
+    other rank (they hold the same parameters), so it decides on its own clock."""
+    if self.rank == 0 and self.snapshots.time_due(itr):
+        with self.interrupts.held():
+            self.snapshots.save(self, itr)
 
 
 def resume_from(self: Any, snapshot: Mapping[str, Any], snapshot_dir: str | None = None) -> None:

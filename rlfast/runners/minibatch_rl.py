@@ -125,7 +125,7 @@ class MinibatchRlBase(abc.ABC):
             return self.ranks.spawn(self)
         with self.interrupts.guarding(self), self.ranks.as_rank(self):  # shutdown() on leaving
             n_itr = self.startup()
-            self.itrs_done = self.snapshots.covered_itrs = self._start_itr
+            self.itrs_done = self.snapshots.start(self._start_itr)
             if self._start_itr == 0 and self.rank == 0:  # a resumed run logged it already
                 self.before_loop()
             self.diagnostics.start_progress()
@@ -144,6 +144,7 @@ class MinibatchRlBase(abc.ABC):
                             self.stop_requested = self.ranks.agree(self.stop_requested)
                         if self.stop_requested:
                             break
+                    self.snapshot_if_due(itr)  # the wall-clock cadence (--snapshot-every)
             batches.stop()
             self._batches = None
         return self.final_result()
@@ -185,7 +186,7 @@ class MinibatchRlBase(abc.ABC):
                              world_size=self.world_size, rank=self.rank)
         self.tracking = self.new_tracking()
         self.diagnostics = Diagnostics(self.algo, self.cadence, self.tracking, self.overlap,
-                                       self.progress_bar)
+                                       self.progress_bar, sampler=self.sampler)
         self._start_itr = 0
         if self.snapshots.resume is not None:
             snapshot, snapshot_dir = self.snapshots.resume
@@ -235,6 +236,7 @@ class MinibatchRlBase(abc.ABC):
     get_traj_info_kwargs = common.get_traj_info_kwargs
     new_tracking = common.new_tracking
     save_itr_snapshot = common.save_itr_snapshot
+    snapshot_if_due = common.snapshot_if_due
     resume_from = common.resume_from
     runner_state = common.runner_state
     load_runner_state = common.load_runner_state

@@ -9,13 +9,20 @@ every rank holds the same parameters. The ranks come from a launcher (``torchrun
 ``env://``. Rank 0 alone evaluates, logs and saves snapshots: the others' completed
 trajectories are gathered to it at each log row, and its decision to stop early reaches
 every rank.
+
+torchrun's elastic agent (``--max-restarts N``) restarts every rank when one dies, with
+``TORCHELASTIC_RESTART_COUNT`` counting the restarts and ``TORCHELASTIC_RUN_ID`` naming the
+rendezvous (:func:`elastic_restart` reads both); ``rlfast train`` then resumes the run from
+its newest snapshot (see ``rlfast.experiments.resume``). Every rank must resume the same
+snapshot, which :meth:`RankGroup.after_startup` checks.
 """
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -31,10 +38,32 @@ from rlfast.utils.distributed import DistEnv
 from rlfast.utils.logging import logger
 from rlfast.utils.seed import make_seed, set_seed
 
-__all__ = ["RankGroup", "SingleProcess", "rank_affinity", "RANK_SEED_STRIDE"]
+__all__ = ["RankGroup", "SingleProcess", "rank_affinity", "RANK_SEED_STRIDE", "elastic_restart",
+           "RESTART_COUNT_VAR", "RUN_ID_VAR", "AGENT_STORE_VAR"]
 
 RANK_SEED_STRIDE = 10_007  # rank r samples with seed + r * stride (model init: the same seed)
 _SEED_MODULUS = 2 ** 32 - 1
+RESTART_COUNT_VAR = "TORCHELASTIC_RESTART_COUNT"  # set by torchrun's agent on every rank
+RUN_ID_VAR = "TORCHELASTIC_RUN_ID"  # the rendezvous id: --rdzv-id, a fresh uuid with --standalone
+AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"  # "True": the agent's store outlives restarts
+
+
+def elastic_restart(environ: Mapping[str, str] | None = None) -> tuple[int, str | None]:
+    """``(restarts, run id)`` of this rank under torchrun's elastic agent: how many times the
+    agent restarted the rank group (0 on its first start, and outside torchrun) and the
+    rendezvous id of the torchrun invocation (None outside torchrun). A restarted rank group
+    resumes its run from the newest snapshot instead of starting over."""
+    environ = os.environ if environ is None else environ
+    run_id = environ.get(RUN_ID_VAR) or None
+    value = environ.get(RESTART_COUNT_VAR, "0")
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise ValueError(f"{RESTART_COUNT_VAR}={value!r} is not a restart count (an integer "
+                         f">= 0, as torchrun sets it)")
+    return count, run_id
 
 
 class SingleProcess:
@@ -175,7 +204,8 @@ class RankGroup:
         # leaves the caller's environment as it was.
         in_caller = env.launcher == "spawn" and not self.spawned
         distributed.init_process_group(env, self.backend_used, self.dist_timeout,
-                                       keep_environ=not in_caller)
+                                       keep_environ=not in_caller,
+                                       key_prefix=_restart_key_prefix(env))
         if runner.seed is None:
             runner.seed = distributed.broadcast_object(make_seed())
 
@@ -191,17 +221,38 @@ class RankGroup:
             wrap_data_parallel(agent)
 
     def after_startup(self, runner: Any) -> None:
-        """Once the runner started: a world of one trains through DDP too (its overhead
-        shows), every rank takes rank 0's agent state, and the ranks but rank 0 reseed
-        (actions and exploration differ by rank; the model started equal)."""
+        """Once the runner started: the ranks check that they start alike (all fresh, or
+        all from the snapshot of one iteration), a world of one trains through DDP too
+        (its overhead shows), every rank takes rank 0's agent state, and the ranks but rank
+        0 reseed (actions and exploration differ by rank; the model started equal)."""
+        resume = runner.snapshots.resume  # (snapshot, its directory) or None
+        self._check_same_start(-1 if resume is None else int(resume[0]["itr"]))
         if self.world_size == 1:
             wrap_data_parallel(runner.agent)
         self._broadcast_agent_state(runner.agent)
         if self.rank > 0:
             set_seed((runner.seed + RANK_SEED_STRIDE * self.rank) % _SEED_MODULUS)
         if self.rank == 0:
+            restarts, _ = elastic_restart() if self.env.launcher == "torchrun" else (0, None)
+            launcher = f"{self.env.launcher} restart {restarts}" if restarts else self.env.launcher
             logger.log(f"{type(runner).__name__}: rank 0 of {self.world_size} "
-                       f"({self.env.launcher}, backend {self.backend_used})", console=True)
+                       f"({launcher}, backend {self.backend_used})", console=True)
+
+    def _check_same_start(self, snapshot_itr: int) -> None:
+        """Raise on every rank when the ranks resumed different snapshots (``snapshot_itr``:
+        this rank's snapshot iteration, -1 for a fresh start), for example one resumed a
+        snapshot another did not see; their loops would otherwise disagree on every
+        collective."""
+        if not distributed.is_distributed() or self.world_size == 1:
+            return
+        itrs = distributed.broadcast_object(distributed.gather_objects(snapshot_itr))
+        if len(set(itrs)) > 1:
+            listed = ", ".join(f"rank {r}: {'a fresh start' if i < 0 else f'iteration {i}'}"
+                               for r, i in enumerate(itrs))
+            raise RuntimeError(f"the ranks resumed different snapshots ({listed}): each "
+                               f"rank resumes the snapshot it finds in the log directory, so "
+                               f"every rank must read the same directory (a shared "
+                               f"filesystem)")
 
     def _broadcast_agent_state(self, agent: Any) -> None:
         """Every rank takes rank 0's full agent state (targets included; DDP broadcasts only
@@ -238,6 +289,17 @@ class RankGroup:
             distributed.destroy_process_group()
             if self.rank != 0:
                 logger.set_muted(False)
+
+
+def _restart_key_prefix(env: DistEnv) -> str | None:
+    """The store prefix of a rank group that torchrun restarted while its agent hosts the
+    store (``TORCHELASTIC_USE_AGENT_STORE``): that store keeps the keys of the attempt
+    that failed, which the new group must not read; None otherwise (the group joins as
+    before)."""
+    if env.launcher != "torchrun" or os.environ.get(AGENT_STORE_VAR) != "True":
+        return None
+    restarts, _ = elastic_restart()
+    return f"rlfast/restart_{restarts}" if restarts else None
 
 
 def rank_affinity(affinity: dict | list | None, env: DistEnv,

@@ -1,6 +1,8 @@
 """What a training snapshot holds, and how a runner continues from one (resume).
 
-A snapshot is written at every log interval (per the logger's snapshot mode). Besides the
+A snapshot is written at every log interval (per the logger's snapshot mode) and, with a
+wall-clock cadence (``--snapshot-every MINUTES``, :class:`~rlfast.runners.cadence.SnapshotClock`),
+at the end of the first iteration once that many minutes passed since the last one. Besides the
 agent's parameters it holds everything a continued run needs to go on as if it had never
 stopped:
 
@@ -30,6 +32,7 @@ from typing import Any, Protocol
 from rlfast.agents.param_sharing import publish_to
 from rlfast.algos.replay_choice import replay_to_save
 from rlfast.replays.state import load_replay_file, save_replay_file
+from rlfast.runners.cadence import SnapshotClock, check_snapshot_minutes
 from rlfast.utils.logging import logger
 from rlfast.utils.seed import get_rng_state, set_rng_state
 
@@ -75,13 +78,33 @@ class SnapshotRunner(Protocol):
 class Snapshots:
     """A runner's snapshots and resume: hands each snapshot to the logger, which keeps it (or
     not) according to the run's snapshot mode; says whether a final snapshot is due when a
-    run is interrupted; holds the snapshot a run resumes from (``resume_from``) and how many
-    times the run was resumed (``resume_count``, 0 for a fresh run)."""
+    run is interrupted, and whether the wall-clock cadence (``every_minutes``, None: none)
+    asks for one; holds the snapshot a run resumes from (``resume_from``) and how many times
+    the run was resumed (``resume_count``, 0 for a fresh run)."""
 
     def __init__(self) -> None:
         self.covered_itrs = 0  # iterations covered by the last snapshot handed over
         self.resume: tuple[Mapping[str, Any], str | None] | None = None
         self.resume_count = 0
+        self.clock = SnapshotClock()  # the wall-clock cadence (--snapshot-every)
+
+    @property
+    def every_minutes(self) -> float | None:
+        """Minutes of the wall-clock snapshot cadence (``--snapshot-every``), or None: a
+        positive finite number, checked when set."""
+        return self.clock.every_minutes
+
+    @every_minutes.setter
+    def every_minutes(self, minutes: float | None) -> None:
+        self.clock.every_minutes = check_snapshot_minutes(minutes, "snapshot every_minutes")
+
+    def start(self, itrs_done: int) -> int:
+        """Training starts (or resumes) with ``itrs_done`` iterations done: those count as
+        covered by a snapshot, and the wall clock's first interval starts now. Returns
+        ``itrs_done``."""
+        self.covered_itrs = itrs_done
+        self.clock.restart()
+        return itrs_done
 
     def resume_from(self, snapshot: Mapping[str, Any], snapshot_dir: str | None = None) -> None:
         """Make the next run continue from ``snapshot`` (refused when it lacks what resuming
@@ -95,20 +118,34 @@ class Snapshots:
         ``snapshot_replay``) to the logger."""
         if logger.get_snapshot_dir() is not None and logger.get_snapshot_mode() != "none":
             logger.log("saving snapshot...")
-            logger.save_itr_params(itr, build_snapshot(runner, itr, self.resume_count),
-                                   sidecars=replay_sidecars(runner))
+            written = logger.save_itr_params(itr, build_snapshot(runner, itr, self.resume_count),
+                                             sidecars=replay_sidecars(runner))
+            if written is not None:  # the wall clock counts from the last snapshot on disk
+                self.clock.restart()
         self.covered_itrs = itr + 1
 
     def final_due(self, itrs_done: int) -> bool:
         """Whether an interrupted run that finished ``itrs_done`` iterations saves a final
         snapshot: iterations finished since the last one, and the logger keeps a snapshot of
-        the last one (a snapshot directory is set; mode "last" or "all", or "gap" on an
-        iteration the gap selects)."""
+        the last one (see :func:`_kept`)."""
         itr = itrs_done - 1
-        if itr < 0 or self.covered_itrs > itr or logger.get_snapshot_dir() is None:
-            return False
-        mode = logger.get_snapshot_mode()
-        return mode in ("last", "all") or (mode == "gap" and itr % logger.get_snapshot_gap() == 0)
+        return 0 <= itr and self.covered_itrs <= itr and _kept(itr)
+
+    def time_due(self, itr: int) -> bool:
+        """Whether the wall-clock cadence asks for a snapshot after iteration ``itr``: its
+        minutes passed since the last snapshot was written (or training started), no
+        snapshot covers ``itr`` yet, and the logger keeps one of it (see :func:`_kept`; in
+        mode "gap" the snapshot waits for an iteration the gap selects)."""
+        return self.clock.due() and self.covered_itrs <= itr and _kept(itr)
+
+
+def _kept(itr: int) -> bool:
+    """Whether the logger keeps a snapshot of iteration ``itr``: a snapshot directory is set,
+    and the mode is "last" or "all", or "gap" on an iteration the gap selects."""
+    if logger.get_snapshot_dir() is None:
+        return False
+    mode = logger.get_snapshot_mode()
+    return mode in ("last", "all") or (mode == "gap" and itr % logger.get_snapshot_gap() == 0)
 
 
 def build_snapshot(runner: SnapshotRunner, itr: int, resume_count: int = 0) -> dict:

@@ -302,7 +302,7 @@ LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MAS
 
 def init_process_group(env: DistEnv, backend: str,
                        timeout_s: float = DEFAULT_DIST_TIMEOUT_S,
-                       keep_environ: bool = True) -> None:
+                       keep_environ: bool = True, key_prefix: str | None = None) -> None:
     """Join the run's process group through ``env://`` (the variables of ``env``), with
     ``timeout_s`` on rendezvous and on every collective.
 
@@ -310,6 +310,11 @@ def init_process_group(env: DistEnv, backend: str,
     process that goes on after the run (a notebook, a test, an async master), where a
     leftover ``RANK`` would make the next run think a launcher started it. A rank process of
     its own keeps them (its environments may read ``RANK``).
+
+    ``key_prefix``: join through the store that the launcher's agent hosts at
+    ``MASTER_ADDR:MASTER_PORT``, with every key of the group under this prefix: the agent's
+    store outlives a torchrun restart, and without a prefix of its own a restarted rank can
+    read the addresses of the ranks that died (pytorch/pytorch#135712).
     """
     if dist.is_initialized():
         raise RuntimeError("torch.distributed is already initialized in this process; one "
@@ -318,8 +323,14 @@ def init_process_group(env: DistEnv, backend: str,
     env.export()
     timeout = datetime.timedelta(seconds=float(timeout_s))
     try:
-        dist.init_process_group(backend=backend, init_method="env://", rank=env.rank,
-                                world_size=env.world_size, timeout=timeout)
+        if key_prefix is None:
+            dist.init_process_group(backend=backend, init_method="env://", rank=env.rank,
+                                    world_size=env.world_size, timeout=timeout)
+        else:
+            store = dist.TCPStore(env.master_addr, env.master_port, env.world_size,
+                                  is_master=False, timeout=timeout)
+            dist.init_process_group(backend=backend, store=dist.PrefixStore(key_prefix, store),
+                                    rank=env.rank, world_size=env.world_size, timeout=timeout)
     finally:
         if not keep_environ:
             for key, value in previous.items():

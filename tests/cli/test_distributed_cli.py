@@ -1,6 +1,8 @@
 """``rlfast train --world-size N --backend B``, and ``rlfast train`` as one rank of a run
 started by torchrun or Slurm (faked through the environment): what is refused, what is built
-and that nothing is written before training; and one real two-rank run end to end."""
+and that nothing is written before training; when a rank group that torchrun restarted
+resumes its run; and one real two-rank run end to end (a restarted one:
+tests/integration/test_torchrun_restart.py)."""
 from __future__ import annotations
 
 import csv
@@ -16,13 +18,20 @@ import torch.distributed as dist
 
 from rlfast.cli import _parser, main
 from rlfast.experiments.assembly import configure_train, run_train
+from rlfast.experiments.resume import (configure_train_or_restart, restartable_train_main,
+                                       restarted_run)
 from rlfast.runners import MinibatchRlEval, SyncRlEval
+from rlfast.runners import rank_group
+from rlfast.runners.rank_group import RankGroup, _restart_key_prefix, elastic_restart
+from rlfast.utils.distributed import launch_env
+from rlfast.utils.logging import logger
 from tests._leaks import new_shm_entries, shm_entries
 from tests.integration._guards import live_children
 from tests.integration._guards import session_pids  # live processes of a session
 
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                 "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
+                 "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID",
+                 "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE")
 RUN_TIMEOUT_S = 300  # a real run on two busy shared cores: imports, two ranks, evaluations
 
 
@@ -203,6 +212,130 @@ def test_broken_launcher_environment_is_a_short_error(tmp_path, monkeypatch, cap
     assert err.startswith("rlfast: error: RANK and WORLD_SIZE are set but MASTER_ADDR and "
                           "MASTER_PORT are not"), err
     assert _listing(tmp_path) == []
+
+
+# ---- a rank group that torchrun restarted ----------------------------------------------------
+def _restarted(monkeypatch, rank, restarts, run_id="rdzv-a"):
+    _torchrun_rank(monkeypatch, rank)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", str(restarts))
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", run_id)
+
+
+def _first_start_params(tmp_path, monkeypatch, *extra, run_id="rdzv-a"):
+    """Write the params.json that rank 0's first start of ``_args(*extra)`` under torchrun
+    rendezvous ``run_id`` logs (as logger_context does); returns the run directory."""
+    _restarted(monkeypatch, 0, 0, run_id)
+    run = configure_train(_args(tmp_path, *extra))
+    assert run.log_params["launcher_run_id"] == run_id
+    os.makedirs(run.exp_dir, exist_ok=True)
+    logger.log_parameters_lite(os.path.join(run.exp_dir, "params.json"), run.log_params)
+    return tmp_path / "run"
+
+
+def test_elastic_restart_reads_torchruns_variables(monkeypatch):
+    assert elastic_restart({}) == (0, None)
+    assert elastic_restart({"TORCHELASTIC_RESTART_COUNT": "2",
+                            "TORCHELASTIC_RUN_ID": "x"}) == (2, "x")
+    for bad in ("-1", "two"):
+        with pytest.raises(ValueError, match=f"TORCHELASTIC_RESTART_COUNT='{bad}' is not a "
+                                             f"restart count"):
+            elastic_restart({"TORCHELASTIC_RESTART_COUNT": bad})
+
+
+def test_only_a_restart_under_the_agents_store_gets_a_key_prefix(monkeypatch):
+    _restarted(monkeypatch, 1, 0)
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    assert _restart_key_prefix(launch_env()) is None  # the first start joins as always
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    assert _restart_key_prefix(launch_env()) == "rlfast/restart_2"
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "False")  # rank 0 hosts a new store
+    assert _restart_key_prefix(launch_env()) is None
+
+
+def test_ranks_that_resumed_different_snapshots_stop(monkeypatch):
+    """Every rank sees every rank's snapshot iteration (faked collectives: rank 0 gathers,
+    then broadcasts the list) and raises, naming them, when they differ."""
+    group = RankGroup(None, 2, "gloo", 60.0, "SyncRl")
+    group.world_size = 2
+    found = {}
+    monkeypatch.setattr(rank_group.distributed, "is_distributed", lambda: True)
+    monkeypatch.setattr(rank_group.distributed, "broadcast_object", lambda obj: obj)
+    monkeypatch.setattr(rank_group.distributed, "gather_objects",
+                        lambda obj: [found["rank 0"], obj])
+    found["rank 0"] = 3
+    group._check_same_start(3)  # both from iteration 3's snapshot
+    with pytest.raises(RuntimeError, match=r"the ranks resumed different snapshots \(rank 0: "
+                                           r"iteration 3, rank 1: a fresh start\): each rank "
+                                           r"resumes the snapshot it finds in the log "
+                                           r"directory"):
+        group._check_same_start(-1)
+
+
+def test_only_the_torchrun_run_id_is_recorded(tmp_path, monkeypatch):
+    assert "launcher_run_id" not in configure_train(_args(tmp_path)).log_params
+    run_dir = _first_start_params(tmp_path, monkeypatch)
+    assert json.loads((run_dir / "params.json").read_text())["launcher_run_id"] == "rdzv-a"
+
+
+def test_a_restart_resumes_only_its_own_run(tmp_path, monkeypatch):
+    run_dir = _first_start_params(tmp_path, monkeypatch, "--set", "algo.learning_rate=0.002")
+    args = _args(tmp_path, "--set", "algo.learning_rate=0.002")
+    for rank in (0, 1):
+        _restarted(monkeypatch, rank, 0)
+        assert restarted_run(args) is None  # a first start is never a restart
+        _restarted(monkeypatch, rank, 1)
+        assert restarted_run(args) == (str(run_dir), None)  # no snapshot yet
+        (run_dir / "itr_3.pkl").touch()
+        (run_dir / "itr_12.pkl").touch()
+        assert restarted_run(args) == (str(run_dir), str(run_dir / "itr_12.pkl"))
+        for name in ("itr_3.pkl", "itr_12.pkl"):
+            (run_dir / name).unlink()
+    (run_dir / "params.pkl").touch()
+    found = (str(run_dir), str(run_dir / "params.pkl"))
+    assert restarted_run(args) == found
+    # another torchrun invocation, another command line or no --log-dir: not this run
+    _restarted(monkeypatch, 0, 1, run_id="rdzv-b")
+    assert restarted_run(args) is None
+    _restarted(monkeypatch, 0, 1)
+    for other in (_args(tmp_path), _args(tmp_path, "--set", "algo.learning_rate=0.002",
+                                         "--seed", "1"),
+                  _args(tmp_path, "--set", "algo.learning_rate=0.002", "--sampler", "cpu")):
+        assert restarted_run(other) is None
+    no_dir = _parser().parse_args(["train", "ppo", "CartPole-v1", "--sampler", "serial",
+                                   "--set", "algo.learning_rate=0.002"])
+    assert restarted_run(no_dir) is None
+    assert restarted_run(args) == found
+    for name in LAUNCHER_VARS:  # not under torchrun
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert restarted_run(args) is None
+
+
+def test_a_restart_before_the_first_snapshot_starts_over(tmp_path, monkeypatch):
+    run_dir = _first_start_params(tmp_path, monkeypatch)
+    (run_dir / "progress.csv").write_text("Diagnostics/Iteration\n0\n")
+    _restarted(monkeypatch, 0, 1)
+    run = configure_train_or_restart(_args(tmp_path))
+    assert run.resume is None and run.args.overwrite  # logger_context replaces its own files
+    assert f"note: torchrun restart 1: {run_dir} holds no snapshot of this run yet; training " \
+           f"starts over" in run.notes
+
+
+def test_a_restart_refuses_a_directory_of_another_run(tmp_path, monkeypatch, capsys):
+    _first_start_params(tmp_path, monkeypatch, run_id="rdzv-b")
+    _restarted(monkeypatch, 0, 1)
+    assert restartable_train_main(_args(tmp_path)) == 2
+    assert "already holds a run" in capsys.readouterr().err
+
+
+def test_a_restart_without_log_dir_says_it_starts_over(tmp_path, monkeypatch):
+    _restarted(monkeypatch, 0, 1)
+    args = _parser().parse_args(["train", "ppo", "CartPole-v1", "--sampler", "serial"])
+    run = configure_train_or_restart(args)
+    assert run.resume is None
+    assert any(n.startswith("warning: torchrun restart 1: without --log-dir every start "
+                            "writes a new directory") for n in run.notes), run.notes
+    assert not os.path.exists(tmp_path / "data")  # nothing written
 
 
 # ---- nccl on a machine without CUDA --------------------------------------------------------

@@ -29,7 +29,7 @@ import numpy as np
 
 from rlfast.utils.checks import check_choice, check_int
 from rlfast.utils.logging.console import HEADER_EVERY, summary_header, summary_line
-from rlfast.utils.logging.serialization import atomic_write, json_safe
+from rlfast.utils.logging.serialization import NoSpaceError, atomic_write, json_safe
 # load_snapshot and SnapshotCorruptError are re-exported: logger.load_snapshot(path) reads
 # back what logger.save_itr_params wrote.
 from rlfast.utils.logging.snapshot import (SNAPSHOT_DIGEST_KEY,  # noqa: F401
@@ -396,7 +396,10 @@ def save_itr_params(itr: int, params: Mapping[str, Any],
     nothing. Every save is atomic (temporary file, fsync, rename), so an interrupted
     save leaves the previous snapshot intact. The saved dict also holds
     ``SNAPSHOT_DIGEST_KEY``: the sha256 of its content, which :func:`load_snapshot` checks.
-    A snapshot with a NaN or inf in any float tensor or array is not written:
+    A save that runs out of space raises ``NoSpaceError`` ("no space left on device while
+    writing the snapshot <path> ..."); the previous snapshot stays intact, and the sidecars
+    of the failed save are removed. A snapshot with a NaN or inf in any float tensor or
+    array is not written:
     ``rlfast.utils.finite.NonFiniteError`` names the bad entries and the file on disk keeps
     its last good content. Returns the path written, or None.
 
@@ -434,18 +437,41 @@ def save_itr_params(itr: int, params: Mapping[str, Any],
         raise NonFiniteError(
             f"refusing to save snapshot {path} (iteration {itr}): NaN or inf in {named}{more}; "
             f"the snapshot file on disk keeps its last good content")
-    written = {}
-    for suffix, write in (sidecars or {}).items():
-        side = f"{file_name}.{itr}.{suffix}"
-        atomic_write(os.path.join(_snapshot_dir, side), write)
-        written[suffix] = side
-    if written:
-        snapshot["sidecar_files"] = written
-    snapshot[SNAPSHOT_DIGEST_KEY] = snapshot_digest(snapshot)
-    result = atomic_write(path, lambda f: torch.save(snapshot, f))
+    written, result = _write_snapshot_files(itr, file_name, snapshot, sidecars or {},
+                                            lambda obj, f: torch.save(obj, f))
     for suffix, side in written.items():
         _remove_old_sidecars(file_name, suffix, keep=side)
     return result
+
+
+def _write_snapshot_files(itr: int, file_name: str, snapshot: dict,
+                          sidecars: Mapping[str, Any], save: Callable[[Any, Any], None]
+                          ) -> tuple[dict[str, str], str]:
+    """Write the sidecars of ``snapshot`` (see :func:`save_itr_params`), then the snapshot
+    itself with its digest through ``save(snapshot, file)``, each atomically; return ({suffix:
+    sidecar name}, the snapshot's path). A save that runs out of space removes the sidecars
+    it wrote (they belong to no snapshot) and raises ``NoSpaceError``."""
+    hint = f"; free space, then continue from the previous snapshot: rlfast resume {_snapshot_dir}"
+    written, new_files = {}, []
+    try:
+        for suffix, write in sidecars.items():
+            side = f"{file_name}.{itr}.{suffix}"
+            side_path = os.path.join(_snapshot_dir, side)
+            if not os.path.exists(side_path):
+                new_files.append(side_path)
+            atomic_write(side_path, write, what=f"the {suffix} file of the snapshot", hint=hint)
+            written[suffix] = side
+        if written:
+            snapshot["sidecar_files"] = written
+        snapshot[SNAPSHOT_DIGEST_KEY] = snapshot_digest(snapshot)
+        path = atomic_write(os.path.join(_snapshot_dir, file_name),
+                            lambda f: save(snapshot, f), what="the snapshot", hint=hint)
+    except NoSpaceError:  # raised before the rename: the new sidecars belong to no snapshot
+        for side_path in new_files:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(side_path)
+        raise
+    return written, path
 
 
 def _remove_old_sidecars(file_name: str, suffix: str, keep: str) -> None:

@@ -5,7 +5,10 @@ middle of a save should still have its previous file intact. ``atomic_write`` ge
 by writing to a temporary file in the destination directory, syncing it to disk and only
 then renaming it over the final name (a rename within one directory is atomic on POSIX
 and Windows). A kill in the middle of a save can still leave the temporary file behind; the
-next ``atomic_write`` to the same destination removes such leftovers. ``json_safe`` turns
+next ``atomic_write`` to the same destination removes such leftovers. A write that fails for
+want of space (a full disk, a quota, a file-size limit) raises :class:`NoSpaceError`, which
+names the file, also when the writer (``torch.save``) wrapped the OS error in its own.
+``json_safe`` turns
 arbitrary configuration objects (classes, numpy scalars, named tuples, dataclasses, ...)
 into values that ``json.dump`` accepts, so that recording hyperparameters can never crash a
 run.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import errno
 import inspect
 import os
 import re
@@ -24,7 +28,17 @@ from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["atomic_write", "json_safe"]
+__all__ = ["NoSpaceError", "NO_SPACE_ERRNOS", "atomic_write", "json_safe"]
+
+# The errors of a write that ran out of room, and how messages name them.
+NO_SPACE_ERRNOS = {errno.ENOSPC: "no space left on device",
+                   errno.EDQUOT: "disk quota exceeded",
+                   errno.EFBIG: "file size limit reached"}
+
+
+class NoSpaceError(OSError):
+    """A file could not be written for want of space (``errno`` ENOSPC, EDQUOT or EFBIG):
+    the partial file was removed and the destination keeps its previous content."""
 
 _TOKEN_BYTES = 6  # The temporary name carries 2 * _TOKEN_BYTES lowercase hex digits.
 # Temporary files that this process is writing right now (absolute paths). A temporary file
@@ -83,17 +97,20 @@ def _fsync_directory(directory: str) -> None:
 
 
 def atomic_write(path: str | os.PathLike, write_fn: Callable[[IO], None],
-                 binary: bool = True) -> str:
+                 binary: bool = True, *, what: str = "the file", hint: str = "") -> str:
     """Write a file so that readers only ever see the old or the complete new content.
 
     ``write_fn`` receives an open file object (binary unless ``binary=False``, in
     which case text in UTF-8) and writes the content. The data go to a hidden temporary
     file in the same directory, are flushed and fsync'ed, and the temporary file is then
     ``os.replace``-d onto ``path``. If anything raises (including KeyboardInterrupt),
-    the temporary file is removed, ``path`` is untouched and the exception propagates.
-    Temporary files of ``path`` left by an earlier save that was killed (a process cannot
-    clean up after SIGKILL) are deleted first; temporary files this process is writing
-    right now, and every other file, are left alone. Returns the absolute destination path.
+    the temporary file is removed, ``path`` is untouched and the exception propagates;
+    one that ran out of space (:data:`NO_SPACE_ERRNOS`, also when ``write_fn`` wrapped it,
+    as ``torch.save`` does) becomes a :class:`NoSpaceError` naming ``what`` (e.g. "the
+    snapshot") and ``path``, followed by ``hint``. Temporary files of ``path`` left by an
+    earlier save that was killed (a process cannot clean up after SIGKILL) are deleted
+    first; temporary files this process is writing right now, and every other file, are
+    left alone. Returns the absolute destination path.
     """
     path = os.path.abspath(os.fspath(path))
     directory, base = os.path.split(path)
@@ -103,18 +120,59 @@ def atomic_write(path: str | os.PathLike, write_fn: Callable[[IO], None],
         _writing.add(tmp_path)
     try:
         _remove_stale_temps(directory, base)
-        _write_and_replace(tmp_path, path, write_fn, binary)
+        full = _write_and_replace(tmp_path, path, write_fn, binary)
     finally:
         with _writing_lock:
             _writing.discard(tmp_path)
+    if full is not None:
+        error, cause = full
+        reason = NO_SPACE_ERRNOS[error.errno]
+        raise NoSpaceError(error.errno, f"{reason} while writing {what} {path}; nothing was "
+                                        f"replaced: the partial file was removed and the files "
+                                        f"already there are intact{hint}") from cause
     _fsync_directory(directory)
     return path
 
 
+class _WriteErrors:
+    """The open file ``write_fn`` writes to, keeping the first ``OSError`` its ``write``
+    raised: ``torch.save`` reports a failed write as a ``RuntimeError`` of its own, which
+    no longer says that the disk was full."""
+
+    def __init__(self, f: IO) -> None:
+        self._f = f
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            if self.error is None:
+                self.error = e
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+def _no_space(raised: BaseException, recorded: OSError | None) -> OSError | None:
+    """The OS error behind a failed write when it ran out of space: ``raised`` itself, the
+    error ``write`` raised first (``recorded``), or one in ``raised``'s chain of causes."""
+    seen = [raised, recorded]
+    link = raised
+    while link is not None and len(seen) < 20:
+        link = link.__cause__ or link.__context__
+        seen.append(link)
+    return next((e for e in seen if isinstance(e, OSError) and e.errno in NO_SPACE_ERRNOS),
+                None)
+
+
 def _write_and_replace(tmp_path: str, path: str, write_fn: Callable[[IO], None],
-                       binary: bool) -> None:
+                       binary: bool) -> tuple[OSError, BaseException] | None:
     """Create ``tmp_path``, fill it with ``write_fn``, fsync it and rename it to ``path``;
-    on any exception remove it and re-raise."""
+    on any exception remove it and re-raise, except one that ran out of space: then return
+    (the OS error, the exception raised), which the caller turns into a
+    :class:`NoSpaceError` once the temporary file is gone."""
     # os.open with mode 0o666 lets the process umask decide the final permissions,
     # exactly as for a file created with open().
     fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
@@ -128,18 +186,23 @@ def _write_and_replace(tmp_path: str, path: str, write_fn: Callable[[IO], None],
         os.close(fd)
         os.unlink(tmp_path)
         raise
+    recorder = _WriteErrors(f)
     try:
         with f:
-            write_fn(f)
+            write_fn(recorder)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
-    except BaseException:
+    except BaseException as raised:
         try:
             os.unlink(tmp_path)
         except FileNotFoundError:
             pass
-        raise
+        full = _no_space(raised, recorder.error) if isinstance(raised, Exception) else None
+        if full is None:
+            raise
+        return full, raised
+    return None
 
 
 def _qualified_name(obj: Any) -> str:
