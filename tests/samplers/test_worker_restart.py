@@ -9,8 +9,8 @@ import numpy as np
 import psutil
 import pytest
 
-from rlfast.agents import RandomAgent
-from rlfast.samplers import CpuSampler, GpuSampler, SamplerWorkerError
+from rlfast.agents import CategoricalPgAgent, RandomAgent
+from rlfast.samplers import AlternatingSampler, CpuSampler, GpuSampler, SamplerWorkerError
 from tests.integration._guards import live_children, watchdog  # noqa: F401 - fixture
 from tests.samplers._restart_envs import make_pid_env
 
@@ -131,9 +131,32 @@ def test_restarts_must_be_a_non_negative_integer():
                    max_worker_restarts=-1)
 
 
-def test_samplers_with_an_action_server_refuse_restarts():
-    sampler = GpuSampler(EnvCls=make_pid_env, env_kwargs={}, batch_T=T, batch_B=2,
-                         max_worker_restarts=1)
-    with pytest.raises(ValueError, match="max_worker_restarts=1 needs workers that run their "
-                                         "own agent"):
-        sampler.initialize(RandomAgent(), seed=0, affinity=TWO_WORKERS)
+@pytest.mark.parametrize("SamplerCls", [GpuSampler, AlternatingSampler])
+def test_samplers_with_an_action_server_restart_every_worker(SamplerCls, tmp_path, watchdog,
+                                                            capsys):
+    """The action server steps every worker in lockstep: a fault stops them all, and all are
+    started again and collect the whole batch anew, each column from its reset."""
+    watchdog(90)
+    env_kwargs = dict(marker_dir=str(tmp_path), n_faults=2, fault_step=5, fault_seed=1,
+                      fault="sigkill")
+    sampler = SamplerCls(EnvCls=make_pid_env, env_kwargs=env_kwargs, batch_T=T, batch_B=2,
+                         max_decorrelation_steps=0, max_worker_restarts=2, eval_n_envs=2,
+                         eval_max_steps=40)
+    try:
+        sampler.initialize(CategoricalPgAgent(model_kwargs=dict(hidden_sizes=[8])), seed=0,
+                           affinity=TWO_WORKERS)
+        first = [p.pid for p in sampler.workers]
+        samples, _ = sampler.obtain_samples(0)
+        assert sampler.worker_restarts == 2 and _faults(tmp_path) == 2
+        pids = [p.pid for p in sampler.workers]
+        assert not set(pids) & set(first)
+        for column in (0, 1):
+            assert _column_pids(samples, column) == {pids[column]}
+            assert np.asarray(samples.env.observation[:, column, 1]).tolist() == list(range(T))
+        assert capsys.readouterr().out.count("Sampler workers restarted") == 2
+        samples, _ = sampler.obtain_samples(1)  # the new workers go on serving
+        assert _column_pids(samples, 1) == {pids[1]}
+        assert len(sampler.evaluate_agent(1)) >= 2
+    finally:
+        sampler.shutdown()
+    assert live_children() == []

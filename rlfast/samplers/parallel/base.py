@@ -24,14 +24,15 @@ no step of the dead one is trained on (its unfinished episodes are dropped). Eva
 redone the same way. Each restart is one console line naming the worker and the cause, and
 the runners log the count (``WorkerRestarts``). The fault after the N-th ends the run with
 the error it would have raised without restarts. Samplers whose workers take their actions
-from the master's action server (gpu, alternating) refuse the setting: the action server
-steps every worker in lockstep and has no way yet to let one rejoin.
+from the master's action server (gpu, alternating) restart all their workers instead: the
+action server steps every worker in lockstep, so the whole batch is collected again.
 """
 from __future__ import annotations
 
 import functools
 import time
 from collections.abc import Callable
+from typing import Any
 
 from rlfast.agents.base import BaseAgent
 from rlfast.samplers.collections import Samples
@@ -86,12 +87,6 @@ class ParallelSamplerBase(BaseSampler):
         (pinned to ``affinity["workers_cpus"]``) and wait until each has built its
         environments. Returns the example outputs that size replay buffers."""
         affinity = dict(affinity or {})
-        if self.max_worker_restarts and self.ActionServerCls is not None:
-            raise ValueError(f"{type(self).__name__}: max_worker_restarts="
-                             f"{self.max_worker_restarts} needs workers that run their own "
-                             f"agent (the cpu sampler): this sampler's action server steps "
-                             f"every worker in lockstep and cannot let a new one rejoin; use "
-                             f"--sampler cpu, or max_worker_restarts=0")
         B = self.batch_spec.B  # columns: environments times agents per environment
         n_envs, width = self.n_envs, self.n_agents
         workers_cpus = affinity.get("workers_cpus") or default_workers_cpus(n_envs)
@@ -210,7 +205,7 @@ class ParallelSamplerBase(BaseSampler):
         (and ``message``), a failed worker is replaced and sent ``message`` again, and the
         wait goes on until ``new_deadline()``."""
         recover = None
-        if self.max_worker_restarts and message is not None:
+        if self.max_worker_restarts and message is not None and self.action_server is None:
             recover = functools.partial(self._restart_worker, message=message,
                                         new_deadline=new_deadline)
         replies = self._supervisor.gather("done", deadline, self._status.describe, recover)
@@ -226,18 +221,11 @@ class ParallelSamplerBase(BaseSampler):
                                   f"that sampler.max_worker_restarts allows were used.)")
         self.worker_restarts += 1
         n = self.worker_restarts
-        kwargs = self._workers_kwargs[i]
-        worker = dict(kwargs["worker_kwargs"])
-        offset = RESTART_SEED_STRIDE * n
-        worker["seed"] = worker["seed"] + offset
-        for key in ("env_seed", "eval_env_seed"):
-            if worker.get(key) is not None:
-                worker[key] = worker[key] + offset
         logger.log(f"Sampler worker {i} restarted ({n} of {self.max_worker_restarts} "
                    f"allowed), iteration {message[1]} collected again: {_cause_line(cause)}")
         self._supervisor.restart(i, sampling_process,
-                                 dict(common_kwargs=kwargs["common_kwargs"],
-                                      worker_kwargs=worker), name="rlfast-sampler")
+                                 self._restarted_kwargs(self._workers_kwargs[i], n),
+                                 name="rlfast-sampler")
         self._supervisor.gather("ready", self._timeouts.startup(self.worker_timeout),
                                 self._status.describe, indexes=[i])
         self._supervisor.send_all(message, indexes=[i])
@@ -261,6 +249,9 @@ class ParallelSamplerBase(BaseSampler):
         ``worker_timeout``) with what it was doing."""
         self.use_slot(db_idx)
         self._before_batch()
+        return self._restarting_all(lambda i: self._sample_once(i, db_idx), itr)
+
+    def _sample_once(self, itr: int, db_idx: int | None) -> tuple[Samples, list]:
         deadline = self._timeouts.batch(self.worker_timeout)  # shared by this batch's waits
         start = time.monotonic()
         message = self._send("sample", itr, db_idx)
@@ -278,8 +269,12 @@ class ParallelSamplerBase(BaseSampler):
         if self.eval_n_envs == 0:
             raise ValueError("evaluate_agent() needs eval_n_envs > 0 in the sampler")
         self._before_batch()
+        return self._restarting_all(self._evaluate_once, itr)
+
+    def _evaluate_once(self, itr: int) -> list:
         if self.action_server is not None:
             self.action_server.prepare_evaluation()
+
         def eval_deadline() -> Deadline:
             return self._timeouts.evaluation(self.worker_timeout, self._eval_max_T)
 
@@ -291,6 +286,52 @@ class ParallelSamplerBase(BaseSampler):
         traj_infos = self._gather_traj_infos(deadline, message, eval_deadline)
         self._timeouts.record_evaluation(time.monotonic() - start)
         return traj_infos
+
+    def _restarting_all(self, run: Callable[[int], Any], itr: int) -> Any:
+        """``run(itr)``; for a sampler with an action server and restarts left, a worker fault
+        (which has stopped every worker) restarts them all and runs it again. The action
+        server steps every worker in lockstep, so the whole batch is collected again by the
+        new workers, each from its environments' reset."""
+        while True:
+            try:
+                return run(itr)
+            except SamplerWorkerError as error:
+                if self.action_server is None or not self.max_worker_restarts:
+                    raise
+                if self.worker_restarts >= self.max_worker_restarts:
+                    raise SamplerWorkerError(
+                        f"{error}\n(All {self.max_worker_restarts} worker restarts that "
+                        f"sampler.max_worker_restarts allows were used.)") from error
+                self._restart_all_workers(str(error), itr)
+
+    def _restart_all_workers(self, cause: str, itr: int) -> None:
+        """After a worker fault stopped every worker: clear the action server's semaphores
+        and flags, start every worker again with fresh seeds, and wait until they are ready."""
+        self.worker_restarts += 1
+        n = self.worker_restarts
+        logger.log(f"Sampler workers restarted ({n} of {self.max_worker_restarts} allowed; the "
+                   f"action server needs all of them), iteration {itr} collected again: "
+                   f"{_cause_line(cause)}")
+        self.action_server.reset_sync()
+        self._supervisor.start(sampling_process,
+                               [self._restarted_kwargs(kwargs, n)
+                                for kwargs in self._workers_kwargs],
+                               name="rlfast-sampler", owner=self)
+        self._supervisor.gather("ready", self._timeouts.startup(self.worker_timeout),
+                                self._status.describe)
+        self.agent.reset()  # every environment starts a new episode
+
+    @staticmethod
+    def _restarted_kwargs(kwargs: dict, n: int) -> dict:
+        """A worker's start-up arguments for the ``n``-th restart of the run: its seeds moved
+        by ``n * RESTART_SEED_STRIDE``."""
+        worker = dict(kwargs["worker_kwargs"])
+        offset = RESTART_SEED_STRIDE * n
+        worker["seed"] = worker["seed"] + offset
+        for key in ("env_seed", "eval_env_seed"):
+            if worker.get(key) is not None:
+                worker[key] = worker[key] + offset
+        return dict(common_kwargs=kwargs["common_kwargs"], worker_kwargs=worker)
 
     def shutdown(self) -> None:
         """Stop and join every worker (terminating any that do not exit), on every path; then

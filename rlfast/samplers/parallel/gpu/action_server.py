@@ -136,6 +136,16 @@ class ActionServer:
         """Shared flags that release workers blocked on "actions ready" at shutdown."""
         return [self.sync[0].stop]
 
+    def reset_sync(self) -> None:
+        """After every worker was stopped mid-batch, before new ones start: no semaphore left
+        raised, no evaluation marked done, the stop flag down."""
+        for sync in self.sync:
+            for semaphore in (sync.obs_ready, sync.act_ready):
+                while semaphore.acquire(False):
+                    pass
+            sync.eval_done.value = False
+        self.sync[0].stop.value = False
+
     def worker_kwargs(self, i: int) -> dict:
         """Worker ``i``'s semaphores and its rows of the step buffers."""
         group, base = self._group_of[i], self._starts[self._group_of[i].workers[0]]
