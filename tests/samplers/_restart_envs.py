@@ -54,7 +54,8 @@ def inject(fault: str) -> None:
 class PidEnv(gym.Env):
     """Observations say who stepped: ``[pid, step of this env, episode step, 0]`` (float64,
     exact for pids below 2**53); 2 actions, reward 1, episodes of 10 steps. Faults at its
-    ``fault_step``-th step when its seed is ``fault_seed`` and a marker is left."""
+    ``fault_step``-th step when its seed is ``fault_seed`` and a marker is left
+    (``fault_step=0``: at its first, seeded reset, while its worker starts)."""
 
     def __init__(self, marker_dir: str = "", n_faults: int = 0, fault_step: int = 5,
                  fault_seed: int = 1, fault: str = "sigkill"):
@@ -70,6 +71,9 @@ class PidEnv(gym.Env):
         super().reset(seed=seed)
         if seed is not None:
             self.faulting = is_faulting(seed, self.fault_seed)
+            if (self.faulting and self.fault_step == 0
+                    and next_fault(self.marker_dir, self.n_faults)):
+                inject(self.fault)
         self.t = 0
         return self._obs(), {}
 

@@ -106,6 +106,22 @@ def test_a_raising_aborting_or_hanging_worker_is_replaced(sampler_for, watchdog,
     assert cause in capsys.readouterr().out
 
 
+def test_a_worker_that_dies_while_starting_is_replaced(tmp_path, watchdog, capsys):
+    watchdog(60)
+    env_kwargs = dict(marker_dir=str(tmp_path), n_faults=1, fault_step=0, fault_seed=1)
+    sampler = CpuSampler(EnvCls=make_pid_env, env_kwargs=env_kwargs, batch_T=T, batch_B=2,
+                         max_decorrelation_steps=0, max_worker_restarts=1)
+    try:
+        sampler.initialize(RandomAgent(), seed=0, affinity=TWO_WORKERS)
+        assert sampler.worker_restarts == 1 and _faults(tmp_path) == 1
+        samples, _ = sampler.obtain_samples(0)
+        assert _column_pids(samples, 1) == {sampler.workers[1].pid}
+        assert "Sampler worker 1 restarted (1 of 1 allowed), while starting" in \
+            capsys.readouterr().out
+    finally:
+        sampler.shutdown()
+
+
 def test_evaluation_is_redone_by_the_replacement(sampler_for, tmp_path, watchdog):
     """The fault strikes while evaluating: env seeds of evaluation start at
     EVAL_ENV_SEED_OFFSET, so here the faulting environment is worker 1's evaluation one."""

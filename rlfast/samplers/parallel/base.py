@@ -176,8 +176,12 @@ class ParallelSamplerBase(BaseSampler):
         self._supervisor.start(sampling_process, workers_kwargs, name="rlfast-sampler",
                                owner=self)
         # Workers finished initializing (a silent one raises after the startup timeout).
-        self._supervisor.gather("ready", self._timeouts.startup(self.worker_timeout),
-                                self._status.describe)
+        startup = functools.partial(self._timeouts.startup, self.worker_timeout)
+        recover = None  # a worker that dies while starting is replaced too (cpu sampler)
+        if self.max_worker_restarts and self.action_server is None:
+            recover = functools.partial(self._restart_worker, message=None,
+                                        new_deadline=startup)
+        self._supervisor.gather("ready", startup(), self._status.describe, recover)
         return examples
 
     @property
@@ -211,24 +215,28 @@ class ParallelSamplerBase(BaseSampler):
         replies = self._supervisor.gather("done", deadline, self._status.describe, recover)
         return [info for infos in replies for info in infos]
 
-    def _restart_worker(self, i: int, cause: str, message: tuple,
+    def _restart_worker(self, i: int, cause: str, message: tuple | None,
                         new_deadline: Callable[[], Deadline]) -> Deadline:
         """Replace failed worker ``i`` (see the module docstring) and send it ``message``
-        again; returns the deadline of the re-collection. With every restart used up, stop
-        all workers and raise the worker's error, saying so."""
+        again (None: the worker was starting, and the new one reports ready by itself);
+        returns the deadline to wait on from then on. With every restart used up, stop all
+        workers and raise the worker's error, saying so."""
         if self.worker_restarts >= self.max_worker_restarts:
             self._supervisor.fail(f"{cause}\n(All {self.max_worker_restarts} worker restarts "
                                   f"that sampler.max_worker_restarts allows were used.)")
         self.worker_restarts += 1
         n = self.worker_restarts
+        redo = "while starting" if message is None else \
+            f"iteration {message[1]} collected again"
         logger.log(f"Sampler worker {i} restarted ({n} of {self.max_worker_restarts} "
-                   f"allowed), iteration {message[1]} collected again: {_cause_line(cause)}")
+                   f"allowed), {redo}: {_cause_line(cause)}", console=True)
         self._supervisor.restart(i, sampling_process,
                                  self._restarted_kwargs(self._workers_kwargs[i], n),
                                  name="rlfast-sampler")
-        self._supervisor.gather("ready", self._timeouts.startup(self.worker_timeout),
-                                self._status.describe, indexes=[i])
-        self._supervisor.send_all(message, indexes=[i])
+        if message is not None:
+            self._supervisor.gather("ready", self._timeouts.startup(self.worker_timeout),
+                                    self._status.describe, indexes=[i])
+            self._supervisor.send_all(message, indexes=[i])
         return new_deadline()
 
     def _before_batch(self) -> None:
@@ -311,7 +319,7 @@ class ParallelSamplerBase(BaseSampler):
         n = self.worker_restarts
         logger.log(f"Sampler workers restarted ({n} of {self.max_worker_restarts} allowed; the "
                    f"action server needs all of them), iteration {itr} collected again: "
-                   f"{_cause_line(cause)}")
+                   f"{_cause_line(cause)}", console=True)
         self.action_server.reset_sync()
         self._supervisor.start(sampling_process,
                                [self._restarted_kwargs(kwargs, n)
