@@ -183,8 +183,10 @@ def _fixed_agent(cls: type):
 # of the loss (on CUDA PPO's whole step, and the replay algorithms' whole update, in one CUDA
 # graph, LeanRL); algo.target_kl (PPO): stop an iteration's epochs once their KL passes it
 # (None: off); algo.replay_device: where replay lives (host, device, or host + prefetcher,
-# rlfast.algos.replay_choice); the async section is read by --runner async only.
-_ON_POLICY_KEYS = ("normalize_reward", "compile")
+# rlfast.algos.replay_choice); algo.value_norm, algo.value_loss, algo.huber_delta (A2C, PPO):
+# the MAPPO code's value normalization and Huber value loss; the async section is read by
+# --runner async only.
+_ON_POLICY_KEYS = ("normalize_reward", "compile", "value_norm", "value_loss", "huber_delta")
 _PPO_KEYS = _ON_POLICY_KEYS + ("target_kl",)
 _REPLAY_KEYS = ("replay_device", "compile")
 

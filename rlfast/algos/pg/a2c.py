@@ -17,7 +17,9 @@ class A2C(PolicyGradientAlgo):
     One gradient step on the whole ``[T, B]`` batch per iteration, with returns and
     advantages from :meth:`process_returns`. ``compile=True`` runs the step as a
     :class:`~rlfast.algos.graph_step.GraphStep`: the loss under ``torch.compile`` and, on
-    CUDA, the whole step in one CUDA graph. The other arguments are those of
+    CUDA, the whole step in one CUDA graph. ``value_norm``, ``value_loss`` and
+    ``huber_delta``: the value normalization and Huber value loss (off by default; see
+    :class:`PolicyGradientAlgo`). The other arguments are those of
     :class:`PolicyGradientAlgo`.
     """
 
@@ -27,7 +29,8 @@ class A2C(PolicyGradientAlgo):
                  clip_grad_norm: float = 1.0, initial_optim_state_dict: dict | None = None,
                  gae_lambda: float = 1, normalize_advantage: bool = False,
                  bootstrap_timelimit: bool = True,
-                 normalize_reward: bool = False, compile: bool = False):
+                 normalize_reward: bool = False, compile: bool = False,
+                 value_norm: bool = False, value_loss: str = "mse", huber_delta: float = 10.0):
         super().__init__(**pg_hyperparameters(locals()))
         self.compile = check_compile(compile, "A2C")
 
@@ -70,8 +73,8 @@ class A2C(PolicyGradientAlgo):
         # Policy loss: -E[log pi(a|s) * A]
         n = rank_loss_count(valid)  # under SyncRl: means over every rank's valid steps
         pi_loss = -pooled_valid_mean(dist.log_likelihood(action, dist_info) * advantage, valid, n)
-        # Value loss: c_v * E[0.5 (V - R)^2]
-        value_loss = self.value_loss_coeff * pooled_valid_mean(0.5 * (value - return_) ** 2,
+        # Value loss: c_v * E[0.5 (V - R)^2] (or Huber; R normalized with value_norm)
+        value_loss = self.value_loss_coeff * pooled_valid_mean(self.value_error(value, return_),
                                                                valid, n)
         # Entropy bonus: -c_H * E[H]
         entropy = pooled_valid_mean(dist.entropy(dist_info), valid, n)

@@ -13,6 +13,7 @@ from rlfast.algos.base import RLAlgorithm
 from rlfast.algos.graph_step import GraphStep, capture_for, copy_into, static_copy
 from rlfast.algos.guarded_steps import GuardedSteps
 from rlfast.algos.pg.reward_norm import RewardNormalizer
+from rlfast.algos.pg.value_norm import ValueNormalizer
 from rlfast.algos.utils import (build_optimizer, discount_return, episode_starts,
                                 generalized_advantage_estimation, valid_from_done)
 from rlfast.utils.buffer import buffer_func, buffer_to
@@ -47,7 +48,8 @@ class LossBatch(NamedTuple):
 PG_HYPERPARAMETERS = ("discount", "learning_rate", "value_loss_coeff", "entropy_loss_coeff",
                       "OptimCls", "optim_kwargs", "clip_grad_norm", "initial_optim_state_dict",
                       "gae_lambda", "normalize_advantage", "bootstrap_timelimit",
-                      "normalize_reward")
+                      "normalize_reward", "value_norm", "value_loss", "huber_delta")
+VALUE_LOSSES = ("mse", "huber")  # the choices of ``value_loss``
 
 
 def pg_hyperparameters(arguments: dict) -> dict:
@@ -65,10 +67,15 @@ class PolicyGradientAlgo(RLAlgorithm):
     limit bootstrap from the value estimate instead of being treated as terminal, and the cut
     step itself is masked out of the loss. ``normalize_reward`` scales the rewards by the
     running std of the discounted return first (:class:`RewardNormalizer`, VecNormalize's
-    reward normalization), so the critic learns returns of order one on any reward scale. The
-    subclasses set the defaults (they differ, e.g. in ``value_loss_coeff``), so every argument here
-    is required. Every gradient step is refused with ``NonFiniteError`` when its loss or gradient
-    norm is NaN or inf.
+    reward normalization), so the critic learns returns of order one on any reward scale.
+    ``value_norm`` makes the critic predict returns normalized by their running mean and std
+    (:class:`~rlfast.algos.pg.value_norm.ValueNormalizer`, the MAPPO code's value
+    normalization): its estimates are mapped back to the return's units for GAE, and the
+    returns are normalized for the value loss. ``value_loss`` is ``"mse"``
+    (``0.5 (V - R)^2``) or ``"huber"`` (the same inside ``|V - R| <= huber_delta``, linear
+    outside; MAPPO's, with delta 10). The subclasses set the defaults (they differ, e.g. in
+    ``value_loss_coeff``), so every argument here is required. Every gradient step is refused
+    with ``NonFiniteError`` when its loss or gradient norm is NaN or inf.
     """
 
     bootstrap_value = True
@@ -82,7 +89,8 @@ class PolicyGradientAlgo(RLAlgorithm):
                  entropy_loss_coeff: float, OptimCls: type, optim_kwargs: dict | None,
                  clip_grad_norm: float, initial_optim_state_dict: dict | None,
                  gae_lambda: float, normalize_advantage: bool, bootstrap_timelimit: bool,
-                 normalize_reward: bool = False):
+                 normalize_reward: bool = False, value_norm: bool = False,
+                 value_loss: str = "mse", huber_delta: float = 10.0):
         self.discount = discount
         self.learning_rate = learning_rate
         self.value_loss_coeff = value_loss_coeff
@@ -99,6 +107,20 @@ class PolicyGradientAlgo(RLAlgorithm):
                             f"got {normalize_reward!r}")
         self.normalize_reward = normalize_reward
         self.reward_normalizer = RewardNormalizer(discount) if normalize_reward else None
+        owner = type(self).__name__
+        if not isinstance(value_norm, bool):
+            raise TypeError(f"{owner}: value_norm must be True or False; got {value_norm!r}")
+        if value_loss not in VALUE_LOSSES:
+            raise ValueError(f"{owner}: value_loss must be one of {', '.join(VALUE_LOSSES)}; "
+                             f"got {value_loss!r}")
+        if (isinstance(huber_delta, bool) or not isinstance(huber_delta, (int, float))
+                or not 0 < huber_delta < float("inf")):
+            raise ValueError(f"{owner}: huber_delta must be a positive finite number; "
+                             f"got {huber_delta!r}")
+        self.value_norm = value_norm
+        self.value_loss = value_loss
+        self.huber_delta = float(huber_delta)
+        self.value_normalizer = ValueNormalizer() if value_norm else None
 
     def initialize(self, agent: Any, n_itr: int, batch_spec: Any, mid_batch_reset: bool = False,
                    examples: Any = None, world_size: int = 1, rank: int = 0) -> None:
@@ -119,6 +141,8 @@ class PolicyGradientAlgo(RLAlgorithm):
         if self.initial_optim_state_dict is not None:
             self.optimizer.load_state_dict(self.initial_optim_state_dict)
         self.guarded_steps = GuardedSteps(self.optimizer, self.check_finite)
+        if self.value_normalizer is not None:
+            self.value_normalizer.to(agent.device)
         self.loss_fn = self.compiled_loss  # the loss, under torch.compile with compile=True
         self._program = None  # the compile=True step program, built at the first call
 
@@ -128,7 +152,9 @@ class PolicyGradientAlgo(RLAlgorithm):
         The targets the losses regress on: discounted returns or GAE from the sampler's value
         estimates, with time-limit cuts bootstrapped (see the class docstring), and the mask
         of steps that may be trained on. ``normalize_advantage`` standardizes the advantage
-        over the valid steps.
+        over the valid steps. With ``value_norm`` the sampler's value estimates (the critic's
+        normalized outputs, the bootstrap value too) are first mapped back to the return's
+        units, on the normalizer's device, where the results then are.
         """
         reward = samples.env.reward
         done = samples.env.done.to(reward.dtype)
@@ -140,6 +166,12 @@ class PolicyGradientAlgo(RLAlgorithm):
         timeout = None
         if self.bootstrap_timelimit and env_info is not None and "timeout" in env_info:
             timeout = env_info.timeout.to(reward.dtype)
+        if self.value_normalizer is not None:
+            device = self.value_normalizer.device
+            reward, done, timeout = (None if x is None else x.to(device)
+                                     for x in (reward, done, timeout))
+            value = self.value_normalizer.denormalize(value.to(device))
+            bootstrap = self.value_normalizer.denormalize(bootstrap.to(device))
         if self.gae_lambda == 1:
             return_ = discount_return(reward, done, bootstrap, self.discount, timeout, value)
             advantage = return_ - value
@@ -152,7 +184,7 @@ class PolicyGradientAlgo(RLAlgorithm):
             valid = torch.ones_like(reward)
         if env_info is not None and "valid" in env_info:
             # multi-agent columns of agents that had left the episode (rlfast.envs.multiagent)
-            valid = valid * env_info.valid.to(reward.dtype)
+            valid = valid * env_info.valid.to(reward.device, reward.dtype)
         if timeout is not None:
             valid = valid * (1 - timeout)
         if self.normalize_advantage:
@@ -162,16 +194,21 @@ class PolicyGradientAlgo(RLAlgorithm):
         return return_, advantage, valid
 
     def state_dict(self) -> dict:
-        """Also the reward normalizer's statistics and running returns."""
+        """Also the reward normalizer's statistics and running returns, and the value
+        normalizer's statistics."""
         state = super().state_dict()
         if self.reward_normalizer is not None:
             state["reward_normalizer"] = self.reward_normalizer.state_dict()
+        if self.value_normalizer is not None:
+            state["value_normalizer"] = self.value_normalizer.state_dict()
         return state
 
     def load_state_dict(self, state: Any) -> None:
         super().load_state_dict(state)
         if self.reward_normalizer is not None and "reward_normalizer" in state:
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
+        if self.value_normalizer is not None and "value_normalizer" in state:
+            self.value_normalizer.load_state_dict(state["value_normalizer"])
 
     # ---- the update: a batch on the device, and one guarded gradient step ------------------
     def loss_batch(self, samples: Any, flatten: bool) -> LossBatch:
@@ -182,18 +219,27 @@ class PolicyGradientAlgo(RLAlgorithm):
         the sampler's agent will use them next. Feedforward batches are flattened from
         ``[T, B]`` to ``[T*B]`` when ``flatten`` (minibatches of single steps); recurrent
         ones keep ``[T, B]`` with where episodes start (``reset``) and the recurrent state
-        the sampler had at the batch start."""
+        the sampler had at the batch start. With ``value_norm`` the normalizer takes the
+        batch's valid returns before they are normalized as the critic's targets (MAPPO
+        updates it per minibatch; over an epoch that averages to this batch's statistics);
+        the explained variance compares the returns with the estimates in the return's
+        units."""
         device = self.agent.device
         agent_inputs = buffer_to(AgentInputs(observation=samples.env.observation,
                                              prev_action=samples.agent.prev_action,
                                              prev_reward=samples.env.prev_reward), device)
         self.agent.update_obs_rms(agent_inputs.observation)
         return_, advantage, valid = buffer_to(self.process_returns(samples), device)
+        value = samples.agent.agent_info.value.to(device)
+        if self.value_normalizer is not None:
+            value = self.value_normalizer.denormalize(value)  # as process_returns read it
+        explained = explained_variance_tensor(return_, value, valid)
+        if self.value_normalizer is not None:
+            self.value_normalizer.update(return_, valid)
+            return_ = self.value_normalizer.normalize(return_)
         inputs = LossInputs(agent_inputs=agent_inputs, action=samples.agent.action.to(device),
                             return_=return_, advantage=advantage, valid=valid,
                             old_dist_info=buffer_to(samples.agent.agent_info.dist_info, device))
-        explained = explained_variance_tensor(return_, samples.agent.agent_info.value.to(device),
-                                              valid)
         T, B = return_.shape[:2]
         if self.agent.recurrent:
             inputs = RnnLossInputs(*inputs, reset=episode_starts(samples.env.done).to(device))
@@ -202,6 +248,17 @@ class PolicyGradientAlgo(RLAlgorithm):
         if flatten:
             inputs = buffer_func(inputs, lambda x: x.reshape(T * B, *x.shape[2:]))
         return LossBatch(inputs, None, T * B, explained)
+
+    def value_error(self, value: torch.Tensor, return_: torch.Tensor) -> torch.Tensor:
+        """The per-step value loss the losses average: ``0.5 (V - R)^2`` (``"mse"``), or
+        with ``"huber"`` the same for ``|V - R| <= delta`` and ``delta (|V - R| - delta / 2)``
+        beyond (linear, so rare large errors do not dominate the critic's gradient)."""
+        if self.value_loss == "huber":
+            error = value - return_
+            size = error.abs()
+            return torch.where(size <= self.huber_delta, 0.5 * error ** 2,
+                               self.huber_delta * (size - 0.5 * self.huber_delta))
+        return 0.5 * (value - return_) ** 2
 
     def minibatch_loss(self, batch: LossBatch, idxs: torch.Tensor | None) -> tuple:
         """``(loss, info)`` of the minibatch ``idxs`` (None: the whole batch): single steps of

@@ -33,7 +33,9 @@ class PPO(PolicyGradientAlgo):
     ``torch.compile`` and, on CUDA, the whole step captured in one CUDA graph (LeanRL's
     approach); recurrent agents get the compiled loss only. ``target_kl`` stops the epochs
     of an iteration early once an epoch's mean approximate KL exceeds it (one host read per
-    epoch; off by default). The other arguments are those of :class:`PolicyGradientAlgo`.
+    epoch; off by default). ``value_norm``, ``value_loss`` and ``huber_delta`` are the MAPPO
+    code's value normalization and Huber value loss (off by default; see
+    :class:`PolicyGradientAlgo`). The other arguments are those of :class:`PolicyGradientAlgo`.
     """
 
     OptInfo = PpoOptInfo
@@ -48,7 +50,8 @@ class PPO(PolicyGradientAlgo):
                  ratio_clip: float = 0.1, linear_lr_schedule: bool = True,
                  normalize_advantage: bool = False, bootstrap_timelimit: bool = True,
                  normalize_reward: bool = False, compile: bool = False,
-                 target_kl: float | None = None):
+                 target_kl: float | None = None, value_norm: bool = False,
+                 value_loss: str = "mse", huber_delta: float = 10.0):
         super().__init__(**pg_hyperparameters(locals()))
         if target_kl is not None and not (isinstance(target_kl, (int, float))
                                           and not isinstance(target_kl, bool) and target_kl > 0):
@@ -151,8 +154,8 @@ class PPO(PolicyGradientAlgo):
         clipped = torch.clamp(ratio, 1.0 - self.ratio_clip, 1.0 + self.ratio_clip) * advantage
         n = rank_loss_count(valid)  # under SyncRl: means over every rank's valid steps
         pi_loss = -pooled_valid_mean(torch.min(surrogate, clipped), valid, n)
-        # Value loss: c_v * E[0.5 (V(s) - R)^2]
-        value_loss = self.value_loss_coeff * pooled_valid_mean(0.5 * (value - return_) ** 2,
+        # Value loss: c_v * E[0.5 (V(s) - R)^2] (or Huber; R normalized with value_norm)
+        value_loss = self.value_loss_coeff * pooled_valid_mean(self.value_error(value, return_),
                                                                valid, n)
         # Entropy bonus: -c_H * E[H(pi(.|s))]
         entropy = pooled_valid_mean(dist.entropy(dist_info), valid, n)
