@@ -24,8 +24,9 @@ setup(
         "test": ["pytest>=7", "pytest-xdist>=3.0", "tensorboard>=2.10", "matplotlib>=3.5",
                  "imageio>=2.20", "imageio-ffmpeg>=0.4.5", "pygame>=2.1", "submitit>=1.4",
                  "gymnasium[box2d,mujoco]>=0.29", "optuna>=4", "cma>=3.2",
-                 "pettingzoo>=1.24", "mpe2>=1.0", "popgym>=1.0", "minatar>=1.0.15", "onnx>=1.16",
-                 "onnxscript>=0.3", "onnxruntime>=1.18", "wandb>=0.19", "ruff>=0.17,<0.18"],
+                 "pettingzoo>=1.24", "mpe2>=1.0", "multi-agent-ale-py>=0.1.12", "popgym>=1.0",
+                 "minatar>=1.0.15", "onnx>=1.16", "onnxscript>=0.3",
+                 "onnxruntime>=1.18", "wandb>=0.19", "ruff>=0.17,<0.18"],
         # The linter .ci/run runs (pyproject.toml configures it). Pinned to a minor version:
         # ruff's rules change between minor versions, and CI must not start failing on its own.
         "lint": ["ruff>=0.17,<0.18"],
@@ -44,6 +45,9 @@ setup(
         # Multi-agent environments (pz:<module>): PettingZoo's parallel API and converters,
         # and its MPE tasks (simple_spread ...), which now live in the mpe2 package.
         "pettingzoo": ["pettingzoo>=1.24", "mpe2>=1.0"],
+        # PettingZoo's multi-agent Atari games (pz:pettingzoo.atari.pong_v3): the multi-player
+        # ALE build they run on, and pygame, which their module imports; the ROMs are ale-py's.
+        "pettingzoo-atari": ["pettingzoo>=1.24", "multi-agent-ale-py>=0.1.12", "pygame>=2.1"],
         # POPGym's partially observable tasks (popgym:<Task>), the memory benchmark of
         # Morad et al. (ICLR 2023); its core install needs only numpy and gymnasium.
         "popgym": ["popgym>=1.0"],

@@ -11,7 +11,9 @@ Observations are one vector per agent, ``[local | one-hot agent id | global stat
 the agent's one-hot index, which separate per-agent policies need and a shared policy may
 use; ``global_state`` appends the env's ``state()`` (or, for envs without one, every
 agent's observation concatenated, zeros for departed agents), which a centralised critic
-reads. Agents must share one observation and one action space; ``pad=True`` accepts
+reads. Image observations (a 3-D uint8 Box the same for every agent, such as the frame stacks
+of :mod:`rlfast.envs.pettingzoo_atari`) are passed on as uint8 arrays, without agent id or
+global state. Agents must share one observation and one action space; ``pad=True`` accepts
 1-D Box observations of different sizes (zero-padded to the largest) and Discrete action
 spaces of different sizes (the largest; an agent given an action beyond its own space takes
 its last action).
@@ -64,6 +66,9 @@ def check_pettingzoo_id(env: str) -> Any:
         module = importlib.import_module(env)
     except ImportError as e:
         missing = getattr(e, "name", None) or ""
+        if env.startswith("pettingzoo.atari.") and missing in ("multi_agent_ale_py", "pygame"):
+            raise PettingZooError(f"PettingZoo Atari environment {env!r} needs the {missing} "
+                                  f"package: pip install 'rlfast[pettingzoo-atari]'") from None
         if missing in ("pettingzoo", "mpe2") or env.split(".")[0] == missing == "pettingzoo":
             raise PettingZooError(f"PettingZoo environment {env!r} needs the {missing} package: "
                                   f"pip install 'rlfast[pettingzoo]'") from None
@@ -106,14 +111,29 @@ def _observation_size(name: str, agent: str, space: Any) -> int:
     return int(space.shape[0])
 
 
+def image_shape(env: Any) -> tuple[int, ...] | None:
+    """The shape of the env's image observations when every agent observes one 3-D uint8
+    Box (frames, height, width), else None."""
+    from gymnasium import spaces as gym_spaces
+    spaces_ = [env.observation_space(a) for a in env.possible_agents]
+    first = spaces_[0] if spaces_ else None
+    if not isinstance(first, gym_spaces.Box) or len(first.shape) != 3 or \
+            np.dtype(first.dtype) != np.uint8 or any(s != first for s in spaces_):
+        return None
+    return tuple(int(n) for n in first.shape)
+
+
 def _agent_spaces(name: str, env: Any, pad: bool) -> tuple[list[int], Any, list[int] | None]:
-    """Per-agent observation sizes, the common action space (gymnasium) and, for padded
-    Discrete actions, each agent's action count."""
+    """Per-agent observation sizes (0 for image observations), the common action space
+    (gymnasium) and, for padded Discrete actions, each agent's action count."""
     from gymnasium import spaces as gym_spaces
     agents = list(env.possible_agents)
     obs_spaces = [env.observation_space(a) for a in agents]
     act_spaces = [env.action_space(a) for a in agents]
-    sizes = [_observation_size(name, a, s) for a, s in zip(agents, obs_spaces)]
+    if image_shape(env) is not None:
+        sizes = [0] * len(agents)
+    else:
+        sizes = [_observation_size(name, a, s) for a, s in zip(agents, obs_spaces)]
     differ = [a for a, s in zip(agents, obs_spaces) if s != obs_spaces[0]]
     if differ and not pad:
         raise PettingZooError(
@@ -159,7 +179,7 @@ class PettingZooEnv(MultiAgentEnv):
         self.env_kwargs = dict(env_kwargs or {})
         if render_mode is not None:  # rlfast watch: frames from the PettingZoo env
             self.env_kwargs["render_mode"] = render_mode
-        self._env = make_parallel_env(env, self.env_kwargs)
+        self._env = self._make_env()
         self.agent_names = list(self._env.possible_agents)
         self.n_agents = len(self.agent_names)
         if self.n_agents == 0:
@@ -169,20 +189,33 @@ class PettingZooEnv(MultiAgentEnv):
         self._agent_id = bool(agent_id)
         self._global_state = bool(global_state)
         self._state_fn = None
+        self._image = image_shape(self._env)
+        if self._image is not None and (self._agent_id or self._global_state):
+            raise PettingZooError(
+                f"PettingZoo environment {env!r} observes images {self._image}, which carry "
+                f"no agent id or global state; set env.agent_id=False and "
+                f"env.global_state=False")
         state_size = 0
         if self._global_state:
             self._state_fn, state_size = self._find_state()
-        self._observation_space = agent_observation_box(
-            self._local, self.n_agents if self._agent_id else 0, state_size)
+        if self._image is not None:
+            self._observation_space = IntBox(0, 256, shape=self._image, dtype="uint8")
+        else:
+            self._observation_space = agent_observation_box(
+                self._local, self.n_agents if self._agent_id else 0, state_size)
         self._gym_action_space = action_space
         self._action_space = _rlfast_action_space(env, action_space)
         self._discrete = isinstance(self._action_space, IntBox)
-        width = self._observation_space.shape[0]
-        self._obs = np.zeros((self.n_agents, width), np.float32)
+        self._obs = np.zeros((self.n_agents, *self._observation_space.shape),
+                             self._observation_space.dtype)
         if self._agent_id:
             self._obs[:, self._local:self._local + self.n_agents] = np.eye(self.n_agents)
         self._alive = np.zeros(self.n_agents, bool)
         self._seed = seed
+
+    def _make_env(self) -> Any:
+        """The PettingZoo parallel env this wraps (subclasses add their processing)."""
+        return make_parallel_env(self.env_name, self.env_kwargs)
 
     @classmethod
     def agents_per_env(cls, env: str, env_kwargs: dict | None = None, **_: Any) -> int:
@@ -216,6 +249,11 @@ class PettingZooEnv(MultiAgentEnv):
     def _write_observations(self, obs: dict) -> np.ndarray:
         local = self._local
         out = self._obs
+        if self._image is not None:  # uint8 frames; zeros for departed agents
+            for k, name in enumerate(self.agent_names):
+                o = obs.get(name) if self._alive[k] else None
+                out[k] = 0 if o is None else o
+            return out.copy()
         state = self._state_fn(obs) if self._state_fn is not None else None
         for k, name in enumerate(self.agent_names):
             o = obs.get(name) if self._alive[k] else None

@@ -8,6 +8,15 @@ options. The algorithms with a ``multiagent`` preset (ppo, a2c, mappo) act throu
 :class:`rlfast.agents.MultiAgentPgAgent`: ``agent.shared=False`` gives one policy per agent,
 ``algo.central_critic=True`` a value function on the global state (this family turns it
 into ``agent.central_critic`` and ``env.global_state``).
+
+PettingZoo's Atari games (``pz:pettingzoo.atari.pong_v3``) observe images: every player gets
+the Atari frame processing of :mod:`rlfast.envs.pettingzoo_atari` (``env.frame_skip``,
+``env.num_img_obs``, ``env.clip_reward``, ``env.max_start_noops``, ``env.horizon``,
+``env.obs_type``), their algorithms take the ``atari`` presets and the convolutional
+feed-forward agent (:class:`rlfast.agents.AtariFfAgent`, one set of parameters for every
+player, no agent id). The Atari presets' ``episodic_lives`` and
+``repeat_action_probability=0`` are dropped: multi-agent ALE has no per-player lives and no
+sticky actions.
 """
 from __future__ import annotations
 
@@ -22,6 +31,13 @@ from rlfast.experiments.registry import EnvFamily, EnvTraits, SamplerSpec
 __all__ = ["PETTINGZOO", "pettingzoo_agent_class", "configure_pettingzoo"]
 
 _OPTIONS = ("agent_id", "global_state", "pad")
+_ATARI_OPTIONS = ("frame_skip", "num_img_obs", "clip_reward", "max_start_noops", "horizon",
+                  "obs_type")
+_ATARI_PREFIX = "pettingzoo.atari."
+
+
+def _is_atari(name: str) -> bool:
+    return name.startswith(_ATARI_PREFIX)
 
 
 def _check(name: str) -> Any:
@@ -55,8 +71,12 @@ def _constructor_kwargs(module: Any) -> dict:
 def env_defaults(name: str) -> dict:
     """The ``env`` section of a ``pz:<name>`` preset."""
     module = _check(name)
-    return dict(kwargs=_constructor_kwargs(module), agent_id=True, global_state=False,
-                pad=False)
+    kwargs = _constructor_kwargs(module)
+    if _is_atari(name):
+        return dict(kwargs=kwargs, agent_id=False, global_state=False, pad=False, frame_skip=4,
+                    num_img_obs=4, clip_reward=True, max_start_noops=30, horizon=27_000,
+                    obs_type="rlpyt")
+    return dict(kwargs=kwargs, agent_id=True, global_state=False, pad=False)
 
 
 def _factory(name: str, env_cfg: dict) -> tuple[Any, dict, Any]:
@@ -66,34 +86,59 @@ def _factory(name: str, env_cfg: dict) -> tuple[Any, dict, Any]:
     kwargs = dict(cfg.pop("kwargs", {}) or {})
     if "render_mode" in cfg:  # rlfast watch's render_kwargs go to the PettingZoo constructor
         kwargs["render_mode"] = cfg.pop("render_mode")
-    unknown = sorted(set(cfg) - set(_OPTIONS))
+    options = _OPTIONS + (_ATARI_OPTIONS if _is_atari(name) else ())
+    unknown = sorted(set(cfg) - set(options))
     if unknown:
         raise ConfigError(f"pz:{name}: unknown env option(s) {unknown}; the env section holds "
-                          f"kwargs (the environment's arguments) and {', '.join(_OPTIONS)}")
+                          f"kwargs (the environment's arguments) and {', '.join(options)}")
+    EnvCls: Any = PettingZooEnv
     try:
-        made = make_parallel_env(name, kwargs)
+        if _is_atari(name):
+            from rlfast.envs.pettingzoo_atari import PettingZooAtariEnv
+            EnvCls = PettingZooAtariEnv
+            agents = PettingZooAtariEnv.player_names(name, kwargs)
+            made = None
+        else:
+            made = make_parallel_env(name, kwargs)
     except PettingZooError as e:
         raise ConfigError(str(e)) from None
-    try:
-        agents = list(made.possible_agents)
-    finally:
-        made.close()
+    if made is not None:
+        try:
+            agents = list(made.possible_agents)
+        finally:
+            made.close()
     TrajInfoCls = functools.partial(MultiAgentTrajInfo, _agents=agents)
-    return PettingZooEnv, dict(env=name, env_kwargs=kwargs, **cfg), TrajInfoCls
+    return EnvCls, dict(env=name, env_kwargs=kwargs, **cfg), TrajInfoCls
 
 
 def _traits(name: str) -> EnvTraits:
     _check(name)
-    return EnvTraits("multiagent", None, None, None)
+    return EnvTraits("atari" if _is_atari(name) else "multiagent", None, None, None)
+
+
+def _preset_family(traits: EnvTraits) -> str:
+    """``atari`` for PettingZoo's Atari games (image observations), else ``multiagent``."""
+    return "atari" if traits.kind == "atari" else "multiagent"
 
 
 def configure_pettingzoo(config: dict) -> dict:
     """The configuration a ``pz:`` run is built from: ``algo.central_critic`` becomes
     ``agent.central_critic`` and ``env.global_state`` (the critic's input comes from the
-    env), and separate per-agent parameters turn on the agent id they need."""
+    env), and separate per-agent parameters turn on the agent id they need. For an Atari
+    game the Atari presets' ``episodic_lives`` and ``repeat_action_probability`` (0) are
+    dropped, and value-based algorithms are refused with a one-line error."""
     config = copy.deepcopy(config)
     algo, agent = config.setdefault("algo", {}), config.setdefault("agent", {})
     env = config.setdefault("env", {})
+    if "frame_skip" in env and "replay_size" in algo:  # the Atari presets of the DQN family
+        raise ConfigError("PettingZoo Atari games train policy-gradient agents (ppo, a2c); "
+                          "value-based (replay) algorithms are not supported for pz: runs yet")
+    if "frame_skip" in env:  # an Atari game: what multi-agent ALE does not have
+        env.pop("episodic_lives", None)
+        sticky = env.pop("repeat_action_probability", 0.0)
+        if sticky:
+            raise ConfigError(f"env.repeat_action_probability={sticky}: PettingZoo's "
+                              f"multi-agent Atari games have no sticky actions (use 0)")
     if algo.pop("central_critic", False):
         agent["central_critic"] = True
         env["global_state"] = True
@@ -104,17 +149,22 @@ def configure_pettingzoo(config: dict) -> dict:
 
 
 def pettingzoo_agent_class(kind: str, recurrent: bool, sampler: SamplerSpec) -> type:
-    """:class:`rlfast.agents.MultiAgentPgAgent`; recurrent multi-agent agents are refused."""
+    """:class:`rlfast.agents.MultiAgentPgAgent`, or for image observations (PettingZoo's
+    Atari games, ``kind="atari"``) the convolutional :class:`rlfast.agents.AtariFfAgent`;
+    recurrent multi-agent agents are refused."""
     if recurrent:
         raise ConfigError("pz: environments train feed-forward agents; agent.recurrent=True "
                           "is not supported for multi-agent runs")
+    if kind == "atari":
+        from rlfast.agents import AtariFfAgent
+        return AtariFfAgent
     from rlfast.agents import MultiAgentPgAgent
     return MultiAgentPgAgent
 
 
 PETTINGZOO = EnvFamily(
     prefix="pz", factory=_factory, traits=_traits, check_id=_check,
-    TrajInfoCls="rlfast.envs.multiagent:MultiAgentTrajInfo", preset_family="multiagent",
+    TrajInfoCls="rlfast.envs.multiagent:MultiAgentTrajInfo", preset_family=_preset_family,
     render_kwargs=dict(render_mode="rgb_array"), env_defaults=env_defaults,
     configure=configure_pettingzoo, agent_cls=pettingzoo_agent_class,
     description="a PettingZoo parallel env by module path, one column per agent "
