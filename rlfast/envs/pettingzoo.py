@@ -26,6 +26,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import pkgutil
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -170,13 +171,20 @@ def _rlfast_action_space(name: str, space: Any) -> Any:
 class PettingZooEnv(MultiAgentEnv):
     """A PettingZoo parallel env as a :class:`~rlfast.envs.multiagent.MultiAgentEnv` (see
     the module docstring). ``env``: the module path; ``env_kwargs``: its arguments
-    (``N``, ``max_cycles``, ``render_mode``...)."""
+    (``N``, ``max_cycles``, ``render_mode``...). ``make_env(env, env_kwargs)`` builds the
+    PettingZoo parallel env instead of the module's own constructor (PettingZoo Atari's
+    processed games, :func:`~rlfast.envs.pettingzoo_atari.pettingzoo_atari_env`), and
+    ``horizon`` then gives its episode cut."""
 
     def __init__(self, env: str, env_kwargs: dict | None = None, agent_id: bool = True,
                  global_state: bool = False, pad: bool = False, seed: int | None = None,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None,
+                 make_env: Callable[[str, dict], Any] | None = None,
+                 horizon: int | None = None):
         self.env_name = env
         self.env_kwargs = dict(env_kwargs or {})
+        self._make = make_env or make_parallel_env
+        self._horizon = horizon
         if render_mode is not None:  # rlfast watch: frames from the PettingZoo env
             self.env_kwargs["render_mode"] = render_mode
         self._env = self._make_env()
@@ -214,8 +222,8 @@ class PettingZooEnv(MultiAgentEnv):
         self._seed = seed
 
     def _make_env(self) -> Any:
-        """The PettingZoo parallel env this wraps (subclasses add their processing)."""
-        return make_parallel_env(self.env_name, self.env_kwargs)
+        """The PettingZoo parallel env this wraps (``make_env``'s, when given)."""
+        return self._make(self.env_name, self.env_kwargs)
 
     @classmethod
     def agents_per_env(cls, env: str, env_kwargs: dict | None = None, **_: Any) -> int:
@@ -322,7 +330,10 @@ class PettingZooEnv(MultiAgentEnv):
 
     @property
     def horizon(self) -> int | None:
-        """``max_cycles`` (PettingZoo's episode cut) when the env has one, else None."""
+        """``max_cycles`` (PettingZoo's episode cut) when the env has one, else None (or the
+        ``horizon`` given)."""
+        if self._horizon is not None:
+            return self._horizon
         cycles = self.env_kwargs.get("max_cycles")
         if cycles is None:
             cycles = getattr(getattr(self._env, "unwrapped", self._env), "max_cycles", None)

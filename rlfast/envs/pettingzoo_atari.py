@@ -10,7 +10,7 @@ it to :data:`~rlfast.envs.atari.OBS_TYPES`' size (104 x 80 ``"rlpyt"`` or 84 x 8
 stacks the last ``num_img_obs`` frames as uint8 ``(num_img_obs, H, W)``, oldest first.
 ``reset`` plays 0..``max_start_noops`` joint NOOP frames (drawn from the env's RNG) and fills
 the stack with zeros but for the newest frame; ``horizon`` steps truncate the episode.
-:class:`PettingZooAtariEnv` is :class:`~rlfast.envs.pettingzoo.PettingZooEnv` over it, so the
+:func:`pettingzoo_atari_env` builds a :class:`~rlfast.envs.pettingzoo.PettingZooEnv` over it, so the
 players become batch columns of uint8 frames. Multi-agent ALE has no sticky actions and no
 per-player lives, so there is no ``repeat_action_probability`` or ``episodic_lives`` here.
 
@@ -18,6 +18,7 @@ Needs ``pip install 'rlfast[pettingzoo-atari]'`` (PettingZoo and multi-agent-ale
 """
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from typing import Any
@@ -35,7 +36,7 @@ from rlfast.envs.atari.atari_env import OBS_TYPES
 from rlfast.envs.pettingzoo import PettingZooEnv, PettingZooError, check_pettingzoo_id
 from rlfast.utils.checks import check_choice, check_int
 
-__all__ = ["AtariParallelEnv", "PettingZooAtariEnv", "ale_rom_folder"]
+__all__ = ["AtariParallelEnv", "pettingzoo_atari_env", "player_names", "ale_rom_folder"]
 
 ATARI_EXTRA = "pip install 'rlfast[pettingzoo-atari]'"
 
@@ -216,41 +217,37 @@ class AtariParallelEnv(ParallelEnv):
 
 
 
-class PettingZooAtariEnv(PettingZooEnv):
+def pettingzoo_atari_env(env: str, env_kwargs: dict | None = None, frame_skip: int = 4,
+                         num_img_obs: int = 4, clip_reward: bool = True,
+                         max_start_noops: int = 30, horizon: int | None = 27000,
+                         obs_type: str = "rlpyt", agent_id: bool = False,
+                         global_state: bool = False, pad: bool = False, seed: int | None = None,
+                         render_mode: str | None = None) -> PettingZooEnv:
     """A ``pettingzoo.atari`` game as a :class:`~rlfast.envs.pettingzoo.PettingZooEnv` of
-    uint8 frame stacks, one batch column per player (see the module docstring). ``env`` and
-    ``env_kwargs`` as for PettingZooEnv; the Atari options as for :class:`AtariParallelEnv`.
-    Image observations carry no agent id and no global state."""
+    uint8 frame stacks, one batch column per player (see the module docstring): the samplers'
+    ``EnvCls`` for ``pz:pettingzoo.atari.*`` ids. ``env`` and ``env_kwargs`` as for
+    PettingZooEnv; the Atari options as for :class:`AtariParallelEnv`. Image observations
+    carry no agent id and no global state."""
+    atari = dict(frame_skip=frame_skip, num_img_obs=num_img_obs, clip_reward=clip_reward,
+                 max_start_noops=max_start_noops, horizon=horizon, obs_type=obs_type)
+    return PettingZooEnv(env, env_kwargs, agent_id=agent_id, global_state=global_state,
+                         pad=pad, seed=seed, render_mode=render_mode,
+                         make_env=functools.partial(AtariParallelEnv, **atari),
+                         horizon=horizon)
 
-    def __init__(self, env: str, env_kwargs: dict | None = None, frame_skip: int = 4,
-                 num_img_obs: int = 4, clip_reward: bool = True, max_start_noops: int = 30,
-                 horizon: int | None = 27000, obs_type: str = "rlpyt", agent_id: bool = False,
-                 global_state: bool = False, pad: bool = False, seed: int | None = None,
-                 render_mode: str | None = None):
-        self._atari = dict(frame_skip=frame_skip, num_img_obs=num_img_obs,
-                           clip_reward=clip_reward, max_start_noops=max_start_noops,
-                           horizon=horizon, obs_type=obs_type)
-        super().__init__(env, env_kwargs, agent_id=agent_id, global_state=global_state,
-                         pad=pad, seed=seed, render_mode=render_mode)
 
-    def _make_env(self) -> AtariParallelEnv:
-        return AtariParallelEnv(self.env_name, self.env_kwargs, **self._atari)
+def player_names(env: str, env_kwargs: dict | None = None) -> list[str]:
+    """The players (``possible_agents``) of the game ``env`` built with ``env_kwargs``."""
+    game = _make_game(env, dict(env_kwargs or {}))
+    try:
+        return list(game.possible_agents)
+    finally:
+        game.close()
 
-    @classmethod
-    def agents_per_env(cls, env: str, env_kwargs: dict | None = None, **_: Any) -> int:
-        """The number of players of the game ``env`` built with ``env_kwargs``."""
-        return len(cls.player_names(env, env_kwargs))
 
-    @staticmethod
-    def player_names(env: str, env_kwargs: dict | None = None) -> list[str]:
-        """The players (``possible_agents``) of the game ``env`` built with ``env_kwargs``."""
-        game = _make_game(env, dict(env_kwargs or {}))
-        try:
-            return list(game.possible_agents)
-        finally:
-            game.close()
+def _players(env: str, env_kwargs: dict | None = None, **_: Any) -> int:
+    return len(player_names(env, env_kwargs))
 
-    @property
-    def horizon(self) -> int | None:
-        """Steps before the episode is truncated (``horizon``), or None."""
-        return self._atari["horizon"]
+
+# The samplers ask an EnvCls how many batch columns one environment fills.
+pettingzoo_atari_env.agents_per_env = _players

@@ -222,10 +222,10 @@ def replay_defaults(algo_cls: type, memory_model: type | None = None) -> dict:
 
 
 # ---- the algorithms' entries -----------------------------------------------------------------
-# The multi-agent agents (mappo) are feedforward.
+# The multi-agent agents (mappo) may be recurrent too (agent.recurrent=True, agent.core=gru).
 for _name, _cls, _keys, _recurrent in (("ppo", PPO, _PPO_KEYS, True),
                                        ("a2c", A2C, _ON_POLICY_KEYS, True),
-                                       ("mappo", PPO, _PPO_KEYS, False)):
+                                       ("mappo", PPO, _PPO_KEYS, True)):
     ALGORITHMS.add(_name, AlgorithmSpec(
         _name, _cls, PRESETS[_name], pg_agent_class,
         defaults=on_policy_defaults(_cls, _keys, _recurrent),

@@ -7,7 +7,10 @@ arguments (filled from its signature, so ``--set`` checks them); ``env.agent_id`
 options. The algorithms with a ``multiagent`` preset (ppo, a2c, mappo) act through
 :class:`rlfast.agents.MultiAgentPgAgent`: ``agent.shared=False`` gives one policy per agent,
 ``algo.central_critic=True`` a value function on the global state (this family turns it
-into ``agent.central_critic`` and ``env.global_state``).
+into ``agent.central_critic`` and ``env.global_state``). ``--set agent.recurrent=True --set
+agent.core=gru`` gives each agent column a memory state
+(:class:`rlfast.agents.pg.multiagent.RecurrentMultiAgentPgAgent`, shared parameters), reset
+when that agent's episode ends.
 
 PettingZoo's Atari games (``pz:pettingzoo.atari.pong_v3``) observe images: every player gets
 the Atari frame processing of :mod:`rlfast.envs.pettingzoo_atari` (``env.frame_skip``,
@@ -94,9 +97,9 @@ def _factory(name: str, env_cfg: dict) -> tuple[Any, dict, Any]:
     EnvCls: Any = PettingZooEnv
     try:
         if _is_atari(name):
-            from rlfast.envs.pettingzoo_atari import PettingZooAtariEnv
-            EnvCls = PettingZooAtariEnv
-            agents = PettingZooAtariEnv.player_names(name, kwargs)
+            from rlfast.envs.pettingzoo_atari import pettingzoo_atari_env, player_names
+            EnvCls = pettingzoo_atari_env
+            agents = player_names(name, kwargs)
             made = None
         else:
             made = make_parallel_env(name, kwargs)
@@ -126,13 +129,10 @@ def configure_pettingzoo(config: dict) -> dict:
     ``agent.central_critic`` and ``env.global_state`` (the critic's input comes from the
     env), and separate per-agent parameters turn on the agent id they need. For an Atari
     game the Atari presets' ``episodic_lives`` and ``repeat_action_probability`` (0) are
-    dropped, and value-based algorithms are refused with a one-line error."""
+    dropped."""
     config = copy.deepcopy(config)
     algo, agent = config.setdefault("algo", {}), config.setdefault("agent", {})
     env = config.setdefault("env", {})
-    if "frame_skip" in env and "replay_size" in algo:  # the Atari presets of the DQN family
-        raise ConfigError("PettingZoo Atari games train policy-gradient agents (ppo, a2c); "
-                          "value-based (replay) algorithms are not supported for pz: runs yet")
     if "frame_skip" in env:  # an Atari game: what multi-agent ALE does not have
         env.pop("episodic_lives", None)
         sticky = env.pop("repeat_action_probability", 0.0)
@@ -150,11 +150,18 @@ def configure_pettingzoo(config: dict) -> dict:
 
 def pettingzoo_agent_class(kind: str, recurrent: bool, sampler: SamplerSpec) -> type:
     """:class:`rlfast.agents.MultiAgentPgAgent`, or for image observations (PettingZoo's
-    Atari games, ``kind="atari"``) the convolutional :class:`rlfast.agents.AtariFfAgent`;
-    recurrent multi-agent agents are refused."""
+    Atari games, ``kind="atari"``) the convolutional :class:`rlfast.agents.AtariFfAgent`.
+    ``agent.recurrent=True`` gives the recurrent multi-agent agent (one memory state per
+    agent column; its alternating variant under the alternating sampler); recurrent agents
+    on Atari games are refused."""
     if recurrent:
-        raise ConfigError("pz: environments train feed-forward agents; agent.recurrent=True "
-                          "is not supported for multi-agent runs")
+        if kind == "atari":
+            raise ConfigError("pz: Atari games train feed-forward agents; agent.recurrent=True "
+                              "is supported for vector-observation pz: environments only")
+        from rlfast.agents.pg.multiagent import (AlternatingRecurrentMultiAgentPgAgent,
+                                                 RecurrentMultiAgentPgAgent)
+        return (AlternatingRecurrentMultiAgentPgAgent if sampler.alternating
+                else RecurrentMultiAgentPgAgent)
     if kind == "atari":
         from rlfast.agents import AtariFfAgent
         return AtariFfAgent
@@ -162,10 +169,33 @@ def pettingzoo_agent_class(kind: str, recurrent: bool, sampler: SamplerSpec) -> 
     return MultiAgentPgAgent
 
 
+def _make_agent(kind: str, recurrent: bool, sampler: SamplerSpec, **agent_cfg: Any) -> Any:
+    """The agent of a ``pz:`` run from its configuration: the DQN family's presets (their
+    agent section has ``eps_init``) get independent Q agents
+    (:class:`rlfast.agents.dqn.multiagent.MultiAgentDqnAgent`, categorical with
+    ``n_atoms``; on Atari games the Atari DQN agents, one network for every player), every
+    other algorithm :func:`pettingzoo_agent_class`'s."""
+    if "eps_init" not in agent_cfg:
+        return pettingzoo_agent_class(kind, recurrent, sampler)(**agent_cfg)
+    if recurrent:
+        raise ConfigError("pz: environments train feed-forward value-based agents; "
+                          "agent.recurrent=True is for ppo / a2c / mappo")
+    from rlfast.agents import AtariCatDqnAgent, AtariDqnAgent
+    from rlfast.agents.dqn.multiagent import MultiAgentDqnAgent
+    if kind == "atari":
+        return (AtariCatDqnAgent if "n_atoms" in agent_cfg else AtariDqnAgent)(**agent_cfg)
+    return MultiAgentDqnAgent(**agent_cfg)
+
+
+def _agent_class(kind: str, recurrent: bool, sampler: SamplerSpec) -> Any:
+    """The family's agent chooser: :func:`_make_agent` bound to the run's settings."""
+    return functools.partial(_make_agent, kind, recurrent, sampler)
+
+
 PETTINGZOO = EnvFamily(
     prefix="pz", factory=_factory, traits=_traits, check_id=_check,
     TrajInfoCls="rlfast.envs.multiagent:MultiAgentTrajInfo", preset_family=_preset_family,
     render_kwargs=dict(render_mode="rgb_array"), env_defaults=env_defaults,
-    configure=configure_pettingzoo, agent_cls=pettingzoo_agent_class,
+    configure=configure_pettingzoo, agent_cls=_agent_class,
     description="a PettingZoo parallel env by module path, one column per agent "
                 "(pz:mpe2.simple_spread_v3)")

@@ -317,6 +317,31 @@ PRESETS["a2c"]["multiagent"] = dict(
     runner=dict(n_steps=1_000_000, log_interval_steps=32_000),
 )
 
+# Independent DQN-family agents on pz: envs (one batch column per agent, parameters shared,
+# the agent id in the input; agent.shared=False for one network per agent): the classic
+# DQN preset above with 64x64 networks for the small MPE observations. The replay schedule
+# counts agent transitions (every column is one agent), so min_steps_learn, eps_steps and
+# replay_size are agent steps: 8 envs of 3 agents x 5 steps = 120 per iteration.
+_MA_DQN_AGENT = deep_merge(_DQN_AGENT, dict(model_kwargs=dict(hidden_sizes=[64, 64]),
+                                            eps_final=0.05, shared=True))
+_MA_DQN_ALGO = deep_merge(_DQN_ALGO, dict(replay_size=100_000, replay_ratio=16,
+                                          min_steps_learn=2000, eps_steps=30_000,
+                                          target_update_interval=200, learning_rate=5e-4))
+_MA_DQN_SAMPLER = dict(batch_T=5, batch_B=8, max_decorrelation_steps=0, eval_n_envs=8,
+                       eval_max_steps=8 * 500, eval_max_trajectories=8)
+_MA_RUN = dict(n_steps=200_000, log_interval_steps=10_000)
+PRESETS["dqn"]["multiagent"] = dict(agent=_MA_DQN_AGENT, algo=_MA_DQN_ALGO,
+                                    sampler=_MA_DQN_SAMPLER, runner=_MA_RUN)
+PRESETS["cat_dqn"]["multiagent"] = dict(
+    agent=deep_merge(_MA_DQN_AGENT, dict(n_atoms=51)),
+    algo=deep_merge(_MA_DQN_ALGO, dict(V_min=-100.0, V_max=0.0)),
+    sampler=_MA_DQN_SAMPLER, runner=_MA_RUN)
+PRESETS["rainbow"]["multiagent"] = dict(
+    agent=deep_merge(_MA_DQN_AGENT, dict(n_atoms=51, eps_init=0.0, eps_final=0.0,
+                                         model_kwargs=dict(dueling=True, noisy=True))),
+    algo=deep_merge(_MA_DQN_ALGO, dict(V_min=-100.0, V_max=0.0, **_RAINBOW)),
+    sampler=_MA_DQN_SAMPLER, runner=_MA_RUN)
+
 # ---- settings every configuration exposes ---------------------------------------------------
 # Each at the default of the class that takes it (the multi-rank timeout: the constant that
 # the runners' signatures name), except where a comment says why not.

@@ -247,13 +247,11 @@ def test_different_spaces_are_refused_unless_padded():
     env.close()
 
 
-def test_dqn_and_recurrent_agents_are_refused_for_pettingzoo():
+def test_algorithms_without_a_multiagent_preset_are_refused_for_pettingzoo():
+    # recurrent agents are accepted: tests/agents/test_multiagent_recurrent.py; the DQN
+    # family too: tests/agents/test_multiagent_dqn.py
     with pytest.raises(ValueError, match="ppo"):
-        get_preset("dqn", f"pz:{TOY}")
-    config = get_preset("ppo", f"pz:{TOY}")
-    config["agent"]["recurrent"] = True
-    with pytest.raises(ConfigError, match="recurrent"):
-        build_experiment("ppo", f"pz:{TOY}", config, sampler="serial")
+        get_preset("ddpg", f"pz:{TOY}")
 
 
 def test_aec_only_envs_go_through_aec_to_parallel():

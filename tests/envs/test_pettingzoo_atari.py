@@ -19,7 +19,7 @@ pytest.importorskip("multi_agent_ale_py")
 
 from rlfast.envs.pettingzoo import PettingZooError  # noqa: E402
 from rlfast.envs.pettingzoo_atari import (  # noqa: E402
-    AtariParallelEnv, PettingZooAtariEnv, ale_rom_folder)
+    AtariParallelEnv, ale_rom_folder, pettingzoo_atari_env)
 from rlfast.experiments.config import ConfigError  # noqa: E402
 from rlfast.experiments.presets import build_experiment, get_preset  # noqa: E402
 
@@ -105,7 +105,7 @@ def test_reward_clipping_no_op_starts_and_horizon():
 
 
 def test_players_are_columns_of_uint8_frames():
-    env = PettingZooAtariEnv(PONG, frame_skip=4, num_img_obs=4, seed=0)
+    env = pettingzoo_atari_env(PONG, frame_skip=4, num_img_obs=4, seed=0)
     assert env.n_agents == 2 and env.agent_names == ["first_0", "second_0"]
     assert env.observation_space.shape == (4, 104, 80)
     assert env.observation_space.dtype == np.uint8 and env.action_space.n == 6
@@ -115,7 +115,7 @@ def test_players_are_columns_of_uint8_frames():
     obs, reward, done, info = env.step(np.array([1, 2]))
     assert obs.dtype == np.uint8 and reward.shape == (2,) and info.valid.all()
     with pytest.raises(PettingZooError, match="agent_id=False"):
-        PettingZooAtariEnv(PONG, agent_id=True)
+        pettingzoo_atari_env(PONG, agent_id=True)
     env.close()
 
 
@@ -129,9 +129,11 @@ def test_presets_use_the_atari_settings_and_the_conv_agent():
     runner = build_experiment("ppo", f"pz:{PONG}", config, sampler="serial", seed=0)
     assert isinstance(runner.agent, AtariFfAgent)
     assert "episodic_lives" not in runner.sampler.env_kwargs
-    config = get_preset("dqn", f"pz:{PONG}")
-    with pytest.raises(ConfigError, match="policy-gradient"):
-        build_experiment("dqn", f"pz:{PONG}", config, sampler="serial", seed=0)
+    config = get_preset("dqn", f"pz:{PONG}")  # one Atari DQN network for every player
+    config["sampler"].update(batch_B=1, batch_T=4, eval_n_envs=0, max_decorrelation_steps=0)
+    runner = build_experiment("dqn", f"pz:{PONG}", config, sampler="serial", seed=0)
+    from rlfast.agents import AtariDqnAgent
+    assert isinstance(runner.agent, AtariDqnAgent)
 
 
 def test_missing_package_and_rom_are_one_line_errors(monkeypatch, tmp_path):

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from rlfast.algos.dqn.dqn import DQN
+from rlfast.algos.dqn.dqn import DQN, masked_actions, weighted_mean
 from rlfast.utils.tensor import select_at_indexes
 
 EPS = 1e-6
@@ -75,11 +75,15 @@ class CategoricalDQN(DQN):
             target = project_distribution(next_p, batch.return_, 1.0 - batch.done_n.float(),
                                           self.discount ** self.n_step_return, z,
                                           self.V_min, self.V_max)
+        action, weight = masked_actions(batch.action) if self.masked_steps else (batch.action,
+                                                                                  None)
         ps = self.agent(*batch.agent_inputs)                             # [B, A, P]
-        p = select_at_indexes(batch.action, ps).clamp(EPS, 1.0)          # [B, P]
+        p = select_at_indexes(action, ps).clamp(EPS, 1.0)                # [B, P]
         # Cross-entropy  -sum_i m_i log p_i  (equals the KL up to the target's entropy).
         losses = -(target * p.log()).sum(-1)
         priorities = losses.detach().abs()
         if self.prioritized_replay:
             losses = losses * batch.is_weights
+        if weight is not None:  # multi-agent masked steps: no loss, priority 0
+            return weighted_mean(losses, weight), priorities * weight
         return losses.mean(), priorities

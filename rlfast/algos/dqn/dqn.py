@@ -24,6 +24,43 @@ OptInfo = namedtuple("OptInfo", ["loss", "gradNorm", "tdAbsErr"])
 SamplesToBuffer = namedarraytuple("SamplesToBuffer", ["observation", "action", "reward", "done"])
 
 
+MASKED_ACTION = -1
+
+
+def mark_masked_steps(action: Any, env_info: Any) -> Any:
+    """``action`` with :data:`MASKED_ACTION` at the steps ``env_info.valid`` marks invalid (a
+    multi-agent env's departed agent, :mod:`rlfast.envs.multiagent`), else ``action`` itself.
+
+    Why in the action: the replay buffers (host, device, shared, prefetched, prioritized)
+    hand back the stored action of every drawn transition, so the mark travels with the
+    transition through all of them with no extra field, and the action of a masked step
+    was never given to the environment anyway. A masked step has ``done`` set and reward 0,
+    so no valid transition's n-step return or bootstrap reaches through it; only the masked
+    transitions themselves must be kept out of the loss."""
+    valid = getattr(env_info, "valid", None) if env_info is not None else None
+    if valid is None:
+        return action
+    if action.dtype == torch.bool or not (action.dtype.is_signed or action.is_floating_point()):
+        raise TypeError(f"multi-agent replay marks masked steps with action {MASKED_ACTION}; "
+                        f"the action dtype {action.dtype} cannot hold it")
+    valid = torch.as_tensor(valid, device=action.device).bool()
+    return torch.where(valid, action, torch.full_like(action, MASKED_ACTION))
+
+
+def masked_actions(action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(action, weight)`` of a replayed batch: the actions with :data:`MASKED_ACTION`
+    replaced by 0 (any index, for the gather) and a float weight, 0 for those transitions
+    and 1 for the rest. On the device; nothing is read."""
+    valid = action != MASKED_ACTION
+    return action.clamp(min=0), valid.to(torch.float32)
+
+
+def weighted_mean(losses: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``sum(losses * weight) / max(sum(weight), 1)``: the mean over the transitions that
+    count (all of them for single-agent batches, where it equals ``losses.mean()``)."""
+    return (losses * weight).sum() / weight.sum().clamp(min=1.0)
+
+
 def huber(delta: torch.Tensor, delta_clip: float | None) -> torch.Tensor:
     """0.5 d^2 for |d| <= c, else c (|d| - c/2); plain 0.5 d^2 when ``delta_clip`` is None."""
     squared = 0.5 * delta ** 2
@@ -54,6 +91,7 @@ class DQN(RLAlgorithm):
 
     opt_info_fields = tuple(OptInfo._fields)
     replay_sequences = False  # R2D1 replays sequences
+    masked_steps = False  # multi-agent batches: set from the examples (replay_example)
 
     def __init__(self, discount: float = 0.99, batch_size: int = 32, min_steps_learn: int = 50_000,
                  delta_clip: float | None = 1.0, replay_size: int = 1_000_000,
@@ -180,7 +218,11 @@ class DQN(RLAlgorithm):
         self._program = None  # built for this optimizer at the first update
 
     def replay_example(self, examples: dict) -> Any:
-        """One sample of what the replay buffer stores, from the sampler's examples."""
+        """One sample of what the replay buffer stores, from the sampler's examples. Notes
+        whether the batches are multi-agent ones whose masked steps the loss must skip
+        (``masked_steps``: an ``env_info.valid`` field, see :meth:`samples_to_buffer`)."""
+        env_info = examples.get("env_info") if hasattr(examples, "get") else None
+        self.masked_steps = getattr(env_info, "valid", None) is not None
         return SamplesToBuffer(observation=examples["observation"], action=examples["action"],
                                reward=examples["reward"], done=examples["done"])
 
@@ -216,8 +258,12 @@ class DQN(RLAlgorithm):
         return takes_device_priorities(self.replay_buffer)
 
     def samples_to_buffer(self, samples: Any) -> Any:
-        """The fields of a sampler batch that go into the replay buffer."""
-        return SamplesToBuffer(observation=samples.env.observation, action=samples.agent.action,
+        """The fields of a sampler batch that go into the replay buffer. Multi-agent batches
+        (``env_info.valid``) store a departed agent's masked steps with the action
+        :data:`MASKED_ACTION`, which the loss gives zero weight (see :func:`masked_actions`)."""
+        return SamplesToBuffer(observation=samples.env.observation,
+                               action=mark_masked_steps(samples.agent.action,
+                                                        getattr(samples.env, "env_info", None)),
                                reward=samples.env.reward, done=samples.env.done)
 
     # ---- training ------------------------------------------------------------------------
@@ -322,7 +368,9 @@ class DQN(RLAlgorithm):
         by the importance weights under prioritized replay.
         """
         batch = self._to_device(batch)
-        q = select_at_indexes(batch.action, self.agent(*batch.agent_inputs))
+        action, weight = masked_actions(batch.action) if self.masked_steps else (batch.action,
+                                                                                  None)
+        q = select_at_indexes(action, self.agent(*batch.agent_inputs))
         not_done = 1.0 - batch.done_n.float()
         y = batch.return_ + ((self.discount ** self.n_step_return) * not_done
                              * self.target_q(batch.target_inputs))
@@ -333,4 +381,6 @@ class DQN(RLAlgorithm):
         td_abs_errors = delta.detach().abs()
         if self.delta_clip is not None:
             td_abs_errors = td_abs_errors.clamp(max=self.delta_clip)
+        if weight is not None:  # masked steps: no loss, and priority 0 (never drawn again)
+            return weighted_mean(losses, weight), td_abs_errors * weight
         return losses.mean(), td_abs_errors

@@ -68,6 +68,17 @@ class AgentMlp(torch.nn.Module):
         return x
 
 
+
+def check_layout(observation_shape: Sequence[int], layout: Sequence[int],
+                 owner: str) -> tuple[int, int, int]:
+    """``(local, id, state)`` sizes of the multi-agent observation ``layout``; a
+    ``ValueError`` naming ``owner`` unless the 1-D ``observation_shape`` holds exactly them."""
+    local, id_size, state = (int(v) for v in layout)
+    if tuple(observation_shape) != (local + id_size + state,):
+        raise ValueError(f"{owner}: observation shape {tuple(observation_shape)} does not "
+                         f"match the layout local={local} + id={id_size} + state={state}")
+    return local, id_size, state
+
 class MultiAgentPgModel(torch.nn.Module):
     """Policy and value MLPs over one agent's column (see the module docstring).
 
@@ -87,12 +98,7 @@ class MultiAgentPgModel(torch.nn.Module):
                  feature_norm: bool = True, continuous: bool = False,
                  init_log_std: float = 0.0):
         super().__init__()
-        local, id_size, state = (int(v) for v in layout)
-        size = local + id_size + state
-        if tuple(observation_shape) != (size,):
-            raise ValueError(f"MultiAgentPgModel: observation shape {tuple(observation_shape)} "
-                             f"does not match the layout local={local} + id={id_size} + "
-                             f"state={state}")
+        local, id_size, state = check_layout(observation_shape, layout, "MultiAgentPgModel")
         if not shared and id_size != int(n_agents):
             raise ValueError("MultiAgentPgModel: separate per-agent parameters (shared=False) "
                              "need the agent id in the observation (env.agent_id=True)")
@@ -102,7 +108,7 @@ class MultiAgentPgModel(torch.nn.Module):
         self.layout, self.n_agents = (local, id_size, state), int(n_agents)
         self.shared, self.central_critic = bool(shared), bool(central_critic)
         self.continuous, self.action_size = bool(continuous), int(action_size)
-        self.observation_shape = (size,)
+        self.observation_shape = (local + id_size + state,)
         hidden_sizes = [64, 64] if hidden_sizes is None else list(hidden_sizes)
         groups = 1 if shared else self.n_agents
         self.pi_input = local + id_size
