@@ -443,6 +443,9 @@ class ProcessSupervisor:
         if old.is_alive():
             old.kill()
             old.join()
+        # Release the old child's sentinel pipes now: the new child is forked below and would
+        # otherwise inherit them, holding descriptors that no process of the run uses.
+        old.close()
         self.conns[i].close()
         parent, child = self.ctx.Pipe(duplex=True)
         self.conns[i] = parent

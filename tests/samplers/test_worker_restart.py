@@ -84,6 +84,24 @@ def test_the_fault_after_the_last_restart_ends_the_run_with_the_named_error(
     assert live_children() == []
 
 
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_a_replacement_holds_no_more_descriptors_than_the_worker_it_replaces(
+        sampler_for, watchdog):
+    """The soak's check: restarts must not grow the run's open descriptors. The replacement is
+    forked after the dead worker's sentinel pipes are closed, so it does not inherit them."""
+    watchdog(60)
+    sampler = sampler_for(n_faults=1, restarts=2)
+    master, before = _open_fds(os.getpid()), _open_fds(sampler.workers[1].pid)
+    sampler.obtain_samples(0)
+    assert sampler.worker_restarts == 1
+    sampler.obtain_samples(1)
+    assert _open_fds(sampler.workers[1].pid) <= before
+    assert _open_fds(os.getpid()) <= master
+
+
 def test_without_restarts_the_first_fault_ends_the_run(sampler_for, watchdog):
     watchdog(60)
     sampler = sampler_for(n_faults=1, restarts=0)
