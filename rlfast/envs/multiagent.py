@@ -90,7 +90,7 @@ class MultiAgentTrajInfo(TrajInfo):
         self._returns = None
 
     def step(self, observation, action, reward, done, agent_info, env_info) -> None:
-        reward = np.asarray(reward, dtype=np.float64)
+        reward = np.atleast_1d(np.asarray(reward, dtype=np.float64))  # one agent: a scalar
         returns = self["_returns"]
         if returns is None:
             returns = self["_returns"] = np.zeros(reward.shape[0])

@@ -99,6 +99,19 @@ def make_parallel_env(env: str, env_kwargs: dict | None = None) -> Any:
                               f"env cannot be converted: {e}") from None
 
 
+def learner_count(env: str, players: list[str], opponent: Any,
+                  learners: str | list[str] | None) -> int:
+    """The columns of a game with ``players``: all of them, or with an ``opponent`` the
+    ``learners`` (:func:`rlfast.envs.opponents.check_learners`)."""
+    if opponent is None:
+        return len(players)
+    from rlfast.envs.opponents import check_learners
+    try:
+        return len(check_learners(learners, players))
+    except ValueError as e:
+        raise PettingZooError(f"PettingZoo environment {env!r}: {e}") from None
+
+
 def _space_text(space: Any) -> str:
     return " ".join(str(space).split())
 
@@ -174,16 +187,22 @@ class PettingZooEnv(MultiAgentEnv):
     (``N``, ``max_cycles``, ``render_mode``...). ``make_env(env, env_kwargs)`` builds the
     PettingZoo parallel env instead of the module's own constructor (PettingZoo Atari's
     processed games, :func:`~rlfast.envs.pettingzoo_atari.pettingzoo_atari_env`), and
-    ``horizon`` then gives its episode cut."""
+    ``horizon`` then gives its episode cut. With an ``opponent``
+    (:class:`~rlfast.envs.opponents.Opponent`), only ``learners`` (a player's name or a list
+    of names; None: the game's first player) are agents and columns; the other players act by
+    the opponent (:class:`~rlfast.envs.opponents.OpponentParallelEnv`)."""
 
     def __init__(self, env: str, env_kwargs: dict | None = None, agent_id: bool = True,
                  global_state: bool = False, pad: bool = False, seed: int | None = None,
                  render_mode: str | None = None,
                  make_env: Callable[[str, dict], Any] | None = None,
-                 horizon: int | None = None):
+                 horizon: int | None = None, opponent: Any = None,
+                 learners: str | list[str] | None = None):
         self.env_name = env
         self.env_kwargs = dict(env_kwargs or {})
         self._make = make_env or make_parallel_env
+        self._opponent = opponent
+        self._learners = learners
         self._horizon = horizon
         if render_mode is not None:  # rlfast watch: frames from the PettingZoo env
             self.env_kwargs["render_mode"] = render_mode
@@ -222,15 +241,29 @@ class PettingZooEnv(MultiAgentEnv):
         self._seed = seed
 
     def _make_env(self) -> Any:
-        """The PettingZoo parallel env this wraps (``make_env``'s, when given)."""
-        return self._make(self.env_name, self.env_kwargs)
+        """The PettingZoo parallel env this wraps (``make_env``'s, when given), inside an
+        :class:`~rlfast.envs.opponents.OpponentParallelEnv` when there is an opponent (a
+        copy of it per environment: its random stream and memory are this env's own)."""
+        game = self._make(self.env_name, self.env_kwargs)
+        if self._opponent is None:
+            return game
+        import copy
+
+        from rlfast.envs.opponents import OpponentParallelEnv
+        try:
+            return OpponentParallelEnv(game, copy.deepcopy(self._opponent), self._learners)
+        except ValueError as e:
+            game.close()
+            raise PettingZooError(f"PettingZoo environment {self.env_name!r}: {e}") from None
 
     @classmethod
-    def agents_per_env(cls, env: str, env_kwargs: dict | None = None, **_: Any) -> int:
-        """The number of agents (columns) of ``env`` built with ``env_kwargs``."""
+    def agents_per_env(cls, env: str, env_kwargs: dict | None = None, opponent: Any = None,
+                       learners: str | list[str] | None = None, **_: Any) -> int:
+        """The number of agents (columns) of ``env`` built with ``env_kwargs``: every player,
+        or with an ``opponent`` the ``learners`` alone."""
         made = make_parallel_env(env, env_kwargs)
         try:
-            return len(made.possible_agents)
+            return learner_count(env, made.possible_agents, opponent, learners)
         finally:
             made.close()
 
@@ -284,7 +317,8 @@ class PettingZooEnv(MultiAgentEnv):
             obs, _ = self._env.reset()
         live = set(self._env.agents)
         self._alive[:] = [name in live for name in self.agent_names]
-        return self._write_observations(obs)
+        observation = self._write_observations(obs)
+        return observation[0] if self.n_agents == 1 else observation
 
     def _env_action(self, k: int, a: Any) -> Any:
         if self._discrete:
@@ -298,6 +332,11 @@ class PettingZooEnv(MultiAgentEnv):
         return np.clip(np.asarray(a, dtype=space.dtype), space.low, space.high)
 
     def step(self, action: Any) -> EnvStep:
+        """Step every live agent with its column of ``action``. A game with one agent (one
+        learner against an opponent) is a single-agent env to the samplers: its action,
+        observation, reward, done and info have no agent dimension."""
+        if self.n_agents == 1:
+            action = np.asarray(action)[None]
         actions = {name: self._env_action(k, action[k])
                    for k, name in enumerate(self.agent_names) if self._alive[k]}
         valid = self._alive.copy()
@@ -315,6 +354,9 @@ class PettingZooEnv(MultiAgentEnv):
         done = ~self._alive
         if not self._alive.any():
             done[:] = True
+        if self.n_agents == 1:
+            return EnvStep(observation[0], reward[0], bool(done[0]),
+                           MultiAgentInfo(valid=bool(valid[0]), timeout=bool(timeout[0])))
         return EnvStep(observation, reward, done, MultiAgentInfo(valid=valid, timeout=timeout))
 
     def seed(self, seed: int | None) -> None:

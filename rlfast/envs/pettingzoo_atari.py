@@ -33,7 +33,8 @@ except ImportError:  # one line, naming the extra (this module is imported for p
                       "pip install 'rlfast[pettingzoo-atari]'") from None
 
 from rlfast.envs.atari.atari_env import OBS_TYPES
-from rlfast.envs.pettingzoo import PettingZooEnv, PettingZooError, check_pettingzoo_id
+from rlfast.envs.pettingzoo import (PettingZooEnv, PettingZooError, check_pettingzoo_id,
+                                   learner_count)
 from rlfast.utils.checks import check_choice, check_int
 
 __all__ = ["AtariParallelEnv", "pettingzoo_atari_env", "player_names", "ale_rom_folder"]
@@ -222,18 +223,20 @@ def pettingzoo_atari_env(env: str, env_kwargs: dict | None = None, frame_skip: i
                          max_start_noops: int = 30, horizon: int | None = 27000,
                          obs_type: str = "rlpyt", agent_id: bool = False,
                          global_state: bool = False, pad: bool = False, seed: int | None = None,
-                         render_mode: str | None = None) -> PettingZooEnv:
+                         render_mode: str | None = None, opponent: Any = None,
+                         learners: str | list[str] | None = None) -> PettingZooEnv:
     """A ``pettingzoo.atari`` game as a :class:`~rlfast.envs.pettingzoo.PettingZooEnv` of
     uint8 frame stacks, one batch column per player (see the module docstring): the samplers'
     ``EnvCls`` for ``pz:pettingzoo.atari.*`` ids. ``env`` and ``env_kwargs`` as for
     PettingZooEnv; the Atari options as for :class:`AtariParallelEnv`. Image observations
-    carry no agent id and no global state."""
+    carry no agent id and no global state. ``opponent`` and ``learners``: a fixed opponent for
+    the players that do not learn (:mod:`rlfast.envs.opponents`), as for PettingZooEnv."""
     atari = dict(frame_skip=frame_skip, num_img_obs=num_img_obs, clip_reward=clip_reward,
                  max_start_noops=max_start_noops, horizon=horizon, obs_type=obs_type)
     return PettingZooEnv(env, env_kwargs, agent_id=agent_id, global_state=global_state,
                          pad=pad, seed=seed, render_mode=render_mode,
                          make_env=functools.partial(AtariParallelEnv, **atari),
-                         horizon=horizon)
+                         horizon=horizon, opponent=opponent, learners=learners)
 
 
 def player_names(env: str, env_kwargs: dict | None = None) -> list[str]:
@@ -245,8 +248,9 @@ def player_names(env: str, env_kwargs: dict | None = None) -> list[str]:
         game.close()
 
 
-def _players(env: str, env_kwargs: dict | None = None, **_: Any) -> int:
-    return len(player_names(env, env_kwargs))
+def _players(env: str, env_kwargs: dict | None = None, opponent: Any = None,
+             learners: str | list[str] | None = None, **_: Any) -> int:
+    return learner_count(env, player_names(env, env_kwargs), opponent, learners)
 
 
 # The samplers ask an EnvCls how many batch columns one environment fills.

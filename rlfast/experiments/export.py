@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import logging
 import os
 import sys
@@ -33,6 +34,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from rlfast.envs.policy_file import POLICY_INFO_FILE
 
 __all__ = ["FORMATS", "export_policy", "record_observations", "add_export_parser",
            "export_main"]
@@ -154,7 +157,22 @@ def _write_torchscript(graph: Any, inputs: tuple, path: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(graph, inputs, check_trace=False, strict=False)
-    traced.save(path)
+    info = getattr(graph, "rlfast_info", None)  # what a fixed opponent checks (envs.opponents)
+    extra = {} if info is None else {POLICY_INFO_FILE: json.dumps(info)}
+    traced.save(path, _extra_files=extra)
+
+
+def policy_info(params: dict, graph: Any) -> dict:
+    """The record a TorchScript policy file carries (``rlfast.json``): the run's env id, the
+    players it learned as (``learners``: None when it trained every player, ``[]`` for a
+    ``pz:`` game's first player) and whether the graph is recurrent."""
+    env = params.get("config", {}).get("env", {}) or {}
+    learners = None
+    if env.get("opponent") is not None:
+        chosen = env.get("learners")
+        learners = [] if chosen is None else [chosen] if isinstance(chosen, str) else chosen
+    return dict(env=params.get("env"), algo=params.get("algo"), learners=learners,
+                recurrent=bool(graph.recurrent))
 
 
 def _run_file(fmt: str, path: str, inputs: tuple, input_names: list) -> list | None:
@@ -222,6 +240,7 @@ def export_policy(run_dir: str | os.PathLike, fmt: str = "onnx", output: str | N
     path = output or os.path.join(os.fspath(run_dir), "policy" + _SUFFIX[fmt])
     _check_output_path(path)
     graph = PolicyGraph(agent, stochastic=stochastic)
+    graph.rlfast_info = policy_info(params, graph)
     observations = record_observations(agent, make_env, max(2, check_observations))
     agent.eval_mode(1)
     tmp = path + ".tmp"

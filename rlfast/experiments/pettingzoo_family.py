@@ -20,6 +20,11 @@ feed-forward agent (:class:`rlfast.agents.AtariFfAgent`, one set of parameters f
 player, no agent id). The Atari presets' ``episodic_lives`` and
 ``repeat_action_probability=0`` are dropped: multi-agent ALE has no per-player lives and no
 sticky actions.
+
+``--set env.opponent=random`` (or the TorchScript file ``rlfast export`` writes from a
+trained run: a frozen snapshot of its learner) gives the players outside ``env.learners`` (default: the game's first player) a fixed
+opponent, and only the learners are batch columns: their return is then their score against
+that opponent (:mod:`rlfast.experiments.opponents`).
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ from rlfast.experiments.registry import EnvFamily, EnvTraits, SamplerSpec
 
 __all__ = ["PETTINGZOO", "pettingzoo_agent_class", "configure_pettingzoo"]
 
-_OPTIONS = ("agent_id", "global_state", "pad")
+_OPTIONS = ("agent_id", "global_state", "pad", "opponent", "learners")
 _ATARI_OPTIONS = ("frame_skip", "num_img_obs", "clip_reward", "max_start_noops", "horizon",
                   "obs_type")
 _ATARI_PREFIX = "pettingzoo.atari."
@@ -78,8 +83,9 @@ def env_defaults(name: str) -> dict:
     if _is_atari(name):
         return dict(kwargs=kwargs, agent_id=False, global_state=False, pad=False, frame_skip=4,
                     num_img_obs=4, clip_reward=True, max_start_noops=30, horizon=27_000,
-                    obs_type="rlpyt")
-    return dict(kwargs=kwargs, agent_id=True, global_state=False, pad=False)
+                    obs_type="rlpyt", opponent=None, learners=None)
+    return dict(kwargs=kwargs, agent_id=True, global_state=False, pad=False, opponent=None,
+                learners=None)
 
 
 def _factory(name: str, env_cfg: dict) -> tuple[Any, dict, Any]:
@@ -110,8 +116,20 @@ def _factory(name: str, env_cfg: dict) -> tuple[Any, dict, Any]:
             agents = list(made.possible_agents)
         finally:
             made.close()
+    cfg["opponent"], agents = _opponent(name, agents, cfg.get("opponent"), cfg.get("learners"))
     TrajInfoCls = functools.partial(MultiAgentTrajInfo, _agents=agents)
     return EnvCls, dict(env=name, env_kwargs=kwargs, **cfg), TrajInfoCls
+
+
+def _opponent(name: str, players: list[str], value: Any, learners: Any) -> tuple[Any, list]:
+    """``env.opponent`` as the env's opponent object (None: every player learns) and the
+    players that are batch columns (:mod:`rlfast.experiments.opponents`)."""
+    from rlfast.envs.opponents import check_learners
+    from rlfast.experiments.opponents import make_opponent
+    opponent = make_opponent(value, name, players, learners)
+    if opponent is None:
+        return None, players
+    return opponent, check_learners(learners, players)
 
 
 def _traits(name: str) -> EnvTraits:

@@ -153,16 +153,27 @@ def test_missing_package_and_rom_are_one_line_errors(monkeypatch, tmp_path):
     assert "pong" in message
 
 
-@pytest.mark.parametrize("sampler", ["serial", "cpu"])
-def test_rlfast_train_ppo_on_pong(tmp_path, sampler):
+ALGO_SETS = {
+    "ppo": ["sampler.batch_T=32", "algo.minibatches=2", "algo.epochs=1"],
+    # learning starts inside the budget, from a replay small enough to fill at once
+    "dqn": ["sampler.batch_T=32", "algo.min_steps_learn=128", "algo.replay_size=1000"],
+}
+
+
+@pytest.mark.parametrize("algo, sampler", [
+    ("ppo", "serial"), ("ppo", "cpu"), ("ppo", "gpu"), ("ppo", "alternating"),
+    ("dqn", "serial"), ("dqn", "cpu")])
+def test_rlfast_train_on_pong(tmp_path, algo, sampler):
+    """Every sampler steps the players' columns (the gpu and alternating samplers batch the
+    agent in the master, on the CPU here); ppo and dqn through ``rlfast train``."""
     log_dir = str(tmp_path / sampler)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    sets = [item for s in ALGO_SETS[algo] for item in ("--set", s)]
     done = subprocess.run(
-        [sys.executable, "-m", "rlfast", "train", "ppo", f"pz:{PONG}", "--sampler", sampler,
+        [sys.executable, "-m", "rlfast", "train", algo, f"pz:{PONG}", "--sampler", sampler,
          "--n-envs", "2", "--steps", "256", "--seed", "1", "--log-dir", log_dir,
-         "--set", "sampler.batch_T=32", "--set", "sampler.eval_n_envs=0",
-         "--set", "sampler.max_decorrelation_steps=0", "--set", "runner.log_interval_steps=128",
-         "--set", "algo.minibatches=2", "--set", "algo.epochs=1"],
+         "--set", "sampler.eval_n_envs=0", "--set", "sampler.max_decorrelation_steps=0",
+         "--set", "runner.log_interval_steps=128", *sets],
         capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     with open(os.path.join(log_dir, "progress.csv")) as f:
