@@ -57,10 +57,17 @@ Warm-up: the first 5 minutes or 1/6 of the run, whichever is smaller (of the act
 when the soak is interrupted), or exactly ``--warmup-minutes``. Only samples after it are
 judged:
 
-* RSS growth < ``--max-rss-growth`` (5%), for the master and for the workers' sum
-  separately: first post-warm-up sample to the last, or in runs with 8+ post-warm-up samples
-  the mean of the first 2-3 to the mean of the last 2-3 (the master's RSS wobbles by a few
-  percent from sample to sample as the allocator takes and returns memory);
+* memory growth < ``--max-rss-growth`` (5%), each of: the master's RSS, the workers' summed
+  RSS, the workers' summed USS (the pages no other process maps: what they alone cost) and
+  the job's summed PSS (each page divided among the processes that map it): first
+  post-warm-up sample to the last, or in runs with 8+ post-warm-up samples the mean of the
+  first 2-3 to the mean of the last 2-3 (the master's RSS wobbles by a few percent from sample
+  to sample as the allocator takes and returns memory). With ``--kill-worker-every`` the
+  workers' RSS is shown but not judged: a replacement is forked from the master as it is then
+  (larger than when the first workers were forked, before the optimizer and the training
+  buffers existed), and its RSS counts every master page it shares copy-on-write, which costs
+  no memory (seen: a PPO Pong worker at 249 MB RSS before its first restart, its replacement
+  at 348 MB RSS with 57 MB USS); its own growth shows in USS and the job's in PSS;
 * steps/s falls by at most ``--max-speed-fall`` (10%): the mean of the first post-warm-up
   rates against the mean of the last ones (1 each in short runs, up to 5 in long ones: a
   quarter of the rates); the spread around the median is printed for information;
@@ -134,7 +141,8 @@ JOBS: dict[str, dict[str, Any]] = {
 DEFAULT_JOBS = "ppo-pong,dqn-async"
 
 CSV_FIELDS = ["job", "t_s", "phase", "alive", "master_pid", "n_workers", "rss_master_mb",
-              "rss_workers_mb", "fds_master", "fds_workers", "fds", "shm_job", "shm_global",
+              "rss_workers_mb", "uss_master_mb", "uss_workers_mb", "pss_total_mb", "fds_master",
+              "fds_workers", "fds", "shm_job", "shm_global",
               "cum_steps", "progress_rows", "steps_per_s", "worker_restarts", "kills",
               "killed_pid"]
 
@@ -313,29 +321,47 @@ def _num_fds(proc: psutil.Process) -> int:
             return 0
 
 
+def _memory(proc: psutil.Process) -> tuple[float, float, float]:
+    """RSS, USS and PSS of ``proc`` in MB (USS and PSS NaN where /proc/<pid>/smaps cannot be
+    read). RSS counts every resident page the process maps, shared or not; USS only the pages
+    no other process maps (what the process alone costs); PSS each page divided by the number
+    of processes that map it (summed over a job: the job's share of the machine's memory)."""
+    rss = proc.memory_info().rss / MB
+    try:
+        full = proc.memory_full_info()
+    except (psutil.AccessDenied, AttributeError):
+        return rss, float("nan"), float("nan")
+    return rss, full.uss / MB, getattr(full, "pss", float("nan") * MB) / MB
+
+
 def process_tree_stats(pid: int) -> dict[str, Any] | None:
-    """RSS (MB), fds and shared-memory segments of process ``pid`` and of all its descendants
-    (the "workers"); None when ``pid`` is gone."""
+    """RSS, USS and PSS (MB), fds and shared-memory segments of process ``pid`` and of all
+    its descendants (the "workers"); None when ``pid`` is gone."""
     try:
         master = psutil.Process(pid)
-        rss_master = master.memory_info().rss / MB
+        rss_master, uss_master, pss_total = _memory(master)
         fds_master = _num_fds(master)
         children = master.children(recursive=True)
     except psutil.Error:
         return None
-    rss_workers = 0.0
+    rss_workers = uss_workers = 0.0
     fds_workers = 0
     n_workers = 0
     shm = shm_segments(pid)
     for child in children:
         try:
-            rss_workers += child.memory_info().rss / MB
-            fds_workers += _num_fds(child)
+            rss, uss, pss = _memory(child)
+            fds = _num_fds(child)
         except psutil.Error:
             continue  # exited between listing and reading
+        rss_workers += rss
+        uss_workers += uss
+        pss_total += pss
+        fds_workers += fds
         n_workers += 1
         shm |= shm_segments(child.pid)
-    return dict(rss_master_mb=rss_master, rss_workers_mb=rss_workers, n_workers=n_workers,
+    return dict(rss_master_mb=rss_master, rss_workers_mb=rss_workers, uss_master_mb=uss_master,
+                uss_workers_mb=uss_workers, pss_total_mb=pss_total, n_workers=n_workers,
                 fds_master=fds_master, fds_workers=fds_workers, fds=fds_master + fds_workers,
                 shm_job=len(shm), children=children)
 
@@ -452,6 +478,9 @@ class Job:
                       n_workers=stats["n_workers"] if stats else 0,
                       rss_master_mb=stats["rss_master_mb"] if stats else nan,
                       rss_workers_mb=stats["rss_workers_mb"] if stats else nan,
+                      uss_master_mb=stats["uss_master_mb"] if stats else nan,
+                      uss_workers_mb=stats["uss_workers_mb"] if stats else nan,
+                      pss_total_mb=stats["pss_total_mb"] if stats else nan,
                       fds_master=stats["fds_master"] if stats else -1,
                       fds_workers=stats["fds_workers"] if stats else -1,
                       fds=stats["fds"] if stats else -1,
@@ -629,10 +658,12 @@ def warmup_seconds(duration_s: float, warmup_minutes: float | None = None) -> fl
 
 
 def _rss(sample: dict, key: str) -> float:
-    """RSS ``key`` of a sample in MB; ``"total"``: master plus workers."""
+    """Memory figure ``key`` of a sample in MB (NaN when the sample lacks it, e.g. a CSV of
+    an older soak); ``"total"``: RSS master plus workers."""
     if key == "total":
         return sample["rss_master_mb"] + sample["rss_workers_mb"]
-    return sample[key]
+    value = sample.get(key, float("nan"))
+    return float(value) if value not in ("", None) else float("nan")
 
 
 def _growth(first: float, last: float) -> float:
@@ -676,6 +707,39 @@ def restarts_check(samples: Sequence[dict], kills_missed: int = 0) -> tuple[str,
             f"WorkerRestarts {last}, kills landed {kills}{missed}")
 
 
+# The memory figures judged, in order: (sample key, label). "total" is RSS master + workers.
+MEMORY_KEYS = (("rss_master_mb", "RSS master"), ("rss_workers_mb", "RSS workers"),
+               ("total", "RSS total"), ("uss_workers_mb", "USS workers"),
+               ("pss_total_mb", "PSS total"))
+# Why a run with injected restarts judges the workers by USS and the job by PSS, not by RSS.
+FORK_NOTE = ("info with restarts: a replacement is forked from the master as it is now, and "
+             "its RSS counts the master's pages it shares copy-on-write; USS workers and PSS "
+             "total are judged")
+
+
+def memory_checks(post: Sequence[dict], limits: Limits,
+                  restarted: bool = False) -> list[tuple[str, bool, str]]:
+    """Growth of each :data:`MEMORY_KEYS` figure over the post-warm-up samples ``post``: the
+    mean of the first k samples against that of the last k (k = 1 in short runs, up to 3 in
+    long ones: the master's RSS wobbles by some percent as the allocator takes and returns
+    memory, and a leak shows in the means as well). RSS total is information; so is RSS
+    workers in a run with injected restarts (``restarted``, see :data:`FORK_NOTE`). A figure
+    that could not be read (NaN, e.g. no workers or no smaps) passes."""
+    k = max(1, min(3, len(post) // 4))
+    what = f"mean of first/last {k} samples" if k > 1 else "first -> last sample"
+    checks = []
+    for key, label in MEMORY_KEYS:
+        values = [_rss(s, key) for s in post]
+        a, b = statistics.fmean(values[:k]), statistics.fmean(values[-k:])
+        g = _growth(a, b)
+        info = key == "total" or (restarted and key == "rss_workers_mb")
+        ok = info or not (g >= limits.max_rss_growth)
+        limit = (FORK_NOTE if key == "rss_workers_mb" else "info") if info else \
+            f"limit +{limits.max_rss_growth * 100:.0f}%"
+        checks.append((label, ok, f"{a:.1f} -> {b:.1f} MB ({g * 100:+.1f}%, {limit}; {what})"))
+    return checks
+
+
 def judge(samples: Sequence[dict], warmup_s: float, limits: Limits,
           ended_early: bool = False, kills_missed: int = 0) -> list[tuple[str, bool, str]]:
     """The checks of one job: (name, passed, detail) for each target."""
@@ -693,17 +757,7 @@ def judge(samples: Sequence[dict], warmup_s: float, limits: Limits,
     # RSS: the mean of the first k post-warm-up samples against that of the last k (k = 1 in
     # short runs, up to 3 in long ones): the master's RSS wobbles by some percent as the
     # allocator takes and returns memory, and a leak shows in the means as well.
-    k = max(1, min(3, len(post) // 4))
-    what = f"mean of first/last {k} samples" if k > 1 else "first -> last sample"
-    for key, label in (("rss_master_mb", "RSS master"), ("rss_workers_mb", "RSS workers"),
-                       ("total", "RSS total")):
-        a = statistics.fmean(_rss(s, key) for s in post[:k])
-        b = statistics.fmean(_rss(s, key) for s in post[-k:])
-        g = _growth(a, b)
-        info = key == "total"  # judged per part; the total is shown for reference
-        ok = info or not (g >= limits.max_rss_growth)  # NaN (no workers) passes
-        limit = "info" if info else f"limit +{limits.max_rss_growth * 100:.0f}%"
-        checks.append((label, ok, f"{a:.1f} -> {b:.1f} MB ({g * 100:+.1f}%, {limit}; {what})"))
+    checks += memory_checks(post, limits, restarted=bool(samples[-1]["kills"]))
     checks.append(speed_check([s["steps_per_s"] for s in post], limits.max_speed_fall))
     for key, label in (("fds", "open fds"), ("shm_job", "shm segments")):
         peak = max(s[key] for s in post)

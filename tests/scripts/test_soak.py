@@ -172,9 +172,10 @@ def test_progress_rates(soak, tmp_path):
 
 
 def _sample(t, rss=100.0, workers=50.0, fds=40, shm=10, rate=1000.0, n=1, alive=1,
-            restarts=0.0, kills=0):
+            restarts=0.0, kills=0, uss=20.0, pss=120.0):
     return dict(job="j", t_s=t, phase="", alive=alive, master_pid=1, n_workers=n,
-                rss_master_mb=rss, rss_workers_mb=workers, fds_master=fds, fds_workers=0,
+                rss_master_mb=rss, rss_workers_mb=workers, uss_master_mb=40.0,
+                uss_workers_mb=uss, pss_total_mb=pss, fds_master=fds, fds_workers=0,
                 fds=fds, shm_job=shm, shm_global=0, cum_steps=t * 1000, progress_rows=0,
                 steps_per_s=rate, worker_restarts=restarts, kills=kills, killed_pid="")
 
@@ -242,6 +243,23 @@ def test_judge(soak):
     unlogged = steady[:-1] + [_sample(540, kills=1)]
     assert _failed(soak.judge(unlogged, 100, limits)) == ["restarts"]
     assert _failed(soak.judge(steady, 100, limits, kills_missed=1)) == ["restarts"]
+    # A restart forks its replacement from the grown master: the workers' RSS steps up once
+    # (shared copy-on-write pages), which a run with kills shows but does not judge; the
+    # workers' own memory (USS) and the job's share (PSS) are judged, with or without kills.
+    forked = [_sample(t, workers=50.0 if t < 300 else 70.0, kills=int(t >= 300),
+                      restarts=float(t >= 360)) for t in range(0, 600, 60)]
+    assert _failed(soak.judge(forked, 100, limits)) == []
+    rss_workers = [c for c in soak.judge(forked, 100, limits) if c[0] == "RSS workers"][0]
+    assert "copy-on-write" in rss_workers[2]
+    unforked = [dict(s, kills=0, worker_restarts=0.0) for s in forked]
+    assert _failed(soak.judge(unforked, 100, limits)) == ["RSS workers"]
+    owned = [dict(s, uss_workers_mb=20.0 + s["t_s"] / 20) for s in forked]
+    assert _failed(soak.judge(owned, 100, limits)) == ["USS workers"]
+    shared = [dict(s, pss_total_mb=120.0 + s["t_s"] / 20) for s in forked]
+    assert _failed(soak.judge(shared, 100, limits)) == ["PSS total"]
+    older = [{k: v for k, v in s.items() if k not in ("uss_workers_mb", "pss_total_mb")}
+             for s in steady]  # a CSV written before USS and PSS were recorded
+    assert _failed(soak.judge(older, 100, limits)) == []
     assert soak.warmup_seconds(30 * 60) == 300 and soak.warmup_seconds(180) == 30
     assert soak.warmup_seconds(180, 2) == 120
     table = soak.format_table(warm, 30)
@@ -301,6 +319,7 @@ def test_job_sample_and_stop_leave_no_process(soak, tmp_path, stubborn):
         s = job.sample(1.0, "steady", soak.global_shm_count())
         assert s["alive"] == 1 and s["n_workers"] == 2
         assert s["rss_master_mb"] > 1 and s["rss_workers_mb"] > 1 and s["fds"] > 0
+        assert 0 < s["uss_workers_mb"] < s["rss_workers_mb"] and s["pss_total_mb"] > 1
         assert s["steps_per_s"] != s["steps_per_s"]  # NaN: no progress.csv
         if os.path.isdir("/dev/shm"):
             assert s["shm_job"] >= 1  # the RawArray's (deleted) /dev/shm arena
