@@ -65,6 +65,10 @@ setup(
         # The peers scripts/bench/bench_*.py compare against (BenchMARL's MAPPO for
         # scripts/bench/bench_multiagent.py), and MuJoCo for the HalfCheetah-v5 SAC figures of
         # scripts/bench/bench_gpu.sh --replay-only; never imported by rlfast itself.
+        # The documentation site (mkdocs.yml; `mkdocs build --strict`, which .ci/run runs):
+        # MkDocs with the Material theme, and mkdocstrings, which writes the API reference from
+        # rlfast's own docstrings so that the reference cannot drift from the code.
+        "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],
         "bench": ["stable-baselines3>=2.0", "envpool>=0.8", "mujoco>=3.0", "benchmarl>=1.5",
                   "pettingzoo>=1.24", "mpe2>=1.0"],
     },

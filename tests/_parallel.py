@@ -43,6 +43,7 @@ import pytest
 import torch
 
 IN_PROCESS_MODULES = frozenset({
+    "tests/docs/test_generated_settings.py",
     "tests/algos/test_host_syncs.py",
     "tests/algos/test_replay_host_syncs.py",
     "tests/algos/test_graph_step.py",

@@ -22,9 +22,9 @@ player, no agent id). The Atari presets' ``episodic_lives`` and
 sticky actions.
 
 ``--set env.opponent=random`` (or the TorchScript file ``rlfast export`` writes from a
-trained run: a frozen snapshot of its learner) gives the players outside ``env.learners`` (default: the game's first player) a fixed
-opponent, and only the learners are batch columns: their return is then their score against
-that opponent (:mod:`rlfast.experiments.opponents`).
+trained run: a frozen snapshot of its learner) gives the players outside ``env.learners``
+(default: the game's first player) a fixed opponent, and only the learners are batch columns:
+their return is then their score against that opponent (:mod:`rlfast.experiments.opponents`).
 """
 from __future__ import annotations
 

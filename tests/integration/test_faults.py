@@ -146,7 +146,8 @@ def test_fault_matrix(sampler, fault, tmp_path):
 
 
 def _report(sampler: str, fault: str, status: int, elapsed: float) -> None:
-    """With ``RLFAST_FAULT_REPORT=<file>``, append this case's outcome (for the README)."""
+    """With ``RLFAST_FAULT_REPORT=<file>``, append this case's outcome (for the fault matrix
+    of docs/reliability.md)."""
     path = os.environ.get("RLFAST_FAULT_REPORT")
     if path:
         with open(path, "a") as f:
