@@ -110,18 +110,6 @@ class OpponentParallelEnv(ParallelEnv):
     def action_space(self, agent: str) -> Any:
         return self._action_spaces[agent]
 
-    @property
-    def unwrapped(self) -> OpponentParallelEnv:
-        return self
-
-    @property
-    def num_agents(self) -> int:
-        return len(self.agents)
-
-    @property
-    def max_num_agents(self) -> int:
-        return len(self.possible_agents)
-
     def state(self) -> np.ndarray:
         return self.game.state()
 

@@ -126,18 +126,6 @@ class AtariParallelEnv(ParallelEnv):
     def action_space(self, agent: str) -> Any:
         return self.game.action_space(agent)
 
-    @property
-    def unwrapped(self) -> AtariParallelEnv:
-        return self
-
-    @property
-    def num_agents(self) -> int:
-        return len(self.agents)
-
-    @property
-    def max_num_agents(self) -> int:
-        return len(self.possible_agents)
-
     def _frame(self, screen: np.ndarray) -> np.ndarray:
         """One screen (or the max of two), cropped and resized as AtariEnv does."""
         screen = np.asarray(screen).reshape(screen.shape[0], screen.shape[1])
