@@ -88,8 +88,10 @@ def _last_csv_value(path: str) -> float:
 
 
 def run_rlfast(seed: int, steps: int, n_agents: int, eval_episodes: int, out: str,
-               sampler: str | None) -> dict:
-    log_dir = os.path.join(out, f"rlfast_seed{seed}")
+               sampler: str | None, sets: tuple[str, ...] = (), name: str = "rlfast") -> dict:
+    """One ``rlfast train mappo`` run; ``sets``: extra ``--set KEY=VALUE`` overrides, and
+    ``name`` the log folder's prefix."""
+    log_dir = os.path.join(out, f"{name}_seed{seed}")
     per_env = -(-eval_episodes // 8)
     command = [sys.executable, "-m", "rlfast", "train", "mappo", f"pz:{TASK}",
                "--steps", str(steps), "--seed", str(seed), "--log-dir", log_dir,
@@ -99,6 +101,8 @@ def run_rlfast(seed: int, steps: int, n_agents: int, eval_episodes: int, out: st
                "--set", "sampler.eval_n_envs=8",
                "--set", f"sampler.eval_max_steps={8 * per_env * 25}",
                "--set", f"sampler.eval_max_trajectories={eval_episodes}"]
+    for item in sets:
+        command += ["--set", item]
     if sampler:
         command += ["--sampler", sampler]
     start = time.time()

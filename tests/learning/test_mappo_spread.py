@@ -21,6 +21,13 @@ shorter run is the same run cut short): seed 0 evaluates -21.86, -15.33, -14.38,
 16k, 32k and 48k steps (training return -14.45 at 48k, a margin of 1.7 and 2.0 over the
 threshold), and went on to -13.91, -14.07, -14.24 (training -14.15) at 64k-96k; seed 1 ends
 at -15.52, training -15.30, at 48k. About 26 s of CPU instead of 72.
+
+Since 2026-12-07 the preset adds the MAPPO code's value normalization and Huber value loss
+(measured better on Spread with N=3, see rlfast/experiments/preset_data.py). Rerun then
+(2-core Intel Xeon): seed 0 evaluates -21.86, -20.31, -15.44, -15.80 at 0, 16k, 32k and 48k
+steps, training return -15.65 at 48k: margins of 0.7 and 0.85, thinner than before; seeds 1
+and 2 evaluate -12.70 and -14.20 at 48k (training -14.20 and -14.23), -13.55 and -14.23 at
+64k. 29 s.
 """
 from __future__ import annotations
 
