@@ -192,3 +192,30 @@ def test_a_registered_es_strategy_is_a_train_algorithm(undo, capsys):
         get_es_preset("cem_copy", "atari:pong")
     assert main(["train", "cem_copy", "atari:pong"]) == 2  # dispatched to the ES path
     assert "evolution strategies search vector-observation policies" in capsys.readouterr().err
+
+
+def test_entry_points_are_scanned_once_per_sys_path(monkeypatch):
+    """A lookup does not rescan every installed distribution's metadata: the ``rlfast.plugins``
+    entry points are read once, and again only when ``sys.path`` changes (where a new
+    distribution may have become visible)."""
+    import sys
+    from importlib import metadata
+
+    scans = []
+    real = metadata.entry_points
+
+    def counting(**kwargs):
+        scans.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(catalog.metadata, "entry_points", counting)
+    monkeypatch.setattr(catalog, "_scanned", None)
+    for _ in range(5):
+        catalog.load_plugins()
+        catalog.algorithm("ppo")
+        catalog.env_family("CartPole-v1")
+    assert scans == [dict(group=catalog.PLUGIN_GROUP)]
+    monkeypatch.setattr(sys, "path", [*sys.path, "/nonexistent-rlfast-test-dir"])
+    catalog.load_plugins()
+    catalog.load_plugins()
+    assert len(scans) == 2
