@@ -11,8 +11,10 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -46,11 +48,15 @@ def _number(cell: str) -> float:
     return float(re.match(r"[\d,.]+", cell).group(0).replace(",", ""))
 
 
-def test_quick_run_prints_machine_tables_and_ratios(tmp_path):
+def test_quick_run_prints_machine_tables_and_ratios(tmp_path, request):
     pytest.importorskip("ale_py")
     out_json = tmp_path / "out.json"
-    scratch = tmp_path / "tmp"  # the run's temporary folder: SB3's logger folders land here
-    scratch.mkdir()
+    # The run's temporary folder, where SB3's logger folders land. Not under tmp_path: SB3's
+    # SubprocVecEnv starts its workers through multiprocessing's forkserver, whose socket
+    # lives in the temporary folder, and a socket path over 107 bytes fails ("AF_UNIX path
+    # too long"), as it did under pytest's deep tmp_path in CI's fresh folders.
+    scratch = Path(tempfile.mkdtemp(prefix="rlfast-bat-"))
+    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
     env = {k: v for k, v in os.environ.items() if k != "SB3_LOGDIR"}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", str(out_json),
                            "--contenders", *PPO, *DQN],
