@@ -13,6 +13,15 @@ that only optimizes while samplers run elsewhere (the asynchronous runner's opti
 Every runner pins its master with :class:`MasterAffinity` at start-up and restores the
 caller's cores and thread count on every exit path: a run started in-process (a notebook, a
 sweep script, a test) must not leave its caller pinned to the run's cores or thread count.
+
+On the CPU the master also flushes subnormal floats to zero (``torch.set_flush_denormal``,
+x86's FTZ and DAZ; the caller's setting comes back on restore). Arithmetic on subnormals is
+microcoded and 10-100x slower, and training makes them: Adam's moment estimates of weights
+whose gradients are tiny or zero decay through the subnormal range. Measured on the MinAtar
+Rainbow preset (Intel Xeon, one thread): its fused Adam step took 2.57 ms instead of 0.35 ms
+and the whole update 7.0 ms instead of 5.5 ms. Values below 1.2e-38 change nothing a network
+computes. The setting is per thread: the learner's thread has it, torch's helper threads (an
+optimizer on several threads) keep theirs.
 """
 from __future__ import annotations
 
@@ -26,7 +35,14 @@ import torch
 from rlfast.utils.affinity import validate_affinity
 from rlfast.utils.misc import available_cpus
 
-__all__ = ["MasterAffinity", "model_modules", "set_cuda_device"]
+__all__ = ["MasterAffinity", "flushes_denormals", "model_modules", "set_cuda_device"]
+
+
+def flushes_denormals() -> bool:
+    """Whether this thread's float arithmetic flushes subnormal results to zero (half the
+    smallest normal float32 comes out as 0)."""
+    tiny = torch.full((1,), torch.finfo(torch.float32).tiny)
+    return bool((tiny * 0.5)[0] == 0)
 
 
 class MasterAffinity:
@@ -44,6 +60,7 @@ class MasterAffinity:
         self._all_master_cores = 0
         self._previous_threads: int | None = None
         self._previous_cpus: list | None = None
+        self._previous_flush: bool | None = None
 
     def pin(self, optimizer_only: bool = False) -> None:
         """Validate the affinity, pin the master to ``master_cpus`` and take the sampling
@@ -62,6 +79,10 @@ class MasterAffinity:
                 proc.cpu_affinity(list(cpus))  # validated above: these cores exist
                 self._previous_cpus = previous
         on_cpu = affinity.get("cuda_idx") is None
+        if on_cpu and self._previous_flush is None:
+            previous = flushes_denormals()
+            if torch.set_flush_denormal(True):  # False where the CPU cannot
+                self._previous_flush = previous
         sample = affinity.get("sample_torch_threads")
         if sample is None and on_cpu:
             sample = 1
@@ -128,6 +149,9 @@ class MasterAffinity:
         if self._previous_threads:
             torch.set_num_threads(self._previous_threads)
             self._previous_threads = None
+        if self._previous_flush is not None:
+            torch.set_flush_denormal(self._previous_flush)
+            self._previous_flush = None
 
 
 def set_cuda_device(cuda_idx: int | None) -> None:

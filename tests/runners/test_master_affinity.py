@@ -168,3 +168,74 @@ def test_model_modules_finds_every_module_the_agent_holds():
                                   target=torch.nn.Conv2d(1, 1, 1), other=3)
     kinds = {type(m) for m in model_modules(agent)}
     assert kinds == {torch.nn.Sequential, torch.nn.Linear, torch.nn.Conv2d}
+
+
+def _subnormal_product() -> float:
+    """Half the smallest normal float32, computed by torch on this thread: 0.0 when it
+    flushes subnormals, about 5.9e-39 when it does not (an independent check of
+    ``flushes_denormals``)."""
+    tiny = torch.tensor([torch.finfo(torch.float32).tiny])
+    return float((tiny / 2)[0])
+
+
+@pytest.mark.parametrize("caller_flushes", [False, True])
+def test_master_flushes_subnormals_on_the_cpu_until_restore(caller_flushes):
+    """On the CPU the master computes with subnormals flushed to zero and gives the caller
+    its own setting back, whichever it was."""
+    if not torch.set_flush_denormal(caller_flushes) and caller_flushes:
+        pytest.skip("this CPU cannot flush subnormals")
+    try:
+        assert master_affinity.flushes_denormals() is caller_flushes
+        assert (_subnormal_product() == 0.0) is caller_flushes
+        master = MasterAffinity(dict(master_torch_threads=1))
+        master.pin()
+        assert master_affinity.flushes_denormals() is True
+        assert _subnormal_product() == 0.0
+        master.restore()
+        assert master_affinity.flushes_denormals() is caller_flushes
+        master.restore()  # idempotent
+        assert master_affinity.flushes_denormals() is caller_flushes
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def test_master_on_a_gpu_leaves_subnormals_alone(monkeypatch):
+    monkeypatch.setattr(master_affinity, "validate_affinity", lambda affinity: None)
+    torch.set_flush_denormal(False)
+    master = MasterAffinity(dict(cuda_idx=0))
+    master.pin()
+    try:
+        assert master_affinity.flushes_denormals() is False
+    finally:
+        master.restore()
+    assert master_affinity.flushes_denormals() is False
+
+
+def test_flushing_changes_an_adam_step_only_below_the_normal_range():
+    """Adam on weights whose gradients are subnormal-sized: with flushing the moments and the
+    step are those of float64 arithmetic wherever they are normal floats, and zero where
+    float64 says they are below float32's normal range."""
+    grads = torch.tensor([1e-3, 1e-19, 1e-21, 0.0])  # squares: normal, subnormal, 0, 0
+    weights = torch.ones(4)
+
+    def step(flush: bool):
+        torch.set_flush_denormal(flush)
+        try:
+            p = torch.nn.Parameter(weights.clone())
+            p.grad = grads.clone()
+            opt = torch.optim.Adam([p], lr=0.1, eps=1e-8, fused=True)
+            opt.step()
+            return p.detach().clone(), opt.state[p]["exp_avg_sq"].clone()
+        finally:
+            torch.set_flush_denormal(False)
+
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush subnormals")
+    plain_p, plain_v = step(False)
+    flushed_p, flushed_v = step(True)
+    v64 = 0.001 * grads.double() ** 2  # (1 - beta2) g^2
+    normal = v64 >= torch.finfo(torch.float32).tiny
+    assert torch.allclose(flushed_v[normal].double(), v64[normal], rtol=1e-6)
+    assert (flushed_v[~normal] == 0).all()
+    assert (plain_v[1] > 0) and (plain_v[1] < torch.finfo(torch.float32).tiny)  # kept subnormal
+    assert torch.allclose(flushed_p, plain_p, atol=1e-6)  # the weights step alike
