@@ -1,6 +1,8 @@
-"""Every [core], [atari], [dqn], [qpg] and [launch] name promised in API.md imports from its
-documented module."""
+"""Every name that API.md promises in its [core], [atari], [dqn], [qpg], [launch], [async],
+[multi], [marl], [es] and [face] groups imports from its documented module (the [marl] and
+[es] names whose extras are missing are skipped: PettingZoo, cma)."""
 import importlib
+import importlib.util
 
 import pytest
 
@@ -74,11 +76,47 @@ LAUNCH = {
                         "run_experiments launch_experiment report_sweep",
 }
 
+ASYNC = {
+    "rlfast.replays": "AsyncSumTree AsyncUniformReplayBuffer AsyncPrioritizedReplayBuffer "
+                      "AsyncUniformReplayFrameBuffer AsyncPrioritizedReplayFrameBuffer "
+                      "AsyncUniformSequenceReplayBuffer AsyncPrioritizedSequenceReplayBuffer "
+                      "AsyncUniformSequenceReplayFrameBuffer "
+                      "AsyncPrioritizedSequenceReplayFrameBuffer "
+                      "AsyncTlUniformReplayBuffer AsyncTlPrioritizedReplayBuffer",
+    "rlfast.samplers": "AsyncSerialSampler AsyncCpuSampler AsyncGpuSampler "
+                       "AsyncAlternatingSampler",
+    "rlfast.runners": "AsyncRl AsyncRlEval",
+}
+MULTI = {"rlfast.runners": "SyncRl SyncRlEval"}
+MARL = {"rlfast.envs": "MultiAgentEnv MultiAgentInfo", "rlfast.agents": "MultiAgentPgAgent"}
+ES = {"rlfast.es": "BaseES CEM OpenAIES", "rlfast.launching": "make_random_variants"}
+FACE = {"rlfast": "register_algorithm register_sampler register_env_family "
+                  "register_es_strategy"}
 
-@pytest.mark.parametrize("module,name", [(m, n) for group in (CORE, ATARI, DQN, QPG, LAUNCH)
+
+@pytest.mark.parametrize("module,name", [(m, n) for group in (CORE, ATARI, DQN, QPG, LAUNCH,
+                                                              ASYNC, MULTI, MARL, ES, FACE)
                                          for m, names in group.items() for n in names.split()])
 def test_core_name_imports(module, name):
     assert getattr(importlib.import_module(module), name) is not None
+
+
+def test_extras_names_import_where_their_extra_is_installed():
+    """``PettingZooEnv`` (PettingZoo) and ``CMAES`` (cma) load on first use."""
+    if importlib.util.find_spec("pettingzoo") is not None:
+        assert importlib.import_module("rlfast.envs").PettingZooEnv is not None
+    if importlib.util.find_spec("cma") is not None:
+        assert importlib.import_module("rlfast.es").CMAES is not None
+
+
+def test_multi_agent_info_is_the_env_info_of_a_multi_agent_step():
+    from rlfast.envs import MultiAgentInfo
+    assert MultiAgentInfo._fields == ("valid", "timeout")
+
+
+def test_es_strategies_have_the_promised_interface():
+    from rlfast.es import BaseES
+    assert callable(BaseES.ask) and callable(BaseES.tell) and hasattr(BaseES, "result")
 
 
 def test_logger_module_functions():

@@ -7,10 +7,11 @@ runs do not pay for importing ale-py and OpenCV, and PettingZoo stays optional.
 """
 from rlfast.envs.base import Env, EnvSpaces, EnvStep
 from rlfast.envs.gym import EnvInfoWrapper, GymEnvWrapper, make
-from rlfast.envs.multiagent import MultiAgentEnv, MultiAgentTrajInfo
+from rlfast.envs.multiagent import MultiAgentEnv, MultiAgentInfo, MultiAgentTrajInfo
 
 __all__ = ["Env", "EnvStep", "EnvSpaces", "GymEnvWrapper", "EnvInfoWrapper", "make",
-           "AtariEnv", "AtariTrajInfo", "MultiAgentEnv", "MultiAgentTrajInfo", "PettingZooEnv"]
+           "AtariEnv", "AtariTrajInfo", "MultiAgentEnv", "MultiAgentInfo", "MultiAgentTrajInfo",
+           "PettingZooEnv"]
 
 
 def __getattr__(name: str):

@@ -30,6 +30,7 @@ from rlfast.replays.device_sequence import (DevicePrioritizedSequenceReplayBuffe
                                             DeviceUniformSequenceReplayFrameBuffer)
 from rlfast.replays.device_time_limit import (DeviceTlPrioritizedReplayBuffer,
                                               DeviceTlUniformReplayBuffer)
+from rlfast.replays.draw_alarm import ZeroPriorityError
 from rlfast.replays.factory import make_replay_buffer, replay_buffer_class
 from rlfast.replays.non_sequence import (PrioritizedReplayBuffer, PrioritizedReplayFrameBuffer,
                                          UniformReplayBuffer, UniformReplayFrameBuffer)
@@ -59,4 +60,5 @@ __all__ = [
     "DeviceUniformSequenceReplayBuffer", "DevicePrioritizedSequenceReplayBuffer",
     "DeviceUniformSequenceReplayFrameBuffer", "DevicePrioritizedSequenceReplayFrameBuffer",
     "DeviceTlUniformReplayBuffer", "DeviceTlPrioritizedReplayBuffer", "PrefetchingReplay",
+    "ZeroPriorityError",
 ]
