@@ -22,14 +22,15 @@ appear (so each row gets a wall-clock time). At the end it writes, in the harnes
 * ``curve.png``: the learning curve with the published figure and the threshold drawn on it.
 
 ``--keep`` also copies both into ``docs/results/`` (the records the results page quotes, kept in
-the repository), and ``--page`` rewrites that page, ``docs/results/README.md``, and the table in
-the project's README from the kept records. ``--record DIR`` rebuilds the record and picture of
-a finished (or stopped) harness folder, ``--resume DIR`` goes on with a stopped run from its
-newest snapshot (a run longer than one sitting: its segments' wall times add up, the gaps
-between them do not count; ``harness.json`` is rewritten at every sample, so a harness killed
-with its run still leaves what ran), ``--table`` prints the table of kept records (``--results
-DIR`` reads another folder), and ``--list`` the rows. Rows ending in ``_smoke`` are short
-budgets that check the harness, the record and the picture, not the score; the tests run them.
+the repository; only a run that reached its budget: a stopped one says how to go on), and
+``--page`` rewrites that page, ``docs/results/README.md``, and the table in the project's README
+from the kept records. ``--record DIR`` rebuilds the record and picture of a finished (or
+stopped) harness folder, ``--resume DIR`` goes on with a stopped run from its newest snapshot (a
+run longer than one sitting: its segments' wall times add up, the gaps between them do not
+count; ``harness.json`` is rewritten at every sample, so a harness killed with its run still
+leaves what ran), ``--table`` prints the table of kept records (``--results DIR`` reads another
+folder), and ``--list`` the rows. Rows ending in ``_smoke`` are short budgets that check the
+harness, the record and the picture, not the score; the tests run them.
 
 Ctrl-C or SIGTERM stops the run cleanly (SIGINT to its process group: rlfast saves a snapshot
 and stops its workers) and still writes the record of what ran.
@@ -487,11 +488,31 @@ def plot_record(record: dict, path: str) -> None:
     plt.close(fig)
 
 
+def unfinished(record: dict) -> str | None:
+    """Why ``record`` is not a whole run (stopped by a signal, failed, or short of its
+    budget), or None for a whole one."""
+    done, budget = record.get("steps_done") or 0, record.get("budget_steps") or 0
+    if record.get("stopped_by"):
+        why = f"stopped by {record['stopped_by']}"
+    elif record.get("exit_code") != 0:
+        why = f"exit code {record.get('exit_code')}"
+    elif done < budget:
+        why = "short of its budget"
+    else:
+        return None
+    return f"{why} at {done:,} of {budget:,} steps"
+
+
 def keep(out_dir: str, results_dir: str = RESULTS_DIR) -> str:
     """Copy the record and picture of ``out_dir`` into ``results_dir`` as
-    ``<row>_s<seed>.json`` / ``.png``; returns the JSON path."""
+    ``<row>_s<seed>.json`` / ``.png``; returns the JSON path. A run that did not finish is
+    refused (``ValueError``): the results page quotes whole runs only."""
     with open(os.path.join(out_dir, "record.json")) as f:
         record = json.load(f)
+    why = unfinished(record)
+    if why:
+        raise ValueError(f"not kept: {record['row']} seed {record['seed']} {why}; go on with "
+                         f"scripts/reproduce.py --resume {out_dir} --keep")
     os.makedirs(results_dir, exist_ok=True)
     stem = os.path.join(results_dir, f"{record['row']}_s{record['seed']}")
     shutil.copyfile(os.path.join(out_dir, "record.json"), stem + ".json")
@@ -704,7 +725,11 @@ def main(argv: list[str] | None = None) -> int:
                       if k not in ("curve", "sps_over_time", "rss_over_time", "command")},
                      indent=1))
     if args.keep:
-        print("kept:", os.path.relpath(keep(args.record, args.results), REPO_ROOT))
+        try:
+            print("kept:", os.path.relpath(keep(args.record, args.results), REPO_ROOT))
+        except ValueError as error:
+            print(error)
+            return 1
     return 0 if record["exit_code"] == 0 else 1
 
 

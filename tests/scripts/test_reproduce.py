@@ -127,6 +127,21 @@ def test_keep_and_table(rep, tmp_path):
     assert len(rep.table(str(tmp_path / "results"), include_smoke=True).splitlines()) == 4
 
 
+@pytest.mark.parametrize("change,why", [
+    (dict(stopped_by="SIGINT"), "stopped by SIGINT at 400 of 400 steps"),
+    (dict(exit_code=1), "exit code 1 at 400 of 400 steps"),
+    (dict(budget_steps=800), "short of its budget at 400 of 800 steps")])
+def test_a_run_that_did_not_finish_is_not_kept(rep, tmp_path, change, why):
+    _synthetic_run(tmp_path / "h")
+    harness = json.loads((tmp_path / "h" / "harness.json").read_text())
+    harness.update(change)
+    (tmp_path / "h" / "harness.json").write_text(json.dumps(harness))
+    rep.build_record(str(tmp_path / "h"))
+    with pytest.raises(ValueError, match=f"pong_ppo seed 7 {why}; go on with .*--resume"):
+        rep.keep(str(tmp_path / "h"), str(tmp_path / "results"))
+    assert not (tmp_path / "results").exists()
+
+
 def test_unknown_row_is_a_one_line_error():
     proc = subprocess.run([sys.executable, str(SCRIPT), "no_such_row"], capture_output=True,
                           text=True, timeout=120)
