@@ -196,3 +196,40 @@ def test_dqn_rejects_wait_reset_collectors():
     algo = DQN()
     with pytest.raises(ValueError, match="mid-batch"):
         algo.initialize(agent=None, n_itr=1, batch_spec=(1, 1), mid_batch_reset=False, examples={})
+
+
+@pytest.mark.parametrize("kind", ["dqn", "catdqn"])
+def test_noisy_networks_draw_new_noise_in_both_networks_for_every_update(kind):
+    """NoisyNet-DQN (Fortunato et al. 2018) and Rainbow sample the online and the target
+    network's noise afresh for each update. Before, the target network kept the noise drawn
+    when it was built for the whole run (a fixed perturbation of every target) and the online
+    one kept the last sampling step's for all updates of an iteration."""
+    from rlfast.agents import CatDqnAgent, DqnAgent
+    from tests.algos import _replay_setups
+
+    algo, sample = _replay_setups.setup(kind)
+    if kind == "dqn":  # the same learner with a noisy agent in place of its plain one
+        agent = DqnAgent(model_kwargs=dict(hidden_sizes=[16], noisy=True))
+    else:
+        agent = CatDqnAgent(n_atoms=11, model_kwargs=dict(hidden_sizes=[16], noisy=True))
+        agent.give_V_min_max(algo.V_min, algo.V_max)
+    agent.initialize(_replay_setups.CARTPOLE_SPACES)
+    agent.train_mode(0)
+    algo.agent = agent
+    algo.optim_initialize()
+    seen = {"online": [], "target": []}
+    loss = algo.loss
+
+    def recording_loss(batch):
+        for net, model in (("online", agent.model), ("target", agent.target_model)):
+            seen[net].append(torch.cat([b.reshape(-1).clone() for n, b in model.named_buffers()
+                                        if n.endswith("epsilon")]))
+        return loss(batch)
+
+    algo.loss = recording_loss
+    for itr in range(4):
+        algo.optimize_agent(itr, sample(itr))
+    assert algo.update_counter >= 4 and len(seen["target"]) == algo.update_counter
+    for net in ("online", "target"):
+        draws = seen[net]
+        assert all(not torch.equal(a, b) for a, b in zip(draws, draws[1:])), net

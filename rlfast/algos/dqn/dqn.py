@@ -286,8 +286,11 @@ class DQN(RLAlgorithm):
             self._program.begin()
         counter_at_begin = self.update_counter
         host_priorities = self.prioritized_replay and not self.device_priorities
+        noisy = bool(getattr(self.agent, "noisy", False))
         for _ in range(self.updates_per_optimize):
             batch = self.replay_buffer.sample_batch(self.replay_batch_size)
+            if noisy:  # fresh noise in the online and the target network for every update
+                self.agent.reset_noise()
             program = self.graph_step(batch)
             if program is not None:  # the whole step in one program (a CUDA graph on CUDA)
                 names, row, priorities = program.step(batch)
