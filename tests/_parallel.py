@@ -89,6 +89,7 @@ IN_PROCESS_MODULES = frozenset({
     "tests/experiments/test_plot.py",
     "tests/learning/test_a2c_cartpole.py",
     "tests/learning/test_cat_dqn_cartpole.py",
+    "tests/learning/test_rainbow_cartpole.py",
     "tests/learning/test_dqn_acrobot.py",
     "tests/learning/test_dqn_cartpole.py",
     "tests/learning/test_dqn_spread.py",

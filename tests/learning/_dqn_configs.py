@@ -48,11 +48,12 @@ def dqn_cartpole_runner(seed: int, n_steps: int = 100_000, categorical: bool = F
                         hidden_sizes: Sequence[int] | None = None, dueling: bool | None = None,
                         eps_final: float | None = None, n_atoms: int | None = None,
                         batch_T: int | None = None, batch_B: int | None = None,
-                        stop_return: float | None = None,
+                        stop_return: float | None = None, noisy: bool = False,
                         **algo_overrides) -> MinibatchRlEval:
     """DQN (or C51 with ``categorical=True``) on CartPole-v1 with the tuned settings above;
     keyword arguments override single settings (agent / sampler ones by name, the rest go to
-    the algorithm). ``stop_return``: end training at the first evaluation reaching it."""
+    the algorithm). ``stop_return``: end training at the first evaluation reaching it.
+    ``noisy``: noisy layers explore instead of epsilon-greedy (epsilon 0 throughout)."""
     if sampler not in ("serial", "cpu"):
         raise ValueError(f"sampler must be 'serial' or 'cpu', got {sampler!r}")
     agent_cfg = dict(CAT_DQN_AGENT if categorical else DQN_AGENT)
@@ -72,6 +73,9 @@ def dqn_cartpole_runner(seed: int, n_steps: int = 100_000, categorical: bool = F
                              **sampler_cfg, **DQN_EVAL_KWARGS)
     model_kwargs = dict(hidden_sizes=list(agent_cfg["hidden_sizes"]), dueling=agent_cfg["dueling"])
     eps = dict(eps_init=1.0, eps_final=agent_cfg["eps_final"], eps_eval=0.0)
+    if noisy:
+        model_kwargs["noisy"] = True
+        eps.update(eps_init=0.0, eps_final=0.0)
     if categorical:
         agent = CatDqnAgent(n_atoms=agent_cfg["n_atoms"], model_kwargs=model_kwargs, **eps)
         algo = CategoricalDQN(**algo_cfg)
