@@ -28,9 +28,12 @@ from the kept records. ``--record DIR`` rebuilds the record and picture of a fin
 stopped) harness folder, ``--resume DIR`` goes on with a stopped run from its newest snapshot (a
 run longer than one sitting: its segments' wall times add up, the gaps between them do not
 count; ``harness.json`` is rewritten at every sample, so a harness killed with its run still
-leaves what ran), ``--table`` prints the table of kept records (``--results DIR`` reads another
-folder), and ``--list`` the rows. Rows ending in ``_smoke`` are short budgets that check the
-harness, the record and the picture, not the score; the tests run them.
+leaves what ran; a row of a replay-based algorithm snapshots its replay buffer too, so that its
+resumed run learns from the replay it had; the record says, per sitting, where it resumed and
+whether its replay was refilled from empty), ``--table`` prints the table of kept records
+(``--results DIR`` reads another folder), and ``--list`` the rows. Rows ending in ``_smoke`` are
+short budgets that check the harness, the record and the picture, not the score; the tests run
+them.
 
 Ctrl-C or SIGTERM stops the run cleanly (SIGINT to its process group: rlfast saves a snapshot
 and stops its workers) and still writes the record of what ran.
@@ -84,6 +87,11 @@ class Row:
     @property
     def smoke(self) -> bool:
         return self.name.endswith("_smoke")
+
+
+# The algorithms that learn from a replay buffer: their rows snapshot it (--snapshot-replay), so
+# that a row resumed after a stop learns from the replay it had, not one refilled from empty.
+REPLAY_ALGOS = frozenset({"dqn", "cat_dqn", "rainbow", "r2d1", "ddpg", "td3", "sac"})
 
 
 def _rows(*rows: Row) -> dict[str, Row]:
@@ -170,7 +178,39 @@ def train_command(row: Row, seed: int, log_dir: str, steps: int | None = None) -
            "--no-progress", "--set", f"runner.log_traj_window={row.window}"]
     for item in row.sets:
         cmd += ["--set", item]
+    if row.algo in REPLAY_ALGOS:  # a resumed row goes on with its replay, not a refilled one
+        cmd.append("--snapshot-replay")
     return cmd + list(row.args)
+
+
+_RESUMED = re.compile(r"Resumed from iteration \d+ \((\d+) steps\)")
+_REFILL = "Replay buffer not in the snapshot"
+_ENV_RESTART = "Environments start new episodes"
+
+
+def resume_events(output_path: str) -> list[dict]:
+    """What each resume of a run did, in order, read off its console output: the steps it
+    went on from, whether its replay buffer was refilled from empty (the snapshot held none)
+    and whether its environments started new episodes."""
+    events: list[dict] = []
+    pending: dict = {}
+    try:
+        with open(output_path, errors="replace") as f:
+            for line in f:
+                if _REFILL in line:
+                    pending["replay_refilled"] = True
+                elif _ENV_RESTART in line:
+                    pending["new_episodes"] = True
+                else:
+                    m = _RESUMED.search(line)
+                    if m:
+                        events.append(dict(resumed_at_steps=int(m.group(1)),
+                                           replay_refilled=pending.get("replay_refilled", False),
+                                           new_episodes=pending.get("new_episodes", False)))
+                        pending = {}
+    except FileNotFoundError:
+        pass
+    return events
 
 
 def _column(fieldnames: list[str], suffix: str) -> str | None:
@@ -432,8 +472,8 @@ def build_record(out_dir: str) -> dict:
         best_train_steps=int(best_train[0]) if best_train else None,
         wall_s=info["wall_s"], exit_code=info["exit_code"], stopped_by=info["stopped_by"],
         segments=len(info.get("segments", [])) or 1,
-        sittings=[{k: seg.get(k) for k in ("started", "wall_s", "exit_code", "machine", "commit")}
-                  for seg in info.get("segments", [])],
+        sittings=_sittings(info.get("segments", []),
+                           resume_events(os.path.join(out_dir, "output.txt"))),
         sps_start=sps[1]["sps"] if len(sps) > 1 else (sps[0]["sps"] if sps else None),
         sps_end=sps[-1]["sps"] if sps else None,
         rss_start_mb=after[0]["rss_mb"] if after else None,
@@ -453,6 +493,31 @@ def build_record(out_dir: str) -> dict:
     _write_json(os.path.join(out_dir, "record.json"), record)
     plot_record(record, os.path.join(out_dir, "curve.png"))
     return record
+
+
+def _sittings(segments: list[dict], events: list[dict]) -> list[dict]:
+    """Each segment of a run as the record keeps it; a resumed one (every one after the first)
+    with what its resume did (:func:`resume_events`)."""
+    out = []
+    for i, seg in enumerate(segments):
+        item = {k: seg.get(k) for k in ("started", "wall_s", "exit_code", "machine", "commit")}
+        if 0 < i <= len(events):
+            item.update(events[i - 1])
+        out.append(item)
+    return out
+
+
+def _sitting_line(i: int, seg: dict) -> str:
+    line = (f"- Sitting {i}: started {seg['started']}, {_hours(seg['wall_s'])} on "
+            f"{seg['machine']} (commit {seg['commit']})")
+    if "resumed_at_steps" in seg:
+        line += f"; resumed at {seg['resumed_at_steps']:,} steps"
+        if seg.get("replay_refilled"):
+            line += (", its replay buffer refilled from empty (the snapshot held none: the "
+                     "run was started without --snapshot-replay)")
+        if seg.get("new_episodes"):
+            line += ", its environments starting new episodes"
+    return line
 
 
 def plot_record(record: dict, path: str) -> None:
@@ -624,10 +689,8 @@ def page(results_dir: str = RESULTS_DIR) -> str:
                   f"{_fmt(r['rss_peak_mb'], 0)} MB; load average median "
                   f"{_fmt(r['load1_median'], 2)}, max {_fmt(r['load1_max'], 2)}.",
                   f"- Machine: {r['machine']}. Commit {r['commit']}, started {r['started']}.",
-                  *([f"- Sitting {i}: started {seg['started']}, {_hours(seg['wall_s'])} on "
-                     f"{seg['machine']} (commit {seg['commit']})"
-                     for i, seg in enumerate(r["sittings"], 1)] if r.get("segments", 1) > 1
-                    else []),
+                  *([_sitting_line(i, seg) for i, seg in enumerate(r["sittings"], 1)]
+                    if r.get("segments", 1) > 1 else []),
                   f"- Command: `python {_relative(' '.join(r['command']))}`", ""]
         findings = os.path.join(results_dir, stem + ".md")
         if os.path.exists(findings):  # what the run showed, written after looking at it

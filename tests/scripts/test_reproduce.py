@@ -57,6 +57,43 @@ def test_train_command(rep):
     assert rep.train_command(row, 0, "/x", steps=99)[cmd.index("--steps") + 1] == "99"
 
 
+def test_replay_rows_snapshot_their_replay(rep):
+    from rlfast.experiments.presets import PRESETS
+    with_replay = {algo for algo, families in PRESETS.items()
+                   if any("replay_size" in cfg.get("algo", {}) for cfg in families.values())}
+    assert rep.REPLAY_ALGOS == with_replay
+    for row in rep.ROWS.values():
+        cmd = rep.train_command(row, seed=0, log_dir="/x/run")
+        assert ("--snapshot-replay" in cmd) == (row.algo in with_replay), row.name
+
+
+def test_resume_events_read_off_the_console(rep, tmp_path):
+    source = (SCRIPT.parents[1] / "rlfast" / "runners" / "snapshots.py").read_text()
+    assert rep._REFILL in source and rep._ENV_RESTART in source  # the messages it looks for
+    out = tmp_path / "output.txt"
+    out.write_text(
+        "2026 | rlfast train dqn ...\n    20,000   190   5.0\n"
+        "2026 | Training interrupted by Ctrl-C (SIGINT) after 10 iterations (320 steps)\n"
+        "2026 | rlfast resume dqn ...\n"
+        "2026 | Replay buffer not in the snapshot (save it with --snapshot-replay): ...\n"
+        "2026 | Environments start new episodes (their state was not saved, ...)\n"
+        "2026 | Resumed from iteration 9 (320 steps); training to 2000 steps\n"
+        "2026 | rlfast resume dqn ...\n"
+        "2026 | Resumed replay buffer from /x/run/params.npz\n"
+        "2026 | Resumed from iteration 30 (992 steps); training to 2000 steps\n")
+    assert rep.resume_events(str(out)) == [
+        dict(resumed_at_steps=320, replay_refilled=True, new_episodes=True),
+        dict(resumed_at_steps=992, replay_refilled=False, new_episodes=False)]
+    assert rep.resume_events(str(tmp_path / "missing.txt")) == []
+    segments = [dict(started=str(i), wall_s=60.0, exit_code=0, machine="m", commit="c")
+                for i in range(3)]
+    sittings = rep._sittings(segments, rep.resume_events(str(out)))
+    assert "resumed_at_steps" not in sittings[0] and sittings[1]["replay_refilled"]
+    line = rep._sitting_line(2, sittings[1])
+    assert "resumed at 320 steps" in line and "refilled from empty" in line
+    assert "refilled" not in rep._sitting_line(3, sittings[2])
+
+
 def _synthetic_run(folder: Path, row: str = "pong_ppo") -> None:
     """A finished harness folder: five progress rows and six monitor samples."""
     (folder / "run").mkdir(parents=True)
@@ -211,6 +248,11 @@ def test_smoke_row_stopped_then_resumed_is_one_record(tmp_path):
     steps = [c["steps"] for c in record["curve"]]
     walls = [c["wall_s"] for c in record["curve"]]
     assert steps == sorted(set(steps)) and walls == sorted(walls) and walls[-1] > wall_1
+    # A replay row snapshots its replay, so the resumed sitting learned from it at once.
+    assert "--snapshot-replay" in harness["segments"][0]["command"]
+    resumed = record["sittings"][1]
+    assert 300 <= resumed["resumed_at_steps"] < 600 and not resumed["replay_refilled"]
+    assert "Resumed replay buffer from" in (out / "output.txt").read_text()
 
 
 def test_the_readme_and_the_results_page_quote_the_kept_records(rep):
