@@ -352,6 +352,8 @@ def run_row(row: Row, seed: int, out_dir: str, sample_s: float, steps: int | Non
         cmd = [sys.executable, "-m", "rlfast", "resume", log_dir, "--no-progress"]
         if steps:
             cmd += ["--steps", str(steps)]
+        if row.algo in REPLAY_ALGOS:  # also for a run started without it: its next stop keeps it
+            cmd.append("--snapshot-replay")
     else:
         cmd = train_command(row, seed, log_dir, steps)
     started = datetime.datetime.now().isoformat(timespec="seconds")
