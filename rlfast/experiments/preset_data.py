@@ -70,11 +70,15 @@ _ATARI_SAMPLER = dict(max_decorrelation_steps=1000, eval_n_envs=4, eval_max_step
                       eval_max_trajectories=4)
 PRESETS["ppo"]["atari"] = dict(
     agent=dict(model_kwargs=dict(fc_sizes=512), greedy_eval=False, recurrent=False),
+    # obs_type: rlpyt's 104x80 frames; "84x84" is the frame of CleanRL's and the zoo's runs.
     env=dict(frame_skip=4, num_img_obs=4, clip_reward=True, episodic_lives=True,
-             repeat_action_probability=0.0, horizon=27_000),
+             repeat_action_probability=0.0, horizon=27_000, obs_type="rlpyt"),
+    # lr_anneal_steps: None anneals over the run's own budget; a number of steps follows a
+    # longer published run's schedule (scripts/reproduce.py's Pong row: 10M).
     algo=dict(discount=0.99, learning_rate=2.5e-4, value_loss_coeff=0.5,
               entropy_loss_coeff=0.01, clip_grad_norm=0.5, gae_lambda=0.95, minibatches=4,
-              epochs=4, ratio_clip=0.1, linear_lr_schedule=True, normalize_advantage=True,
+              epochs=4, ratio_clip=0.1, linear_lr_schedule=True, lr_anneal_steps=None,
+              normalize_advantage=True,
               # One-kernel Adam (see build_optimizer) with eps 1e-5, as in the PPO paper's
               # baselines code, SB3 and CleanRL's ppo_atari.py (torch's default is 1e-8).
               optim_kwargs=dict(fused=True, eps=1e-5)),

@@ -137,3 +137,38 @@ def test_explained_variance_edge_cases():
 def test_bad_minibatch_settings_raise(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         PPO(**bad)
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of:UserWarning")
+def test_lr_anneal_steps_sets_the_schedule_horizon_in_environment_steps():
+    # T=8, B=4: 32 steps an iteration; the run is 10 iterations (pg.setup), the anneal 40
+    # (1,280 steps): after one update the rate is 39/40 of its start, not the run's 9/10.
+    algo = PPO(minibatches=2, epochs=1, lr_anneal_steps=1280)
+    agent, samples = pg.setup(algo, "categorical", T=8, B=4)
+    lr = algo.optimizer.param_groups[0]["lr"]
+    algo.optimize_agent(0, samples)
+    assert algo.optimizer.param_groups[0]["lr"] == pytest.approx(lr * 39 / 40)
+    # A horizon that is not a whole number of iterations rounds up (100 steps: 4 iterations)
+    # and the rate stays zero past it, never negative.
+    algo = PPO(lr_anneal_steps=100)
+    pg.setup(algo, "categorical", T=8, B=4)
+    rates = []
+    for _ in range(6):
+        rates.append(algo.optimizer.param_groups[0]["lr"] / algo.learning_rate)
+        algo.lr_scheduler.step()
+    assert rates == pytest.approx([1.0, 0.75, 0.5, 0.25, 0.0, 0.0])
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of:UserWarning")
+def test_lr_anneal_steps_counts_every_ranks_batch():
+    algo = PPO(lr_anneal_steps=1280)
+    agent = pg.make_agent("categorical")
+    algo.initialize(agent, n_itr=10, batch_spec=pg.BatchSpec(8, 4), world_size=2, rank=0)
+    algo.lr_scheduler.step()  # 64 steps an iteration over both ranks: a 20-iteration anneal
+    assert algo.optimizer.param_groups[0]["lr"] == pytest.approx(algo.learning_rate * 19 / 20)
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, True, "10M"])
+def test_bad_lr_anneal_steps_raise(bad):
+    with pytest.raises((ValueError, TypeError), match="lr_anneal_steps"):
+        PPO(lr_anneal_steps=bad)

@@ -28,7 +28,11 @@ class PPO(PolicyGradientAlgo):
     Feedforward agents draw minibatches of single time steps from the flattened ``T*B`` batch;
     recurrent agents draw minibatches of whole environment columns (sequences of length T)
     starting from the recurrent state the sampler had. ``linear_lr_schedule`` anneals the
-    learning rate linearly to zero over the run. ``compile=True`` runs each feedforward
+    learning rate linearly to zero over the run, or over ``lr_anneal_steps`` environment
+    steps when that is given (a run shorter than a published one can then follow the
+    published schedule: CleanRL's and the zoo's Atari PPO anneal over 10M agent steps, so
+    their curves at 2.5M steps come from a rate still 0.75 of its start; past
+    ``lr_anneal_steps`` the rate stays zero). ``compile=True`` runs each feedforward
     gradient step as a :class:`~rlfast.algos.graph_step.GraphStep`: the loss under
     ``torch.compile`` and, on CUDA, the whole step captured in one CUDA graph (LeanRL's
     approach); recurrent agents get the compiled loss only. ``target_kl`` stops the epochs
@@ -51,8 +55,12 @@ class PPO(PolicyGradientAlgo):
                  normalize_advantage: bool = False, bootstrap_timelimit: bool = True,
                  normalize_reward: bool = False, compile: bool = False,
                  target_kl: float | None = None, value_norm: bool = False,
-                 value_loss: str = "mse", huber_delta: float = 10.0):
+                 value_loss: str = "mse", huber_delta: float = 10.0,
+                 lr_anneal_steps: int | None = None):
         super().__init__(**pg_hyperparameters(locals()))
+        self.lr_anneal_steps = (None if lr_anneal_steps is None else
+                                check_int(lr_anneal_steps, "lr_anneal_steps", minimum=1,
+                                          owner="PPO"))
         if target_kl is not None and not (isinstance(target_kl, (int, float))
                                           and not isinstance(target_kl, bool) and target_kl > 0):
             raise ValueError(f"PPO: target_kl must be a positive number or None; "
@@ -66,7 +74,8 @@ class PPO(PolicyGradientAlgo):
 
     def initialize(self, *args: Any, **kwargs: Any) -> None:
         """As :meth:`PolicyGradientAlgo.initialize`, plus the learning-rate schedule, which
-        reaches zero after ``n_itr`` iterations."""
+        reaches zero after ``n_itr`` iterations, or after the iterations that make up
+        ``lr_anneal_steps`` environment steps (every rank's batch counted)."""
         super().initialize(*args, **kwargs)
         # The minibatch order's own generator, on the learner's device: the global one is
         # shared with the sampler, which may draw from it in another thread at the same time
@@ -77,6 +86,9 @@ class PPO(PolicyGradientAlgo):
         self.lr_scheduler = None
         if self.linear_lr_schedule:
             n_itr = max(int(self.n_itr), 1)
+            if self.lr_anneal_steps is not None:
+                itr_steps = self.batch_spec.size * self.world_size
+                n_itr = max(-(-self.lr_anneal_steps // itr_steps), 1)
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, lr_lambda=lambda itr: max(n_itr - itr, 0) / n_itr)
 
