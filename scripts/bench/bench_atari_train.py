@@ -26,6 +26,9 @@ training episode, rewards clipped, no sticky actions; the Nature CNN (conv 32 8x
   for the gpu and alternating samplers: the same options on those samplers (not run by
   default);
 - ``rlfast-bf16``: cpu sampler, ``agent.autocast="bf16"``;
+- ``rlfast-preset-net``: cpu sampler with the ``ppo`` Atari preset's own network, rlpyt's
+  policy-gradient convolutions (16 8x8/4, 32 4x4/2; ``A2C_CONV``), not the Nature CNN: the
+  configuration that ``scripts/reproduce.py``'s Pong row trains, for its time to score;
 - ``sb3``: Stable-Baselines3 PPO, ``CnnPolicy``, ``SubprocVecEnv`` of ``make_atari_env`` with
   ``VecFrameStack(4)``, ``n_steps`` = steps per env, 4 minibatches, 4 epochs;
 - ``cleanrl-envpool``: a compact PPO loop written here after CleanRL's ``ppo_atari_envpool``
@@ -108,6 +111,8 @@ CONTENDERS = {
     "rlfast-compile-overlap": ("ppo", "rlfast PPO, cpu sampler, algo.compile=True, "
                                "runner.overlap=True", None),
     "rlfast-bf16": ("ppo", "rlfast PPO, cpu sampler, agent.autocast='bf16'", None),
+    "rlfast-preset-net": ("ppo", "rlfast PPO, cpu sampler, the preset's network (rlpyt's "
+                          "policy-gradient convolutions, not the Nature CNN)", None),
     "sb3": ("ppo", "Stable-Baselines3 PPO, CnnPolicy, SubprocVecEnv", "stable_baselines3"),
     "cleanrl-envpool": ("ppo", "CleanRL-style PPO loop on EnvPool", "envpool"),
     "cleanrl-alevec": ("ppo", "CleanRL-style PPO loop on ale-py's AtariVectorEnv", None),
@@ -127,7 +132,8 @@ RLFAST_PPO = {"rlfast-cpu": ("cpu", ()), "rlfast-serial": ("serial", ()),
               "rlfast-gpu": ("gpu", ()), "rlfast-alternating": ("alternating", ()),
               "rlfast-overlap": ("cpu", ("overlap",)), "rlfast-compile": ("cpu", ("compile",)),
               "rlfast-compile-overlap": ("cpu", ("compile", "overlap")),
-              "rlfast-bf16": ("cpu", ("bf16",)), "rlfast-random": ("cpu", ())}
+              "rlfast-bf16": ("cpu", ("bf16",)), "rlfast-preset-net": ("cpu", ("preset-net",)),
+              "rlfast-random": ("cpu", ())}
 for _sampler in ("gpu", "alternating"):
     for _options in (("overlap",), ("compile",), ("compile", "overlap")):
         _name = f"rlfast-{_sampler}-" + "-".join(_options)
@@ -141,7 +147,7 @@ RLFAST_PPO_SAMPLER = {name: sampler for name, (sampler, _) in RLFAST_PPO.items()
 OPTION_MARKERS = {"overlap": "unexpected keyword argument 'overlap'",
                   "compile": "unexpected keyword argument 'compile'",
                   "bf16": "unexpected keyword argument 'autocast'"}
-UNAVAILABLE_MARKERS = {name: [OPTION_MARKERS[o] for o in options]
+UNAVAILABLE_MARKERS = {name: [OPTION_MARKERS[o] for o in options if o in OPTION_MARKERS]
                        for name, (_, options) in RLFAST_PPO.items() if options}
 
 # The one PPO workload (rlfast's algo keyword names; the peers get the same values).
@@ -204,14 +210,15 @@ def _ppo_config(name: str, args: argparse.Namespace) -> dict:
 
     config = get_preset("ppo", ENV)
     config["env"]["obs_type"] = "84x84"
-    config["agent"]["model_kwargs"] = dict(fc_sizes=512, **NATURE_CNN)
+    options = RLFAST_PPO[name][1]
+    if "preset-net" not in options:  # the Nature CNN of the other contenders
+        config["agent"]["model_kwargs"] = dict(fc_sizes=512, **NATURE_CNN)
     config["sampler"].update(batch_T=args.steps_per_env, batch_B=args.envs, eval_n_envs=0,
                              eval_max_steps=None, max_decorrelation_steps=0)
     config["algo"].update(PPO_HP)
     # Each option on where named and off where not, whatever the preset's default on this
     # machine; an option this rlfast lacks is set only where named (that child then fails as
     # "not available").
-    options = RLFAST_PPO[name][1]
     for section, key, on, off in (("runner", "overlap", True, False),
                                   ("algo", "compile", True, False),
                                   ("agent", "autocast", "bf16", None)):

@@ -100,3 +100,27 @@ def test_quick_run_prints_machine_tables_and_ratios(tmp_path, request):
     matched = next(line for line in lines if line.startswith("Matched replay ratio: "))
     per_step = re.search(r"\(([\d.]+)/step\)", matched).group(1)
     assert dqn["rlfast-dqn"][2] == "n/a" and dqn["rlfast-dqn"][3] == per_step, (dqn, matched)
+
+
+def test_preset_net_contender_trains_the_pong_rows_network():
+    """``rlfast-preset-net`` keeps the ``ppo`` Atari preset's network (what the Pong row of
+    scripts/reproduce.py trains); every other PPO contender gets the Nature CNN. Both run the
+    one workload on 84x84 frames."""
+    from argparse import Namespace
+
+    from rlfast.experiments.presets import get_preset
+    from tests.scripts._script_module import script_module
+
+    with script_module("bench/bench_atari_train.py", "bench_atari_train_under_test") as bench:
+        args = Namespace(envs=8, steps_per_env=128)
+        preset = bench._ppo_config("rlfast-preset-net", args)
+        nature = bench._ppo_config("rlfast-cpu", args)
+        assert preset["agent"]["model_kwargs"] == get_preset("ppo", "atari:pong")["agent"][
+            "model_kwargs"]
+        assert "channels" not in preset["agent"]["model_kwargs"]
+        assert nature["agent"]["model_kwargs"]["channels"] == (32, 64, 64)
+        for config in (preset, nature):
+            assert config["env"]["obs_type"] == "84x84"
+            assert config["sampler"]["batch_T"] == 128 and config["sampler"]["batch_B"] == 8
+        assert bench.RLFAST_PPO_SAMPLER["rlfast-preset-net"] == "cpu"
+        assert "rlfast-preset-net" in bench.CONTENDERS
